@@ -1,0 +1,48 @@
+# pg_shard: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+export CARGO_TARGET_DIR ?= /var/cache/pg_shard/target
+PG_CONFIG ?= pg_config
+# release builds for the demo and CI; `make install PROFILE=debug` while iterating
+PROFILE ?= release
+PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
+
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress lint bench bench-triggers
+
+demo: install cluster ## bootstrap, build, start a local cluster, run the demo
+	scripts/demo.sh
+
+test: install lint unit regress ## every test
+
+bootstrap: ## install what is missing: PostgreSQL dev headers, libclang, cargo-pgrx
+	scripts/bootstrap.sh
+
+install: bootstrap ## build the extension and install it into the PostgreSQL 15 server
+	cd pg_shard_ext && cargo pgrx install $(PGRX_PROFILE_FLAG) --pg-config "$$(command -v $(PG_CONFIG))"
+
+cluster: ## start (or reuse) the local cluster: metadata 54320, workers 54321-54322
+	scripts/cluster.sh start
+
+stop: ## stop the local cluster
+	scripts/cluster.sh stop
+
+status:
+	scripts/cluster.sh status
+
+destroy: ## stop the local cluster and delete its data
+	scripts/cluster.sh destroy
+
+unit: ## Rust unit and property tests
+	cargo test --workspace
+
+regress: ## pg_regress suites against a throwaway 3-node cluster
+	tests/run_regress.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+bench: ## criterion benchmarks of the core crate
+	cargo bench -p pg_shard_core --bench keyspace
+
+bench-triggers: install ## COPY of 1M rows into a shard with and without the guard triggers
+	benches/trigger_copy.sh

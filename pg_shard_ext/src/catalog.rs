@@ -1,0 +1,345 @@
+//! Reads and writes of the metadata node's catalog (schema pg_shard), and the
+//! map version that every change to ranges or placements bumps.
+
+use crate::error::{OrReport, Result};
+use pgrx::prelude::*;
+
+/// The first column of the first row of `query`, or None when it returns no
+/// row or NULL (pgrx's get_one treats "no row" as an error).
+pub fn query_one<T: FromDatum + IntoDatum>(
+    query: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    Spi::connect_mut(|client| {
+        let rows = client.update(query, Some(1), args)?;
+        match rows.into_iter().next() {
+            None => Ok(None),
+            Some(row) => Ok(row.get::<T>(1)?),
+        }
+    })
+}
+
+/// [`query_one`] without parameters.
+pub fn query_value<T: FromDatum + IntoDatum>(query: &str) -> Result<Option<T>> {
+    query_one(query, &[])
+}
+
+/// A worker node as the catalog knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+impl Node {
+    /// Whether two records name the same server (a node being added has no id yet).
+    pub fn same_server(&self, other: &Node) -> bool {
+        self.host == other.host && self.port == other.port
+    }
+
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// A distributed or reference table as recorded in pg_shard.logical_table.
+#[derive(Clone, Debug)]
+pub struct LogicalTable {
+    pub kind: String,
+    pub colocation_id: i32,
+}
+
+/// A co-location group: tables that share ranges and placements.
+#[derive(Clone, Debug)]
+pub struct ColocationGroup {
+    pub colocation_id: i32,
+    pub shard_count: i32,
+    pub key_encoding: Option<String>,
+}
+
+/// One range of a co-location group and the node holding it.
+#[derive(Clone, Debug)]
+pub struct ShardGroup {
+    pub shard_group_id: i64,
+    pub range_start: i64,
+    pub range_end: i64,
+    pub node: Node,
+}
+
+/// `pg_shard.map_version() → bigint`: the current version of the shard map.
+#[pg_extern(schema = "pg_shard", stable, parallel_safe)]
+fn map_version() -> i64 {
+    current_map_version().or_report()
+}
+
+pub fn current_map_version() -> Result<i64> {
+    Ok(query_value::<i64>("SELECT version FROM pg_shard.map_state WHERE singleton")?.unwrap_or(0))
+}
+
+/// Increment the map version in the current transaction and announce it on
+/// the `pg_shard_map` channel (delivered at commit, so listeners never see a
+/// version that was rolled back).
+pub fn bump_map_version() -> Result<i64> {
+    let version = query_value::<i64>(
+        "INSERT INTO pg_shard.map_state AS m (singleton, version) VALUES (true, 1) \
+         ON CONFLICT (singleton) DO UPDATE SET version = m.version + 1 \
+         RETURNING version",
+    )?
+    .unwrap_or(1);
+    Spi::run_with_args(
+        "SELECT pg_catalog.pg_notify('pg_shard_map', $1)",
+        &[version.to_string().into()],
+    )?;
+    Ok(version)
+}
+
+fn nodes_where(filter: &str) -> Result<Vec<Node>> {
+    let query = format!("SELECT node_id, host, port FROM pg_shard.node {filter} ORDER BY node_id");
+    Spi::connect(|client| {
+        let mut nodes = Vec::new();
+        for row in client.select(&query, None, &[])? {
+            nodes.push(Node {
+                node_id: row.get::<i32>(1)?.unwrap_or_default(),
+                host: row.get::<String>(2)?.unwrap_or_default(),
+                port: row.get::<i32>(3)?.unwrap_or_default(),
+            });
+        }
+        Ok(nodes)
+    })
+}
+
+/// Active worker nodes, in node id order (the round-robin placement order).
+pub fn active_nodes() -> Result<Vec<Node>> {
+    nodes_where("WHERE state = 'active'")
+}
+
+pub fn node_by_address(host: &str, port: i32) -> Result<Option<i32>> {
+    query_one::<i32>(
+        "SELECT node_id FROM pg_shard.node WHERE host = $1 AND port = $2",
+        &[host.into(), port.into()],
+    )
+}
+
+pub fn insert_node(host: &str, port: i32) -> Result<i32> {
+    Ok(query_one::<i32>(
+        "INSERT INTO pg_shard.node (host, port) VALUES ($1, $2) RETURNING node_id",
+        &[host.into(), port.into()],
+    )?
+    .unwrap_or_default())
+}
+
+pub fn logical_table(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT kind, colocation_id FROM pg_shard.logical_table WHERE table_rel = $1",
+            Some(1),
+            &[relid.into()],
+        )?;
+        match rows.into_iter().next() {
+            None => Ok(None),
+            Some(row) => Ok(Some(LogicalTable {
+                kind: row.get::<String>(1)?.unwrap_or_default(),
+                colocation_id: row.get::<i32>(2)?.unwrap_or_default(),
+            })),
+        }
+    })
+}
+
+pub fn colocation_group(colocation_id: i32) -> Result<Option<ColocationGroup>> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT colocation_id, shard_count, key_encoding FROM pg_shard.colocation_group \
+             WHERE colocation_id = $1",
+            Some(1),
+            &[colocation_id.into()],
+        )?;
+        read_group(rows.into_iter().next())
+    })
+}
+
+/// The oldest distributed co-location group with this shard count and key
+/// encoding: tables of the same shape are co-located by default.
+pub fn default_colocation_group(
+    shard_count: i32,
+    key_encoding: &str,
+) -> Result<Option<ColocationGroup>> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT colocation_id, shard_count, key_encoding FROM pg_shard.colocation_group \
+             WHERE kind = 'distributed' AND shard_count = $1 AND key_encoding = $2 \
+             ORDER BY colocation_id LIMIT 1",
+            Some(1),
+            &[shard_count.into(), key_encoding.into()],
+        )?;
+        read_group(rows.into_iter().next())
+    })
+}
+
+fn read_group(row: Option<pgrx::spi::SpiHeapTupleData<'_>>) -> Result<Option<ColocationGroup>> {
+    match row {
+        None => Ok(None),
+        Some(row) => Ok(Some(ColocationGroup {
+            colocation_id: row.get::<i32>(1)?.unwrap_or_default(),
+            shard_count: row.get::<i32>(2)?.unwrap_or_default(),
+            key_encoding: row.get::<String>(3)?,
+        })),
+    }
+}
+
+pub fn insert_colocation_group(
+    kind: &str,
+    shard_count: i32,
+    key_encoding: Option<&str>,
+) -> Result<i32> {
+    Ok(query_one::<i32>(
+        "INSERT INTO pg_shard.colocation_group (kind, shard_count, key_encoding) \
+         VALUES ($1, $2, $3) RETURNING colocation_id",
+        &[kind.into(), shard_count.into(), key_encoding.into()],
+    )?
+    .unwrap_or_default())
+}
+
+pub fn insert_shard_group(colocation_id: i32, range_start: i64, range_end: i64) -> Result<i64> {
+    Ok(query_one::<i64>(
+        "INSERT INTO pg_shard.shard_group (colocation_id, range_start, range_end) \
+         VALUES ($1, $2, $3) RETURNING shard_group_id",
+        &[colocation_id.into(), range_start.into(), range_end.into()],
+    )?
+    .unwrap_or_default())
+}
+
+pub fn insert_placement(shard_group_id: i64, node_id: i32) -> Result<()> {
+    Spi::run_with_args(
+        "INSERT INTO pg_shard.placement (shard_group_id, node_id) VALUES ($1, $2)",
+        &[shard_group_id.into(), node_id.into()],
+    )?;
+    Ok(())
+}
+
+/// The shard groups of a co-location group with their placements, in range
+/// order. A reference group has one shard group placed on every node; it is
+/// returned once per placement.
+pub fn shard_groups(colocation_id: i32) -> Result<Vec<ShardGroup>> {
+    Spi::connect(|client| {
+        let mut groups = Vec::new();
+        let rows = client.select(
+            "SELECT g.shard_group_id, g.range_start, g.range_end, n.node_id, n.host, n.port \
+             FROM pg_shard.shard_group g \
+             JOIN pg_shard.placement p USING (shard_group_id) \
+             JOIN pg_shard.node n USING (node_id) \
+             WHERE g.colocation_id = $1 \
+             ORDER BY g.range_start, n.node_id",
+            None,
+            &[colocation_id.into()],
+        )?;
+        for row in rows {
+            groups.push(ShardGroup {
+                shard_group_id: row.get::<i64>(1)?.unwrap_or_default(),
+                range_start: row.get::<i64>(2)?.unwrap_or_default(),
+                range_end: row.get::<i64>(3)?.unwrap_or_default(),
+                node: Node {
+                    node_id: row.get::<i32>(4)?.unwrap_or_default(),
+                    host: row.get::<String>(5)?.unwrap_or_default(),
+                    port: row.get::<i32>(6)?.unwrap_or_default(),
+                },
+            });
+        }
+        Ok(groups)
+    })
+}
+
+pub fn insert_logical_table(
+    relid: pg_sys::Oid,
+    kind: &str,
+    dist_column: Option<&str>,
+    colocation_id: i32,
+) -> Result<()> {
+    Spi::run_with_args(
+        "INSERT INTO pg_shard.logical_table (table_rel, kind, dist_column, colocation_id) \
+         VALUES ($1::oid::regclass, $2, $3, $4)",
+        &[
+            relid.into(),
+            kind.into(),
+            dist_column.into(),
+            colocation_id.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn next_shard_id() -> Result<i64> {
+    Ok(query_value::<i64>("SELECT nextval('pg_shard.shard_id_seq')")?.unwrap_or_default())
+}
+
+pub fn insert_shard(
+    shard_id: i64,
+    relid: pg_sys::Oid,
+    shard_group_id: i64,
+    shard_schema: &str,
+    shard_name: &str,
+) -> Result<()> {
+    Spi::run_with_args(
+        "INSERT INTO pg_shard.shard (shard_id, table_rel, shard_group_id, shard_schema, shard_name) \
+         VALUES ($1, $2::oid::regclass, $3, $4, $5)",
+        &[
+            shard_id.into(),
+            relid.into(),
+            shard_group_id.into(),
+            shard_schema.into(),
+            shard_name.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Reference tables, for copying onto a newly added node.
+pub fn reference_tables() -> Result<Vec<(pg_sys::Oid, i64)>> {
+    Spi::connect(|client| {
+        let mut tables = Vec::new();
+        let rows = client.select(
+            "SELECT t.table_rel::oid, g.shard_group_id FROM pg_shard.logical_table t \
+             JOIN pg_shard.shard_group g USING (colocation_id) \
+             WHERE t.kind = 'reference' ORDER BY t.table_rel::oid",
+            None,
+            &[],
+        )?;
+        for row in rows {
+            tables.push((
+                row.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
+                row.get::<i64>(2)?.unwrap_or_default(),
+            ));
+        }
+        Ok(tables)
+    })
+}
+
+/// The shard of `relid` in a shard group: (shard_id, schema, name).
+pub fn shard_in_group(
+    relid: pg_sys::Oid,
+    shard_group_id: i64,
+) -> Result<Option<(i64, String, String)>> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT shard_id, shard_schema, shard_name FROM pg_shard.shard \
+             WHERE table_rel = $1 AND shard_group_id = $2",
+            Some(1),
+            &[relid.into(), shard_group_id.into()],
+        )?;
+        match rows.into_iter().next() {
+            None => Ok(None),
+            Some(row) => Ok(Some((
+                row.get::<i64>(1)?.unwrap_or_default(),
+                row.get::<String>(2)?.unwrap_or_default(),
+                row.get::<String>(3)?.unwrap_or_default(),
+            ))),
+        }
+    })
+}
+
+/// The co-location group shared by all reference tables, if there is one.
+pub fn reference_group() -> Result<Option<i32>> {
+    query_value::<i32>(
+        "SELECT min(colocation_id) FROM pg_shard.colocation_group WHERE kind = 'reference'",
+    )
+}

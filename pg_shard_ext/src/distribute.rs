@@ -1,0 +1,327 @@
+//! Turning a table into a distributed or a reference table:
+//! `pg_shard.create_distributed_table` and `pg_shard.create_reference_table`.
+
+use crate::catalog::{self, ColocationGroup, Node, ShardGroup};
+use crate::data_copy::{self, ShardTarget};
+use crate::error::{OrReport, Result, ShardError};
+use crate::fencing::guard_trigger_ddl;
+use crate::keyspace::{key_encoding_of, type_name};
+use crate::quote;
+use crate::remote::{in_transaction, remote_error};
+use crate::shard_ddl::{shard_table_name, TableShape};
+use pg_shard_core::range::{equal_ranges, KeyRange};
+use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
+use pgrx::prelude::*;
+
+const DEFAULT_SHARD_COUNT: i32 = 32;
+
+fn encoding_name(encoding: KeyEncoding) -> &'static str {
+    match encoding {
+        KeyEncoding::Integer => "integer",
+        KeyEncoding::Text => "text",
+        KeyEncoding::Uuid => "uuid",
+        KeyEncoding::Bytes => "bytes",
+    }
+}
+
+/// Called by the SQL function pg_shard.create_distributed_table (sql/pg_shard_api.sql).
+#[pg_extern(schema = "pg_shard")]
+fn create_distributed_table_internal(
+    table_oid: pg_sys::Oid,
+    distribution_column: &str,
+    shard_count: Option<i32>,
+    colocate_with: Option<&str>,
+) {
+    distribute_table(
+        table_oid,
+        distribution_column,
+        shard_count,
+        colocate_with.unwrap_or("default"),
+    )
+    .or_report()
+}
+
+/// Called by the SQL function pg_shard.create_reference_table.
+#[pg_extern(schema = "pg_shard")]
+fn create_reference_table_internal(table_oid: pg_sys::Oid) {
+    make_reference_table(table_oid).or_report()
+}
+
+/// Lock the table against writes and reads while its rows move, then check
+/// that it can be distributed at all.
+fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
+    let shape = TableShape::load(relid)?;
+    let table = shape.display_name.clone();
+    let unsupported = |reason: &str| ShardError::UnsupportedTable {
+        table: table.clone(),
+        reason: reason.to_string(),
+    };
+    match shape.relkind {
+        'r' => {}
+        'p' => return Err(unsupported("partitioned tables cannot be distributed yet")),
+        _ => return Err(unsupported("only ordinary tables can be distributed")),
+    }
+    if shape.persistence == 't' {
+        return Err(unsupported("temporary tables cannot be distributed"));
+    }
+    if matches!(
+        shape.schema.as_str(),
+        "pg_shard" | "pg_catalog" | "information_schema"
+    ) {
+        return Err(unsupported(
+            "system and pg_shard tables cannot be distributed",
+        ));
+    }
+    if catalog::logical_table(relid)?.is_some() {
+        return Err(ShardError::AlreadyDistributed(table));
+    }
+    if !shape.has_replica_identity() {
+        return Err(ShardError::NoReplicaIdentity(table));
+    }
+    Spi::run(&format!(
+        "LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE",
+        shape.qualified()
+    ))?;
+    Ok(shape)
+}
+
+fn distribute_table(
+    relid: pg_sys::Oid,
+    column: &str,
+    shard_count: Option<i32>,
+    colocate_with: &str,
+) -> Result<()> {
+    let shape = load_and_check(relid)?;
+    let key_column = shape
+        .column(column)
+        .ok_or_else(|| ShardError::UnknownColumn {
+            table: shape.display_name.clone(),
+            column: column.to_string(),
+        })?;
+    let encoding =
+        key_encoding_of(key_column.type_oid).ok_or_else(|| ShardError::UnsupportedKeyType {
+            column: column.to_string(),
+            type_name: type_name(key_column.type_oid),
+        })?;
+    if let Some(count) = shard_count {
+        // Validate before anything is written.
+        equal_ranges(count as i64)?;
+    }
+    let workers = catalog::active_nodes()?;
+    if workers.is_empty() {
+        return Err(ShardError::NoWorkers);
+    }
+
+    let group = choose_colocation_group(&shape, encoding, shard_count, colocate_with)?;
+    let version = catalog::bump_map_version()?;
+    let colocation_id = match group {
+        Some(group) => group.colocation_id,
+        None => create_colocation_group(
+            "distributed",
+            shard_count.unwrap_or(DEFAULT_SHARD_COUNT),
+            Some(encoding_name(encoding)),
+            &workers,
+        )?,
+    };
+    catalog::insert_logical_table(relid, "distributed", Some(column), colocation_id)?;
+
+    let mut entries = Vec::new();
+    for group in catalog::shard_groups(colocation_id)? {
+        let target = create_shard(&shape, relid, &group, Some(column), version)?;
+        let range = KeyRange::new(
+            KeyspaceId::from_sql(group.range_start),
+            KeyspaceId::from_sql(group.range_end),
+        )?;
+        entries.push((range, target));
+    }
+    let map = ShardMap::new(version, entries)?;
+    data_copy::copy_into_shards(&shape, column, &map)?;
+    Spi::run(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
+    guard_local_table(&shape)
+}
+
+/// The co-location group a new distributed table joins, or None for a new one.
+fn choose_colocation_group(
+    shape: &TableShape,
+    encoding: KeyEncoding,
+    shard_count: Option<i32>,
+    colocate_with: &str,
+) -> Result<Option<ColocationGroup>> {
+    match colocate_with.to_ascii_lowercase().as_str() {
+        "none" => Ok(None),
+        "default" => catalog::default_colocation_group(
+            shard_count.unwrap_or(DEFAULT_SHARD_COUNT),
+            encoding_name(encoding),
+        ),
+        _ => {
+            let other_oid = catalog::query_one::<pg_sys::Oid>(
+                "SELECT to_regclass($1)::oid",
+                &[colocate_with.into()],
+            )?
+            .ok_or_else(|| ShardError::UnknownTable(colocate_with.to_string()))?;
+            let colocation_error = |reason: String| ShardError::Colocation {
+                table: shape.display_name.clone(),
+                other: colocate_with.to_string(),
+                reason,
+            };
+            let other = catalog::logical_table(other_oid)?
+                .filter(|t| t.kind == "distributed")
+                .ok_or_else(|| ShardError::NotDistributed(colocate_with.to_string()))?;
+            let group = catalog::colocation_group(other.colocation_id)?.ok_or_else(|| {
+                colocation_error("its co-location group is missing from the catalog".into())
+            })?;
+            if group.key_encoding.as_deref() != Some(encoding_name(encoding)) {
+                return Err(colocation_error(format!(
+                    "distribution keys of different types ({} and {}) hash differently",
+                    encoding_name(encoding),
+                    group.key_encoding.as_deref().unwrap_or("none"),
+                )));
+            }
+            if let Some(count) = shard_count {
+                if count != group.shard_count {
+                    return Err(colocation_error(format!(
+                        "shard_count {count} differs from its {} shards",
+                        group.shard_count
+                    )));
+                }
+            }
+            Ok(Some(group))
+        }
+    }
+}
+
+/// A new co-location group with `shard_count` equal ranges placed round-robin
+/// over `workers` (a reference group: one range placed on every worker).
+fn create_colocation_group(
+    kind: &str,
+    shard_count: i32,
+    key_encoding: Option<&str>,
+    workers: &[Node],
+) -> Result<i32> {
+    let colocation_id = catalog::insert_colocation_group(kind, shard_count, key_encoding)?;
+    for (index, range) in equal_ranges(shard_count as i64)?.into_iter().enumerate() {
+        let shard_group_id =
+            catalog::insert_shard_group(colocation_id, range.start.to_sql(), range.end.to_sql())?;
+        if kind == "reference" {
+            for worker in workers {
+                catalog::insert_placement(shard_group_id, worker.node_id)?;
+            }
+        } else {
+            let worker = &workers[index % workers.len()];
+            catalog::insert_placement(shard_group_id, worker.node_id)?;
+        }
+    }
+    Ok(colocation_id)
+}
+
+/// Create the shard of `shape` in `group` on the group's node: the table, its
+/// guard triggers and the worker's ownership record, in one round trip.
+fn create_shard(
+    shape: &TableShape,
+    relid: pg_sys::Oid,
+    group: &ShardGroup,
+    dist_column: Option<&str>,
+    epoch: i64,
+) -> Result<ShardTarget> {
+    let (shard_id, shard_name) = match catalog::shard_in_group(relid, group.shard_group_id)? {
+        // A reference shard has one id and name on every node.
+        Some((shard_id, _, name)) => (shard_id, name),
+        None => {
+            let shard_id = catalog::next_shard_id()?;
+            let name = shard_table_name(&shape.name, shard_id);
+            catalog::insert_shard(shard_id, relid, group.shard_group_id, &shape.schema, &name)?;
+            (shard_id, name)
+        }
+    };
+    let qualified_shard = quote::qualified(&shape.schema, &shard_name);
+    let mut statements = shape.shard_table_ddl(&shard_name, shard_id);
+    statements.extend(guard_trigger_ddl(
+        &qualified_shard,
+        dist_column,
+        group.range_start,
+        group.range_end,
+    ));
+    statements.push(format!(
+        "INSERT INTO pg_shard.local_shard \
+         (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
+         VALUES ({}::regclass, {shard_id}, {}, {}, {}, 'active', {epoch})",
+        quote::literal(&qualified_shard),
+        dist_column.map_or_else(|| "NULL".to_string(), quote::literal),
+        group.range_start,
+        group.range_end,
+    ));
+    let script = statements.join(";\n");
+    in_transaction(&group.node, |client| {
+        client
+            .batch_execute(&script)
+            .map_err(|e| remote_error(&group.node, &e))
+    })?;
+    Ok(ShardTarget {
+        node: group.node.clone(),
+        qualified_shard,
+    })
+}
+
+/// Writes to the table on the metadata node would bypass the shards: refuse
+/// them until statements are routed (the planner hook).
+fn guard_local_table(shape: &TableShape) -> Result<()> {
+    Spi::run(&format!(
+        "CREATE TRIGGER pg_shard_local_write_guard \
+         BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {} \
+         FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.reject_local_write()",
+        shape.qualified()
+    ))?;
+    Ok(())
+}
+
+fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
+    let shape = load_and_check(relid)?;
+    let workers = catalog::active_nodes()?;
+    if workers.is_empty() {
+        return Err(ShardError::NoWorkers);
+    }
+    let version = catalog::bump_map_version()?;
+    let colocation_id = match catalog::reference_group()? {
+        Some(colocation_id) => colocation_id,
+        None => create_colocation_group("reference", 1, None, &workers)?,
+    };
+    catalog::insert_logical_table(relid, "reference", None, colocation_id)?;
+    let mut targets = Vec::new();
+    for group in catalog::shard_groups(colocation_id)? {
+        targets.push(create_shard(&shape, relid, &group, None, version)?);
+    }
+    data_copy::copy_into_all(&shape, &targets)?;
+    // The rows stay on the metadata node too: reference tables are read locally.
+    guard_local_table(&shape)
+}
+
+/// Give a newly added node a copy of every reference table.
+pub fn replicate_reference_tables(node: &Node) -> Result<usize> {
+    let tables = catalog::reference_tables()?;
+    if tables.is_empty() {
+        return Ok(0);
+    }
+    let version = catalog::bump_map_version()?;
+    let mut placed_groups = Vec::new();
+    for (relid, shard_group_id) in &tables {
+        if !placed_groups.contains(shard_group_id) {
+            catalog::insert_placement(*shard_group_id, node.node_id)?;
+            placed_groups.push(*shard_group_id);
+        }
+        let shape = TableShape::load(*relid)?;
+        Spi::run(&format!(
+            "LOCK TABLE ONLY {} IN SHARE MODE",
+            shape.qualified()
+        ))?;
+        let full = KeyRange::FULL;
+        let group = ShardGroup {
+            shard_group_id: *shard_group_id,
+            range_start: full.start.to_sql(),
+            range_end: full.end.to_sql(),
+            node: node.clone(),
+        };
+        let target = create_shard(&shape, *relid, &group, None, version)?;
+        data_copy::copy_into_all(&shape, &[target])?;
+    }
+    Ok(tables.len())
+}

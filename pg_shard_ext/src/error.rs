@@ -1,0 +1,137 @@
+//! The errors the extension reports, each with the SQLSTATE a client sees.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ShardError {
+    #[error("relation \"{0}\" does not exist")]
+    UnknownTable(String),
+    #[error("column \"{column}\" of relation {table} does not exist")]
+    UnknownColumn { table: String, column: String },
+    #[error(
+        "distribution column \"{column}\" has type {type_name}, which has no keyspace encoding"
+    )]
+    UnsupportedKeyType { column: String, type_name: String },
+    #[error("keyspace_id is not defined for type {0}")]
+    UnsupportedValueType(String),
+    #[error("table {0} is already distributed")]
+    AlreadyDistributed(String),
+    #[error("table {0} is not a distributed table")]
+    NotDistributed(String),
+    #[error("cannot distribute {table}: {reason}")]
+    UnsupportedTable { table: String, reason: String },
+    #[error("table {0} has no primary key or replica identity")]
+    NoReplicaIdentity(String),
+    #[error("cannot co-locate {table} with {other}: {reason}")]
+    Colocation {
+        table: String,
+        other: String,
+        reason: String,
+    },
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("there are no active worker nodes; add one with pg_shard.add_node(host, port)")]
+    NoWorkers,
+    #[error("node {host}:{port} is already in the cluster as node {node_id}")]
+    NodeExists {
+        host: String,
+        port: i32,
+        node_id: i32,
+    },
+    #[error("could not connect to node {host}:{port}: {cause}")]
+    Unreachable {
+        host: String,
+        port: i32,
+        cause: String,
+    },
+    #[error("the pg_shard extension is not installed on the server at {host}:{port}")]
+    ExtensionMissing { host: String, port: i32 },
+    #[error("node {host}:{port} failed: {cause}")]
+    Remote {
+        host: String,
+        port: i32,
+        cause: String,
+    },
+    #[error("catalog query failed: {0}")]
+    Spi(#[from] pgrx::spi::SpiError),
+    #[error("{0}")]
+    Range(#[from] pg_shard_core::RangeError),
+    #[error("invalid shard map: {0}")]
+    ShardMap(#[from] pg_shard_core::ShardMapError),
+}
+
+impl ShardError {
+    fn sqlstate(&self) -> PgSqlErrorCode {
+        use PgSqlErrorCode::*;
+        match self {
+            ShardError::UnknownColumn { .. } => ERRCODE_UNDEFINED_COLUMN,
+            ShardError::UnknownTable(_) => ERRCODE_UNDEFINED_TABLE,
+            ShardError::UnsupportedKeyType { .. } | ShardError::UnsupportedValueType(_) => {
+                ERRCODE_FEATURE_NOT_SUPPORTED
+            }
+            ShardError::AlreadyDistributed(_) => ERRCODE_DUPLICATE_OBJECT,
+            ShardError::NotDistributed(_) => ERRCODE_INVALID_TABLE_DEFINITION,
+            ShardError::UnsupportedTable { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::NoReplicaIdentity(_) => ERRCODE_INVALID_TABLE_DEFINITION,
+            ShardError::Colocation { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            ShardError::InvalidArgument(_) | ShardError::Range(_) => {
+                ERRCODE_INVALID_PARAMETER_VALUE
+            }
+            ShardError::NoWorkers => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ShardError::NodeExists { .. } => ERRCODE_DUPLICATE_OBJECT,
+            ShardError::Unreachable { .. } => ERRCODE_CONNECTION_FAILURE,
+            ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
+            ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,
+            ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            ShardError::UnsupportedKeyType { .. } | ShardError::UnsupportedValueType(_) => {
+                Some(format!(
+                    "supported key types: {}",
+                    pg_shard_core::KeyEncoding::SUPPORTED_TYPES
+                ))
+            }
+            ShardError::NoReplicaIdentity(table) => Some(format!(
+                "shard moves replicate rows logically and need to identify them: \
+                 add a primary key, or run ALTER TABLE {table} REPLICA IDENTITY FULL"
+            )),
+            ShardError::ExtensionMissing { .. } => Some(
+                "install the pg_shard package on that server (make install), \
+                 then call add_node again"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Raise this error as a PostgreSQL ERROR.
+    pub fn report(self) -> ! {
+        let mut report = ErrorReport::new(self.sqlstate(), self.to_string(), "pg_shard");
+        if let Some(hint) = self.hint() {
+            report = report.set_hint(hint);
+        }
+        report.report(PgLogLevel::ERROR);
+        unreachable!("ERROR-level reports do not return")
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ShardError>;
+
+/// Unwrap a result at the SQL boundary, reporting errors as PostgreSQL errors.
+pub trait OrReport<T> {
+    fn or_report(self) -> T;
+}
+
+impl<T> OrReport<T> for Result<T> {
+    fn or_report(self) -> T {
+        match self {
+            Ok(value) => value,
+            Err(error) => error.report(),
+        }
+    }
+}

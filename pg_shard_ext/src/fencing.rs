@@ -1,0 +1,317 @@
+//! Ownership and epoch enforced at the worker: "routers may be wrong, shards
+//! may not".
+//!
+//! Every shard table carries two triggers:
+//! * `pg_shard_guard_statement` (BEFORE INSERT/UPDATE/DELETE/TRUNCATE, per
+//!   statement) rejects the statement when the shard is frozen or retired, or
+//!   when the session declared (`SET pg_shard.map_version`) a map version
+//!   older than the epoch at which this worker took the shard;
+//! * `pg_shard_guard_row` (BEFORE INSERT/UPDATE, per row) rejects a row whose
+//!   distribution key hashes outside the shard's range. Its arguments are the
+//!   distribution column and the range, which never change for a shard table.
+//!
+//! Rejections carry one SQLSTATE, [`WRONG_SHARD_SQLSTATE`] (`PS001`), so a
+//! router can tell "refresh the map and retry" from every other error. The
+//! triggers do not fire for logical replication apply, so shard moves can
+//! fill a destination before it owns the range.
+
+use crate::keyspace::key_to_keyspace_id;
+use crate::quote;
+use pg_shard_core::KeyspaceId;
+use pgrx::prelude::*;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::{c_char, c_int, CStr, CString};
+
+/// The SQLSTATE of a WrongShard rejection.
+pub const WRONG_SHARD_SQLSTATE: &str = "PS001";
+
+/// The map version the session's router planned with; 0 = not declared.
+pub static DECLARED_MAP_VERSION: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+pub fn register_gucs() {
+    GucRegistry::define_int_guc(
+        c"pg_shard.map_version",
+        c"Shard map version the routing of this session's statements was planned with.",
+        c"Set by routers (the metadata node, the coordinator). A shard rejects writes from \
+          a session that declares a version older than the epoch at which the worker took \
+          the shard. 0 means not declared.",
+        &DECLARED_MAP_VERSION,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+/// Why a statement or row was refused.
+struct Rejection {
+    shard: String,
+    reason: String,
+}
+
+/// SQL that installs the guard triggers on a shard table. `range` is None for
+/// a reference table copy, which owns the whole keyspace.
+pub fn guard_trigger_ddl(
+    qualified_shard: &str,
+    dist_column: Option<&str>,
+    range_start: i64,
+    range_end: i64,
+) -> Vec<String> {
+    let mut ddl = vec![format!(
+        "CREATE TRIGGER pg_shard_guard_statement \
+         BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {qualified_shard} \
+         FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_statement()"
+    )];
+    if let Some(column) = dist_column {
+        ddl.push(format!(
+            "CREATE TRIGGER pg_shard_guard_row BEFORE INSERT OR UPDATE ON {qualified_shard} \
+             FOR EACH ROW EXECUTE FUNCTION pg_shard.shard_guard_row({}, {}, {})",
+            quote::literal(column),
+            quote::literal(&range_start.to_string()),
+            quote::literal(&range_end.to_string()),
+        ));
+    }
+    ddl
+}
+
+/// Function-manager info for the hand-declared C trigger functions below
+/// (they are declared in sql/pg_shard_api.sql).
+#[no_mangle]
+pub extern "C" fn pg_finfo_shard_guard_row() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_shard_guard_statement() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// Row-level guard. Written by hand rather than with `#[pg_trigger]` because
+/// a rejection must carry a custom SQLSTATE, which pgrx's error reporting
+/// cannot express: the check runs under pgrx's guard (so panics and errors
+/// inside it are reported normally) and the rejection is raised afterwards,
+/// when no Rust frame holding resources is left.
+///
+/// # Safety
+/// Called by the PostgreSQL function manager with a valid `fcinfo`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn shard_guard_row(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: fcinfo comes from the function manager; check_row verifies it is a trigger call.
+    let verdict = unsafe { pg_sys::panic::pgrx_extern_c_guard(|| check_row(fcinfo)) };
+    match verdict {
+        Ok(tuple) => tuple,
+        // SAFETY: at the top of an extern "C-unwind" function, nothing left to drop.
+        Err(rejection) => unsafe { raise_wrong_shard(rejection) },
+    }
+}
+
+/// Statement-level guard; see [`shard_guard_row`] for why it is hand-written.
+///
+/// # Safety
+/// Called by the PostgreSQL function manager with a valid `fcinfo`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn shard_guard_statement(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: as for shard_guard_row.
+    let verdict = unsafe { pg_sys::panic::pgrx_extern_c_guard(|| check_statement(fcinfo)) };
+    match verdict {
+        Ok(()) => pg_sys::Datum::from(0usize),
+        // SAFETY: at the top of an extern "C-unwind" function, nothing left to drop.
+        Err(rejection) => unsafe { raise_wrong_shard(rejection) },
+    }
+}
+
+/// The trigger data of a trigger call, or an error for any other call.
+///
+/// # Safety
+/// `fcinfo` must be valid.
+unsafe fn trigger_data<'a>(fcinfo: pg_sys::FunctionCallInfo) -> &'a pg_sys::TriggerData {
+    // SAFETY: fcinfo is valid; a trigger call's context is a TriggerData node.
+    unsafe {
+        let context = (*fcinfo).context;
+        if context.is_null() || (*context).type_ != pg_sys::NodeTag::T_TriggerData {
+            error!("pg_shard guard functions can only be called as triggers");
+        }
+        &*(context as *const pg_sys::TriggerData)
+    }
+}
+
+fn check_row(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Rejection> {
+    // SAFETY: PostgreSQL hands a row trigger a valid TriggerData whose
+    // relation, descriptor, trigger arguments and tuples live for the call.
+    unsafe {
+        let data = trigger_data(fcinfo);
+        let event = data.tg_event;
+        let tuple = if event & pg_sys::TRIGGER_EVENT_OPMASK == pg_sys::TRIGGER_EVENT_UPDATE {
+            data.tg_newtuple
+        } else {
+            data.tg_trigtuple
+        };
+        let trigger = &*data.tg_trigger;
+        if trigger.tgnargs != 3 || tuple.is_null() {
+            error!("pg_shard_guard_row needs a row trigger with (column, range_start, range_end)");
+        }
+        let args = std::slice::from_raw_parts(trigger.tgargs, 3);
+        let arg = |i: usize| CStr::from_ptr(args[i]).to_str().unwrap_or_default();
+        let (column, start, end) = (arg(0), arg(1), arg(2));
+        let (Ok(start), Ok(end)) = (start.parse::<i64>(), end.parse::<i64>()) else {
+            error!("pg_shard_guard_row: invalid range arguments");
+        };
+
+        let relation = data.tg_relation;
+        let tupdesc = (*relation).rd_att;
+        let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+        let Some(position) = attributes.iter().position(|a| {
+            !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()).to_str() == Ok(column)
+        }) else {
+            error!("pg_shard_guard_row: shard has no column \"{column}\"");
+        };
+        let type_oid = attributes[position].atttypid;
+        let attno =
+            std::num::NonZeroUsize::new(position + 1).unwrap_or(std::num::NonZeroUsize::MIN);
+        let Some(datum) = pgrx::heap_getattr_raw(tuple, attno, tupdesc) else {
+            ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_NOT_NULL_VIOLATION,
+                format!("null value in distribution column \"{column}\" of a shard table")
+            );
+        };
+        let id = match key_to_keyspace_id(datum, type_oid) {
+            Ok(id) => id,
+            Err(error) => error.report(),
+        };
+        let (start, end) = (KeyspaceId::from_sql(start), KeyspaceId::from_sql(end));
+        if id < start || id > end {
+            return Err(Rejection {
+                shard: relation_name(relation),
+                reason: format!(
+                    "keyspace id {} (bigint {}) of the row is outside the shard's range {}..{}",
+                    id.0,
+                    id.to_sql(),
+                    start.to_sql(),
+                    end.to_sql()
+                ),
+            });
+        }
+        Ok(pg_sys::Datum::from(tuple))
+    }
+}
+
+fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
+    // SAFETY: PostgreSQL hands a statement trigger a valid TriggerData.
+    let relation = unsafe { trigger_data(fcinfo).tg_relation };
+    // SAFETY: the relation is open for the duration of the trigger call.
+    let relid = unsafe { (*relation).rd_id };
+    let record = Spi::get_two_with_args::<String, i64>(
+        "SELECT state, epoch FROM pg_shard.local_shard WHERE shard_rel = $1",
+        &[relid.into()],
+    );
+    let (state, epoch) = match record {
+        Ok((Some(state), Some(epoch))) => (state, epoch),
+        Ok(_) | Err(pgrx::spi::SpiError::InvalidPosition) => {
+            return Err(Rejection {
+                shard: relation_name(relation),
+                reason: "this worker has no ownership record for the shard".into(),
+            })
+        }
+        Err(error) => error!("pg_shard: reading pg_shard.local_shard failed: {error}"),
+    };
+    if state != "active" {
+        return Err(Rejection {
+            shard: relation_name(relation),
+            reason: format!("the shard is {state} on this worker"),
+        });
+    }
+    let declared = DECLARED_MAP_VERSION.get() as i64;
+    if declared > 0 && declared < epoch {
+        return Err(Rejection {
+            shard: relation_name(relation),
+            reason: format!(
+                "the session declared map version {declared}, older than the shard's epoch {epoch}"
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn relation_name(relation: pg_sys::Relation) -> String {
+    // SAFETY: the relation is open; its rd_rel and namespace oid are valid,
+    // and quote_qualified_identifier returns a palloc'd C string.
+    unsafe {
+        let namespace = pg_sys::get_namespace_name((*(*relation).rd_rel).relnamespace);
+        let name = (*(*relation).rd_rel).relname.data.as_ptr();
+        let qualified = pg_sys::quote_qualified_identifier(namespace, name);
+        CStr::from_ptr(qualified).to_string_lossy().into_owned()
+    }
+}
+
+/// This worker's map version: the newest epoch among the shards it holds.
+fn worker_map_version() -> i64 {
+    Spi::get_one::<i64>("SELECT coalesce(max(epoch), 0) FROM pg_shard.local_shard")
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+fn make_sqlstate(code: &str) -> c_int {
+    code.bytes()
+        .enumerate()
+        .map(|(i, ch)| (((ch - b'0') & 0x3f) as c_int) << (6 * i))
+        .sum()
+}
+
+/// Raise the WrongShard ERROR with its own SQLSTATE. Never returns: errfinish
+/// longjmps to PostgreSQL's error handler.
+///
+/// # Safety
+/// Must be called where a longjmp skips no Rust frame that owns resources.
+unsafe fn raise_wrong_shard(rejection: Rejection) -> ! {
+    unsafe extern "C-unwind" {
+        fn errstart(elevel: c_int, domain: *const c_char) -> bool;
+        fn errcode(sqlerrcode: c_int) -> c_int;
+        fn errmsg(fmt: *const c_char, ...) -> c_int;
+        fn errdetail(fmt: *const c_char, ...) -> c_int;
+        fn errhint(fmt: *const c_char, ...) -> c_int;
+        fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
+    }
+    let version = worker_map_version();
+    let message = to_cstring(format!(
+        "wrong shard: {} refused the statement (worker map version {version})",
+        rejection.shard
+    ));
+    let detail = to_cstring(rejection.reason);
+    let hint = to_cstring("refresh the shard map (pg_shard.map_version()) and retry".to_string());
+    // SAFETY: errmsg/errdetail/errhint format their arguments into the error
+    // data at once, so the strings may be dropped before errfinish longjmps.
+    unsafe {
+        if errstart(pgrx::PgLogLevel::ERROR as c_int, std::ptr::null()) {
+            errcode(make_sqlstate(WRONG_SHARD_SQLSTATE));
+            errmsg(c"%s".as_ptr(), message.as_ptr());
+            errdetail(c"%s".as_ptr(), detail.as_ptr());
+            errhint(c"%s".as_ptr(), hint.as_ptr());
+            drop((message, detail, hint));
+            errfinish(
+                c"fencing.rs".as_ptr(),
+                line!() as c_int,
+                c"raise_wrong_shard".as_ptr(),
+            );
+        }
+    }
+    unreachable!("an ERROR does not return")
+}
+
+fn to_cstring(text: String) -> CString {
+    CString::new(text.replace('\0', "")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sqlstate_encoding_matches_postgres() {
+        // MAKE_SQLSTATE('2','2','0','1','2') is ERRCODE_DIVISION_BY_ZERO = 33816706.
+        assert_eq!(super::make_sqlstate("22012"), 33816706);
+    }
+}

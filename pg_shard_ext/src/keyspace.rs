@@ -1,0 +1,101 @@
+//! SQL values to keyspace ids, with the canonical encodings of the core crate.
+
+use crate::error::{OrReport, Result, ShardError};
+use pg_shard_core::keyspace::{keyspace_id as hash_key, keyspace_id_of_int, KeyspaceId};
+use pgrx::prelude::*;
+use pgrx::AnyElement;
+
+/// `pg_shard.keyspace_id(anyelement) → bigint`: the key's keyspace id in the
+/// order-preserving signed form (unsigned id with its top bit flipped), so
+/// that SQL comparisons agree with the unsigned order of keyspace ids.
+#[pg_extern(schema = "pg_shard", immutable, strict, parallel_safe)]
+fn keyspace_id(key: AnyElement) -> i64 {
+    key_to_keyspace_id(key.datum(), key.oid())
+        .or_report()
+        .to_sql()
+}
+
+/// `pg_shard.keyspace_id(text) → bigint`: the same for text, so that an
+/// untyped literal (`keyspace_id('acme')`) resolves without a cast.
+#[pg_extern(
+    schema = "pg_shard",
+    name = "keyspace_id",
+    immutable,
+    strict,
+    parallel_safe
+)]
+fn keyspace_id_text(key: &str) -> i64 {
+    pg_shard_core::keyspace::keyspace_id_of_text(key).to_sql()
+}
+
+/// The keyspace id of a non-null datum of type `type_oid` (or a domain over it).
+pub fn key_to_keyspace_id(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Result<KeyspaceId> {
+    // SAFETY: getBaseType only reads the type cache; it errors for an unknown oid.
+    let base_type = unsafe { pg_sys::getBaseType(type_oid) };
+    // SAFETY: each arm reads the datum as the representation PostgreSQL uses
+    // for `base_type`: int2/int4/int8 by value, text/varchar/bytea as a
+    // (possibly toasted) varlena, uuid as a pointer to 16 bytes.
+    unsafe {
+        match base_type {
+            pg_sys::INT2OID => Ok(keyspace_id_of_int(datum.value() as i16 as i64)),
+            pg_sys::INT4OID => Ok(keyspace_id_of_int(datum.value() as i32 as i64)),
+            pg_sys::INT8OID => Ok(keyspace_id_of_int(datum.value() as i64)),
+            pg_sys::TEXTOID | pg_sys::VARCHAROID => Ok(text_keyspace_id(datum)),
+            pg_sys::BYTEAOID => {
+                let detoasted = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+                Ok(hash_key(pgrx::varlena::varlena_to_byte_slice(detoasted)))
+            }
+            pg_sys::UUIDOID => {
+                let bytes = std::slice::from_raw_parts(datum.cast_mut_ptr::<u8>(), 16);
+                Ok(hash_key(bytes))
+            }
+            _ => Err(ShardError::UnsupportedValueType(type_name(type_oid))),
+        }
+    }
+}
+
+/// Text hashes as UTF-8, whatever the database encoding.
+///
+/// # Safety
+/// `datum` must be a text or varchar datum.
+unsafe fn text_keyspace_id(datum: pg_sys::Datum) -> KeyspaceId {
+    // SAFETY: the caller passes a text datum; detoasting yields a readable varlena.
+    unsafe {
+        let detoasted = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+        let bytes = pgrx::varlena::varlena_to_byte_slice(detoasted);
+        if pg_sys::GetDatabaseEncoding() == pg_sys::pg_enc::PG_UTF8 as i32 {
+            return hash_key(bytes);
+        }
+        let converted = pg_sys::pg_server_to_any(
+            bytes.as_ptr().cast(),
+            bytes.len() as i32,
+            pg_sys::pg_enc::PG_UTF8 as i32,
+        );
+        let utf8 = std::ffi::CStr::from_ptr(converted).to_bytes();
+        hash_key(utf8)
+    }
+}
+
+/// The SQL name of a type, as format_type spells it.
+pub fn type_name(type_oid: pg_sys::Oid) -> String {
+    // SAFETY: format_type_be returns a palloc'd C string for any oid.
+    unsafe {
+        let name = pg_sys::format_type_be(type_oid);
+        std::ffi::CStr::from_ptr(name)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Whether a column type has a canonical key encoding (looking through domains).
+pub fn key_encoding_of(type_oid: pg_sys::Oid) -> Option<pg_shard_core::KeyEncoding> {
+    use pg_shard_core::KeyEncoding;
+    // SAFETY: getBaseType only reads the type cache.
+    match unsafe { pg_sys::getBaseType(type_oid) } {
+        pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => Some(KeyEncoding::Integer),
+        pg_sys::TEXTOID | pg_sys::VARCHAROID => Some(KeyEncoding::Text),
+        pg_sys::UUIDOID => Some(KeyEncoding::Uuid),
+        pg_sys::BYTEAOID => Some(KeyEncoding::Bytes),
+        _ => None,
+    }
+}

@@ -1,0 +1,52 @@
+//! pg_shard: the PostgreSQL extension installed on every node of a cluster.
+//!
+//! On the metadata node it holds the shard catalog and the versioned shard map
+//! and offers the DBA functions; on workers it holds the shard tables and
+//! guards them with triggers that enforce range ownership and the map epoch.
+//!
+//! Module map (one concept each):
+//! * [`keyspace`]   – `pg_shard.keyspace_id(anyelement)`: SQL values to keyspace ids
+//! * [`catalog`]    – reads and writes of the metadata node's catalog tables
+//! * [`remote`]     – node-to-node connections and their transactions
+//! * [`shard_ddl`]  – the DDL that recreates a table's shape as a shard table
+//! * [`nodes`]      – `add_node`
+//! * [`distribute`] – `create_distributed_table`, `create_reference_table`
+//! * [`data_copy`]  – moving existing rows into shard tables
+//! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
+//! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
+
+use pgrx::prelude::*;
+
+mod catalog;
+mod data_copy;
+mod distribute;
+mod error;
+mod fencing;
+mod keyspace;
+mod nodes;
+mod quote;
+mod remote;
+mod shard_ddl;
+mod sizes;
+
+::pgrx::pg_module_magic!(name, version);
+
+// The catalog tables come first; the SQL API wrappers and views last, once
+// every Rust function they call exists.
+pgrx::extension_sql_file!(
+    "../../sql/pg_shard_catalog.sql",
+    name = "catalog",
+    bootstrap
+);
+pgrx::extension_sql_file!("../../sql/pg_shard_api.sql", name = "api", finalize);
+
+/// Declares the `pg_shard` schema to pgrx's SQL generator; the schema itself
+/// is created by sql/pg_shard_catalog.sql (a `pg_` name needs
+/// allow_system_table_mods).
+#[pg_schema]
+mod pg_shard {}
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    fencing::register_gucs();
+}

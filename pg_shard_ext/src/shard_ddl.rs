@@ -1,0 +1,278 @@
+//! The shape of a table (columns, constraints, indexes, replica identity) and
+//! the DDL that recreates it as a shard table on a worker.
+//!
+//! Carried over: column types, NOT NULL, collations, primary key, unique,
+//! check and exclusion constraints, other indexes, replica identity.
+//! Not carried over (documented in docs/sql-api.md): column defaults and
+//! identity (rows arrive with their values; ids are assigned where the row
+//! is routed from), foreign keys, and user-defined types, which must already
+//! exist on the workers.
+
+use crate::error::{Result, ShardError};
+use crate::quote;
+use pgrx::prelude::*;
+
+#[derive(Clone, Debug)]
+pub struct Column {
+    pub name: String,
+    pub type_sql: String,
+    pub type_oid: pg_sys::Oid,
+    pub not_null: bool,
+    pub collation: Option<(String, String)>,
+}
+
+#[derive(Clone, Debug)]
+struct Constraint {
+    name: String,
+    definition: String,
+    /// Whether the constraint owns an index, whose name must be unique per schema.
+    has_index: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Index {
+    name: String,
+    /// Everything after `… ON table ` in pg_get_indexdef: `USING btree (…) …`.
+    tail: String,
+    unique: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct TableShape {
+    pub schema: String,
+    pub name: String,
+    /// The name as PostgreSQL prints it (regclass output), for messages.
+    pub display_name: String,
+    pub columns: Vec<Column>,
+    constraints: Vec<Constraint>,
+    indexes: Vec<Index>,
+    /// 'd' default (primary key), 'n' nothing, 'f' full, 'i' index.
+    replica_identity: char,
+    replica_identity_index: Option<String>,
+    pub has_primary_key: bool,
+    pub relkind: char,
+    pub persistence: char,
+}
+
+impl TableShape {
+    pub fn load(relid: pg_sys::Oid) -> Result<TableShape> {
+        Spi::connect(|client| {
+            let rel = client.select(
+                "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relreplident::text, \
+                        c.relpersistence::text, c.oid::regclass::text \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+                Some(1),
+                &[relid.into()],
+            )?;
+            let rel = rel.into_iter().next().ok_or_else(|| {
+                ShardError::InvalidArgument(format!("relation with OID {relid:?} does not exist"))
+            })?;
+            let first_char = |s: Option<String>| s.and_then(|s| s.chars().next()).unwrap_or(' ');
+            let mut shape = TableShape {
+                schema: rel.get::<String>(1)?.unwrap_or_default(),
+                name: rel.get::<String>(2)?.unwrap_or_default(),
+                relkind: first_char(rel.get::<String>(3)?),
+                replica_identity: first_char(rel.get::<String>(4)?),
+                persistence: first_char(rel.get::<String>(5)?),
+                display_name: rel.get::<String>(6)?.unwrap_or_default(),
+                columns: Vec::new(),
+                constraints: Vec::new(),
+                indexes: Vec::new(),
+                replica_identity_index: None,
+                has_primary_key: false,
+            };
+
+            let columns = client.select(
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, \
+                        a.attnotnull, co.collname::text, cn.nspname::text \
+                 FROM pg_attribute a \
+                 JOIN pg_type t ON t.oid = a.atttypid \
+                 LEFT JOIN pg_collation co \
+                        ON co.oid = a.attcollation AND a.attcollation <> t.typcollation \
+                 LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace \
+                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+                 ORDER BY a.attnum",
+                None,
+                &[relid.into()],
+            )?;
+            for row in columns {
+                let collation = match (row.get::<String>(5)?, row.get::<String>(6)?) {
+                    (Some(name), Some(schema)) => Some((schema, name)),
+                    _ => None,
+                };
+                shape.columns.push(Column {
+                    name: row.get::<String>(1)?.unwrap_or_default(),
+                    type_sql: row.get::<String>(2)?.unwrap_or_default(),
+                    type_oid: row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
+                    not_null: row.get::<bool>(4)?.unwrap_or(false),
+                    collation,
+                });
+            }
+
+            let constraints = client.select(
+                "SELECT conname::text, pg_get_constraintdef(oid), contype::text \
+                 FROM pg_constraint WHERE conrelid = $1 AND contype IN ('p', 'u', 'c', 'x') \
+                 ORDER BY contype = 'p' DESC, conname",
+                None,
+                &[relid.into()],
+            )?;
+            for row in constraints {
+                let kind = row.get::<String>(3)?.unwrap_or_default();
+                shape.has_primary_key |= kind == "p";
+                shape.constraints.push(Constraint {
+                    name: row.get::<String>(1)?.unwrap_or_default(),
+                    definition: row.get::<String>(2)?.unwrap_or_default(),
+                    has_index: kind != "c",
+                });
+            }
+
+            // pg_get_indexdef always schema-qualifies the table, so the text
+            // before `USING` is exactly `CREATE [UNIQUE ]INDEX name ON schema.table `.
+            let indexes = client.select(
+                "SELECT ic.relname::text, pg_get_indexdef(i.indexrelid), i.indisunique, \
+                        i.indisreplident, format('%I.%I', n.nspname, c.relname), \
+                        quote_ident(ic.relname::text) \
+                 FROM pg_index i \
+                 JOIN pg_class ic ON ic.oid = i.indexrelid \
+                 JOIN pg_class c ON c.oid = i.indrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE i.indrelid = $1 \
+                   AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid \
+                                   AND k.conrelid = i.indrelid) \
+                 ORDER BY ic.relname",
+                None,
+                &[relid.into()],
+            )?;
+            for row in indexes {
+                let name = row.get::<String>(1)?.unwrap_or_default();
+                let definition = row.get::<String>(2)?.unwrap_or_default();
+                let unique = row.get::<bool>(3)?.unwrap_or(false);
+                let qualified_table = row.get::<String>(5)?.unwrap_or_default();
+                let prefix = format!(
+                    "CREATE {}INDEX {} ON {} ",
+                    if unique { "UNIQUE " } else { "" },
+                    row.get::<String>(6)?.unwrap_or_default(),
+                    qualified_table
+                );
+                let tail = definition.strip_prefix(&prefix).ok_or_else(|| {
+                    ShardError::UnsupportedTable {
+                        table: shape.display_name.clone(),
+                        reason: format!("cannot recreate index {name}: {definition}"),
+                    }
+                })?;
+                if row.get::<bool>(4)?.unwrap_or(false) {
+                    shape.replica_identity_index = Some(name.clone());
+                }
+                shape.indexes.push(Index {
+                    name,
+                    tail: tail.to_string(),
+                    unique,
+                });
+            }
+            if shape.replica_identity == 'i' && shape.replica_identity_index.is_none() {
+                // The replica identity index backs a constraint.
+                shape.replica_identity_index = client
+                    .select(
+                        "SELECT ic.relname::text FROM pg_index i \
+                         JOIN pg_class ic ON ic.oid = i.indexrelid \
+                         WHERE i.indrelid = $1 AND i.indisreplident",
+                        Some(1),
+                        &[relid.into()],
+                    )?
+                    .next()
+                    .map(|row| row.get::<String>(1))
+                    .transpose()?
+                    .flatten();
+            }
+            Ok(shape)
+        })
+    }
+
+    pub fn qualified(&self) -> String {
+        quote::qualified(&self.schema, &self.name)
+    }
+
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// Whether later moves can identify rows (logical replication needs it).
+    pub fn has_replica_identity(&self) -> bool {
+        match self.replica_identity {
+            'd' => self.has_primary_key,
+            'f' | 'i' => true,
+            _ => false,
+        }
+    }
+
+    /// Quoted column list, in attribute order.
+    pub fn column_list(&self) -> String {
+        self.columns
+            .iter()
+            .map(|c| quote::ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The statements that create this shape as `schema.shard_name` on a
+    /// worker. Index-backed constraint and index names get the shard id as
+    /// a suffix, since index names are unique per schema.
+    pub fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
+        let target = quote::qualified(&self.schema, shard_name);
+        let suffix = format!("_{shard_id}");
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| {
+                let mut column = format!("{} {}", quote::ident(&c.name), c.type_sql);
+                if let Some((schema, name)) = &c.collation {
+                    column.push_str(&format!(" COLLATE {}", quote::qualified(schema, name)));
+                }
+                if c.not_null {
+                    column.push_str(" NOT NULL");
+                }
+                column
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut ddl = vec![
+            format!("CREATE SCHEMA IF NOT EXISTS {}", quote::ident(&self.schema)),
+            format!("CREATE TABLE {target} ({columns})"),
+        ];
+        let shard_index_name = |name: &str| quote::name_with_suffix(name, &suffix);
+        for constraint in &self.constraints {
+            let name = if constraint.has_index {
+                shard_index_name(&constraint.name)
+            } else {
+                constraint.name.clone()
+            };
+            ddl.push(format!(
+                "ALTER TABLE {target} ADD CONSTRAINT {} {}",
+                quote::ident(&name),
+                constraint.definition
+            ));
+        }
+        for index in &self.indexes {
+            ddl.push(format!(
+                "CREATE {}INDEX {} ON {target} {}",
+                if index.unique { "UNIQUE " } else { "" },
+                quote::ident(&shard_index_name(&index.name)),
+                index.tail
+            ));
+        }
+        match (self.replica_identity, &self.replica_identity_index) {
+            ('f', _) => ddl.push(format!("ALTER TABLE {target} REPLICA IDENTITY FULL")),
+            ('i', Some(index)) => ddl.push(format!(
+                "ALTER TABLE {target} REPLICA IDENTITY USING INDEX {}",
+                quote::ident(&shard_index_name(index))
+            )),
+            _ => {}
+        }
+        ddl
+    }
+}
+
+/// Name of the shard table for `table_name` with `shard_id`.
+pub fn shard_table_name(table_name: &str, shard_id: i64) -> String {
+    quote::name_with_suffix(table_name, &format!("_{shard_id}"))
+}

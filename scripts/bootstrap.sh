@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what building pg_shard needs and a fresh Debian 12 machine lacks:
+# PostgreSQL 15 server headers, libclang (bindgen) and cargo-pgrx at the
+# version the workspace pins. Idempotent: does nothing when all is there.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+sudo_if_needed() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing=()
+for package in postgresql-server-dev-15 libclang-dev; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+        missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "bootstrap: installing ${missing[*]}"
+    sudo_if_needed apt-get update -qq
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    # The dev package can upgrade the server packages to a newer minor
+    # release: servers started before must be restarted (scripts/cluster.sh).
+fi
+
+pgrx_version=$(sed -n 's/^pgrx = "=\([0-9.]*\)"/\1/p' "$repo/pg_shard_ext/Cargo.toml")
+installed=$(cargo pgrx --version 2>/dev/null | awk '{print $2}' || true)
+if [ "$installed" != "$pgrx_version" ]; then
+    echo "bootstrap: installing cargo-pgrx $pgrx_version (a few minutes)"
+    cargo install cargo-pgrx --version "$pgrx_version" --locked --quiet
+fi
+
+pg_config_path=$(command -v pg_config)
+if ! grep -q "pg15 = \"$pg_config_path\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null; then
+    cargo pgrx init --pg15 "$pg_config_path" >/dev/null
+fi

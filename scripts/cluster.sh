@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# A local pg_shard cluster of real PostgreSQL 15 servers on 127.0.0.1:
+# one metadata node and N workers, each in its own data directory.
+#
+#   scripts/cluster.sh start   create (if needed) and start every node
+#   scripts/cluster.sh stop    stop every node
+#   scripts/cluster.sh status  show which nodes run
+#   scripts/cluster.sh destroy stop and remove the data
+#
+# Settings (environment):
+#   PGSHARD_CLUSTER_DIR  data folder          (default: <repo>/.cluster)
+#   PGSHARD_BASE_PORT    metadata node port   (default: 54320; workers follow)
+#   PGSHARD_WORKERS      number of workers    (default: 2)
+#   PGSHARD_DATABASE     database created on every node (default: pg_shard_demo)
+# As root, the servers run as the postgres OS user (PostgreSQL refuses root).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cluster_dir=${PGSHARD_CLUSTER_DIR:-$repo/.cluster}
+base_port=${PGSHARD_BASE_PORT:-54320}
+workers=${PGSHARD_WORKERS:-2}
+database=${PGSHARD_DATABASE:-pg_shard_demo}
+bindir=$(pg_config --bindir)
+
+as_server_user() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# The server user must reach the data folder. A repository under a private
+# folder (mktemp -d makes them 0700) is not reachable by postgres: then the
+# data lives under /var/tmp and the repository folder is a symlink to it.
+prepare_dir() {
+    if [ -L "$cluster_dir" ] || [ -d "$cluster_dir" ]; then
+        return
+    fi
+    mkdir -p "$cluster_dir"
+    if [ "$(id -u)" -eq 0 ]; then
+        chown postgres:postgres "$cluster_dir"
+        if ! runuser -u postgres -- test -w "$cluster_dir"; then
+            rmdir "$cluster_dir"
+            local outside
+            outside=/var/tmp/pg_shard-clusters/$(printf '%s' "$cluster_dir" | cksum | cut -d' ' -f1)
+            mkdir -p "$outside"
+            chown postgres:postgres "$outside"
+            chmod 755 /var/tmp/pg_shard-clusters
+            ln -s "$outside" "$cluster_dir"
+        fi
+    fi
+}
+
+node_names() {
+    echo metadata
+    for i in $(seq 1 "$workers"); do echo "worker$i"; done
+}
+
+node_port() {
+    case "$1" in
+        metadata) echo "$base_port" ;;
+        worker*) echo $((base_port + ${1#worker})) ;;
+    esac
+}
+
+init_node() {
+    local name=$1 port=$2 data=$cluster_dir/$1
+    if [ -f "$data/PG_VERSION" ]; then
+        return
+    fi
+    as_server_user "$bindir/initdb" --pgdata="$data" --auth=trust --encoding=UTF8 \
+        --locale=C.UTF-8 --username=postgres >/dev/null
+    cat >>"$data/postgresql.conf" <<CONF
+# pg_shard local cluster
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$cluster_dir'
+wal_level = logical
+max_replication_slots = 16
+max_wal_senders = 16
+max_connections = 200
+shared_buffers = 128MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+logging_collector = off
+CONF
+}
+
+start() {
+    prepare_dir
+    for name in $(node_names); do
+        local port data=$cluster_dir/$name
+        port=$(node_port "$name")
+        init_node "$name" "$port"
+        if as_server_user "$bindir/pg_ctl" --pgdata="$data" status >/dev/null 2>&1; then
+            continue
+        fi
+        # Without RUST_BACKTRACE, pgrx keeps Rust backtraces out of error details.
+        as_server_user env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE \
+            "$bindir/pg_ctl" --pgdata="$data" --log="$data/server.log" \
+            --wait --silent start
+    done
+    for name in $(node_names); do
+        local port
+        port=$(node_port "$name")
+        if ! psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -Atqc \
+            "SELECT 1 FROM pg_database WHERE datname = '$database'" | grep -q 1; then
+            psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE \"$database\""
+        fi
+    done
+    echo "cluster up: metadata 127.0.0.1:$base_port, workers" \
+        "$(for i in $(seq 1 "$workers"); do printf '127.0.0.1:%s ' $((base_port + i)); done)" \
+        "database $database (data in $cluster_dir)"
+}
+
+stop() {
+    [ -e "$cluster_dir" ] || return 0
+    for name in $(node_names); do
+        local data=$cluster_dir/$name
+        if [ -f "$data/postmaster.pid" ]; then
+            as_server_user "$bindir/pg_ctl" --pgdata="$data" --mode=fast --wait --silent stop || true
+        fi
+    done
+}
+
+status() {
+    for name in $(node_names); do
+        local data=$cluster_dir/$name
+        if [ -f "$data/PG_VERSION" ] &&
+            as_server_user "$bindir/pg_ctl" --pgdata="$data" status >/dev/null 2>&1; then
+            echo "$name: running on 127.0.0.1:$(node_port "$name")"
+        else
+            echo "$name: stopped"
+        fi
+    done
+}
+
+destroy() {
+    stop
+    if [ -L "$cluster_dir" ]; then
+        rm -rf "$(readlink -f "$cluster_dir")"
+    fi
+    rm -rf "$cluster_dir"
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    destroy) destroy ;;
+    *) echo "usage: $0 start|stop|status|destroy" >&2; exit 2 ;;
+esac

@@ -1,0 +1,69 @@
+-- pg_shard SQL API: the functions DBAs call, the catalog views, and the
+-- declarations of the C trigger functions that guard shard tables.
+-- Rust implementations live in pg_shard_ext/src; see docs/sql-api.md.
+
+CREATE FUNCTION pg_shard.create_distributed_table(
+    table_name regclass,
+    distribution_column text,
+    shard_count integer DEFAULT NULL,
+    colocate_with text DEFAULT 'default')
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.create_distributed_table_internal(
+          table_name::oid, distribution_column, shard_count, colocate_with) $$;
+COMMENT ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer, text) IS
+    'distribute a table over the workers by hash ranges of distribution_column '
+    '(shard_count defaults to 32, or the count of the co-location group joined)';
+
+CREATE FUNCTION pg_shard.create_reference_table(table_name regclass)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.create_reference_table_internal(table_name::oid) $$;
+COMMENT ON FUNCTION pg_shard.create_reference_table(regclass) IS
+    'copy a table to every worker; the metadata node keeps its rows for local reads';
+
+-- Worker-side guards (pg_shard_ext/src/fencing.rs).
+CREATE FUNCTION pg_shard.shard_guard_row() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_row';
+CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_statement';
+
+-- On the metadata node, the rows of a distributed table live on the workers:
+-- a write to the local table would bypass them.
+CREATE FUNCTION pg_shard.reject_local_write() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'cannot % % on the metadata node: it is a pg_shard % table',
+        lower(TG_OP), TG_RELID::regclass,
+        (SELECT kind FROM pg_shard.logical_table WHERE table_rel = TG_RELID)
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'routing statements on distributed and reference tables through '
+                     'the metadata node is not available in this version';
+END $$;
+
+CREATE VIEW pg_shard.nodes AS
+    SELECT node_id, host, port, state
+    FROM pg_shard.node
+    ORDER BY node_id;
+
+CREATE VIEW pg_shard.shards AS
+    SELECT s.table_rel                                  AS table_name,
+           s.shard_id,
+           format('%I.%I', s.shard_schema, s.shard_name) AS shard_table,
+           g.range_start,
+           g.range_end,
+           n.node_id,
+           n.host,
+           n.port,
+           p.state,
+           z.size_bytes
+    FROM pg_shard.shard s
+    JOIN pg_shard.shard_group g USING (shard_group_id)
+    JOIN pg_shard.placement p USING (shard_group_id)
+    JOIN pg_shard.node n USING (node_id)
+    LEFT JOIN pg_shard.shard_sizes() z
+           ON z.shard_id = s.shard_id AND z.node_id = n.node_id
+    ORDER BY s.table_rel::oid, g.range_start, n.node_id;
+COMMENT ON VIEW pg_shard.shards IS
+    'one row per shard placement; range_start/range_end are inclusive keyspace ids '
+    'in the signed form of pg_shard.keyspace_id()';

@@ -1,0 +1,103 @@
+-- pg_shard catalog: the tables behind the shard map.
+--
+-- On the metadata node: nodes, logical (distributed and reference) tables,
+-- co-location groups, shard groups (a range shared by co-located tables),
+-- shards, placements and the map version.
+-- On workers: local_shard, the worker's own record of the shard tables it
+-- holds, the range each owns, its state and the epoch at which it took it.
+--
+-- Keyspace ids are stored in the order-preserving signed form returned by
+-- pg_shard.keyspace_id(): the unsigned 64-bit id with its top bit flipped.
+
+-- Schema names starting with pg_ are reserved; superusers may create them with
+-- allow_system_table_mods, which CREATE EXTENSION resets after this script.
+SET allow_system_table_mods = on;
+CREATE SCHEMA pg_shard;
+
+CREATE TABLE pg_shard.node (
+    node_id  serial PRIMARY KEY,
+    host     text    NOT NULL,
+    port     integer NOT NULL CHECK (port BETWEEN 1 AND 65535),
+    state    text    NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'inactive')),
+    UNIQUE (host, port)
+);
+
+CREATE TABLE pg_shard.colocation_group (
+    colocation_id serial PRIMARY KEY,
+    kind          text    NOT NULL CHECK (kind IN ('distributed', 'reference')),
+    shard_count   integer NOT NULL CHECK (shard_count >= 1),
+    -- the canonical key encoding ('integer', 'text', 'uuid', 'bytes'); NULL for reference tables
+    key_encoding  text
+);
+
+CREATE TABLE pg_shard.shard_group (
+    shard_group_id bigserial PRIMARY KEY,
+    colocation_id  integer NOT NULL REFERENCES pg_shard.colocation_group,
+    range_start    bigint  NOT NULL,
+    range_end      bigint  NOT NULL,
+    CHECK (range_start <= range_end),
+    UNIQUE (colocation_id, range_start)
+);
+
+CREATE TABLE pg_shard.logical_table (
+    table_rel     regclass PRIMARY KEY,
+    kind          text     NOT NULL CHECK (kind IN ('distributed', 'reference')),
+    dist_column   text,
+    colocation_id integer  NOT NULL REFERENCES pg_shard.colocation_group,
+    CHECK ((kind = 'distributed') = (dist_column IS NOT NULL))
+);
+
+CREATE SEQUENCE pg_shard.shard_id_seq START 100000;
+
+CREATE TABLE pg_shard.shard (
+    shard_id       bigint   PRIMARY KEY DEFAULT nextval('pg_shard.shard_id_seq'),
+    table_rel      regclass NOT NULL REFERENCES pg_shard.logical_table ON DELETE CASCADE,
+    shard_group_id bigint   NOT NULL REFERENCES pg_shard.shard_group,
+    shard_schema   text     NOT NULL,
+    shard_name     text     NOT NULL,
+    UNIQUE (table_rel, shard_group_id)
+);
+
+-- Placements are per shard group: co-located shards always live together.
+CREATE TABLE pg_shard.placement (
+    shard_group_id bigint  NOT NULL REFERENCES pg_shard.shard_group,
+    node_id        integer NOT NULL REFERENCES pg_shard.node,
+    state          text    NOT NULL DEFAULT 'active'
+                   CHECK (state IN ('active', 'frozen', 'retired')),
+    PRIMARY KEY (shard_group_id, node_id)
+);
+CREATE INDEX placement_node_idx ON pg_shard.placement (node_id);
+
+-- One row once the map has changed at least once; no row means version 0.
+-- (Not inserted here, so that pg_dump/restore of config data cannot collide.)
+CREATE TABLE pg_shard.map_state (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version   bigint  NOT NULL
+);
+
+-- Worker side.
+CREATE TABLE pg_shard.local_shard (
+    shard_rel   regclass PRIMARY KEY,
+    shard_id    bigint   NOT NULL UNIQUE,
+    dist_column text,               -- NULL for a reference table copy
+    range_start bigint   NOT NULL,
+    range_end   bigint   NOT NULL,
+    state       text     NOT NULL DEFAULT 'active'
+                CHECK (state IN ('active', 'frozen', 'retired')),
+    epoch       bigint   NOT NULL,
+    CHECK (range_start <= range_end)
+);
+
+-- Catalog data belongs in pg_dump output.
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.node', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.node_node_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.colocation_group', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.colocation_group_colocation_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard_group', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard_group_shard_group_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.logical_table', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.placement', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.map_state', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_shard', '');

@@ -1,0 +1,74 @@
+-- Ownership and epoch enforced by the worker itself. Every rejection has
+-- SQLSTATE PS001 (WrongShard) and writes nothing.
+\set SHOW_CONTEXT never
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+SELECT shard_id, range_start, range_end, epoch FROM pg_shard.local_shard WHERE shard_id = 100000;
+-- keyspace ids: 42 is in shard 100000's range, 1 is not
+SELECT pg_shard.keyspace_id(42::bigint) BETWEEN range_start AND range_end AS owns_42,
+       pg_shard.keyspace_id(1::bigint) BETWEEN range_start AND range_end AS owns_1
+FROM pg_shard.local_shard WHERE shard_id = 100000;
+SELECT count(*) AS rows_before FROM orders_100000 \gset
+
+-- a row in range is accepted
+INSERT INTO orders_100000 VALUES (42, 900001, 1);
+-- a row outside the shard's range is rejected
+INSERT INTO orders_100000 VALUES (1, 900002, 1);
+\echo :SQLSTATE
+-- a multi-row insert or COPY with one stray row writes nothing
+INSERT INTO orders_100000 VALUES (42, 900003, 1), (1, 900004, 1);
+\echo :SQLSTATE
+COPY orders_100000 (customer_id, order_id, total) FROM stdin;
+42	900005	1
+1	900006	1
+\.
+\echo :SQLSTATE
+-- an UPDATE may not move a row out of the range
+UPDATE orders_100000 SET customer_id = 1 WHERE customer_id = 42 AND order_id = 900001;
+\echo :SQLSTATE
+SELECT count(*) - :rows_before AS rows_added FROM orders_100000;
+
+-- a session that declares an older map version than the shard's epoch
+SET pg_shard.map_version = 1;
+UPDATE order_items_100040 SET sku = sku WHERE false;
+\echo :SQLSTATE
+SELECT epoch FROM pg_shard.local_shard WHERE shard_id = 100040;
+-- a current (or newer) declaration is accepted
+SELECT max(epoch) AS worker_version FROM pg_shard.local_shard \gset
+SET pg_shard.map_version = :worker_version;
+UPDATE order_items_100040 SET sku = sku WHERE false;
+RESET pg_shard.map_version;
+
+-- a frozen shard refuses every write, including DELETE and TRUNCATE
+UPDATE pg_shard.local_shard SET state = 'frozen' WHERE shard_id = 100000;
+INSERT INTO orders_100000 VALUES (42, 900007, 1);
+\echo :SQLSTATE
+DELETE FROM orders_100000 WHERE order_id = 900001;
+\echo :SQLSTATE
+TRUNCATE orders_100000;
+\echo :SQLSTATE
+-- reads still work
+SELECT count(*) - :rows_before AS rows_added FROM orders_100000;
+-- a retired shard refuses writes too
+UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id = 100000;
+UPDATE orders_100000 SET total = 0 WHERE order_id = 900001;
+\echo :SQLSTATE
+UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id = 100000;
+DELETE FROM orders_100000 WHERE order_id = 900001;
+
+-- reference table copies refuse writes when frozen; the key range is the whole keyspace
+UPDATE pg_shard.local_shard SET state = 'frozen' WHERE shard_id = 100068;
+INSERT INTO countries_100068 VALUES ('ES', 'Spain');
+\echo :SQLSTATE
+UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id = 100068;
+
+-- a shard table whose ownership record is missing refuses writes (fail closed)
+CREATE TEMP TABLE saved AS SELECT * FROM pg_shard.local_shard WHERE shard_id = 100002;
+DELETE FROM pg_shard.local_shard WHERE shard_id = 100002;
+INSERT INTO orders_100002 SELECT * FROM orders_100002 LIMIT 0;
+\echo :SQLSTATE
+INSERT INTO pg_shard.local_shard SELECT * FROM saved;
+
+-- a NULL distribution key is never accepted
+INSERT INTO payments_100048 VALUES (NULL, 1);
+\echo :SQLSTATE
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run the pg_regress suites against a throwaway cluster: a metadata node on
+# 55320 and workers on 55321-55323 (the third is added by a test, to check
+# that add_node copies reference tables). The cluster is created fresh,
+# and stopped and deleted afterwards unless PGSHARD_KEEP_CLUSTER=1.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+suite=$repo/tests/pg_regress
+
+export PGSHARD_CLUSTER_DIR=$repo/.cluster-test
+export PGSHARD_BASE_PORT=55320
+export PGSHARD_WORKERS=3
+export PGSHARD_DATABASE=pg_shard_regress
+export PGUSER=postgres
+
+cleanup() {
+    if [ "${PGSHARD_KEEP_CLUSTER:-0}" = 1 ]; then
+        "$repo/scripts/cluster.sh" stop
+    else
+        "$repo/scripts/cluster.sh" destroy
+    fi
+}
+"$repo/scripts/cluster.sh" destroy
+"$repo/scripts/cluster.sh" start >/dev/null
+trap cleanup EXIT
+
+pg_regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
+cd "$suite"
+rm -rf results regression.diffs regression.out
+status=0
+"$pg_regress" \
+    --use-existing \
+    --host=127.0.0.1 --port="$PGSHARD_BASE_PORT" --user=postgres \
+    --dbname="$PGSHARD_DATABASE" \
+    --inputdir="$suite" --outputdir="$suite" \
+    --schedule="$suite/schedule" || status=$?
+if [ $status -ne 0 ] && [ -f regression.diffs ]; then
+    cat regression.diffs
+fi
+
+# NOTIFY carries a server PID that expected files cannot hold: check it here.
+notify_out=$(psql -X -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -d "$PGSHARD_DATABASE" -q <<'SQL' 2>&1
+LISTEN pg_shard_map;
+CREATE TABLE notify_probe (id bigint PRIMARY KEY);
+SELECT pg_shard.create_distributed_table('notify_probe', 'id', shard_count => 2);
+SELECT 1;
+SQL
+)
+expected_version=$(psql -X -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -d "$PGSHARD_DATABASE" -Atc "SELECT pg_shard.map_version()")
+if grep -q "notification \"pg_shard_map\" with payload \"$expected_version\" received" <<<"$notify_out"; then
+    echo "ok - map change announced on pg_shard_map with payload $expected_version"
+else
+    echo "not ok - no pg_shard_map notification for version $expected_version:"
+    echo "$notify_out"
+    status=1
+fi
+exit $status
