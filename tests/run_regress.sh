@@ -33,7 +33,12 @@ status=0
     --host=127.0.0.1 --port="$PGSHARD_BASE_PORT" --user=postgres \
     --dbname="$PGSHARD_DATABASE" \
     --inputdir="$suite" --outputdir="$suite" \
-    --schedule="$suite/schedule" || status=$?
+    --schedule="$suite/schedule" 2>&1 | tee "$suite/pg_regress.log" || true
+passed=$(grep -cE '^(ok|test) .* \.\.\. ok' "$suite/pg_regress.log" || true)
+failed=$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$suite/pg_regress.log" || true)
+if [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then
+    status=1
+fi
 if [ $status -ne 0 ] && [ -f regression.diffs ]; then
     cat regression.diffs
 fi
@@ -49,9 +54,12 @@ SQL
 expected_version=$(psql -X -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -d "$PGSHARD_DATABASE" -Atc "SELECT pg_shard.map_version()")
 if grep -q "notification \"pg_shard_map\" with payload \"$expected_version\" received" <<<"$notify_out"; then
     echo "ok - map change announced on pg_shard_map with payload $expected_version"
+    passed=$((passed + 1))
 else
+    failed=$((failed + 1))
     echo "not ok - no pg_shard_map notification for version $expected_version:"
     echo "$notify_out"
     status=1
 fi
+echo "pg_regress: $passed passed, $failed failed"
 exit $status

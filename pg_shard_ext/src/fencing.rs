@@ -19,7 +19,10 @@ use crate::keyspace::key_to_keyspace_id;
 use crate::quote;
 use pg_shard_core::KeyspaceId;
 use pgrx::prelude::*;
+use pgrx::spi::OwnedPreparedStatement;
+use pgrx::PgOid;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::cell::OnceCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 
 /// The SQLSTATE of a WrongShard rejection.
@@ -205,13 +208,9 @@ fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
     let relation = unsafe { trigger_data(fcinfo).tg_relation };
     // SAFETY: the relation is open for the duration of the trigger call.
     let relid = unsafe { (*relation).rd_id };
-    let record = Spi::get_two_with_args::<String, i64>(
-        "SELECT state, epoch FROM pg_shard.local_shard WHERE shard_rel = $1",
-        &[relid.into()],
-    );
-    let (state, epoch) = match record {
-        Ok((Some(state), Some(epoch))) => (state, epoch),
-        Ok(_) | Err(pgrx::spi::SpiError::InvalidPosition) => {
+    let (state, epoch) = match shard_record(relid) {
+        Ok(Some(record)) => record,
+        Ok(None) => {
             return Err(Rejection {
                 shard: relation_name(relation),
                 reason: "this worker has no ownership record for the shard".into(),
@@ -235,6 +234,41 @@ fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
         });
     }
     Ok(())
+}
+
+thread_local! {
+    // The statement guard's lookup, planned once per backend (SPI_keepplan);
+    // PostgreSQL replans it by itself if pg_shard.local_shard changes shape.
+    static SHARD_RECORD_QUERY: OnceCell<OwnedPreparedStatement> = const { OnceCell::new() };
+}
+
+/// (state, epoch) of the shard table `relid` from this worker's ownership record.
+fn shard_record(relid: pg_sys::Oid) -> Result<Option<(String, i64)>, pgrx::spi::SpiError> {
+    Spi::connect(|client| {
+        SHARD_RECORD_QUERY.with(|cell| {
+            let statement = match cell.get() {
+                Some(statement) => statement,
+                None => {
+                    let prepared = client
+                        .prepare(
+                            "SELECT state, epoch FROM pg_shard.local_shard \
+                             WHERE shard_rel = $1::regclass",
+                            &[PgOid::BuiltIn(PgBuiltInOids::OIDOID)],
+                        )?
+                        .keep();
+                    cell.get_or_init(|| prepared)
+                }
+            };
+            let mut rows = client.select(statement, Some(1), &[relid.into()])?;
+            match rows.next() {
+                None => Ok(None),
+                Some(row) => Ok(Some((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<i64>(2)?.unwrap_or_default(),
+                ))),
+            }
+        })
+    })
 }
 
 fn relation_name(relation: pg_sys::Relation) -> String {

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Cost of the worker-side guard triggers on bulk load: COPY of N rows
+# (default 1,000,000) into one shard table with the guard triggers enabled
+# and with them disabled, each repeated R times (default 3), median reported.
+#
+# Uses its own throwaway cluster (metadata 56320, one worker 56321).
+# Run with: make bench-triggers   (or benches/trigger_copy.sh ROWS REPEATS)
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rows=${1:-1000000}
+repeats=${2:-3}
+
+export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench
+export PGSHARD_BASE_PORT=56320
+export PGSHARD_WORKERS=1
+export PGSHARD_DATABASE=pg_shard_bench
+"$repo/scripts/cluster.sh" destroy
+"$repo/scripts/cluster.sh" start >/dev/null
+trap '"$repo/scripts/cluster.sh" destroy' EXIT
+
+meta() { psql -X -q -h 127.0.0.1 -p 56320 -U postgres -d pg_shard_bench "$@"; }
+worker() { psql -X -q -h 127.0.0.1 -p 56321 -U postgres -d pg_shard_bench "$@"; }
+
+meta -c "CREATE EXTENSION pg_shard" -c "SELECT pg_shard.add_node('127.0.0.1', 56321)" >/dev/null
+meta -c "CREATE TABLE bench_rows (customer_id bigint, seq bigint, payload text, PRIMARY KEY (customer_id, seq))" \
+     -c "SELECT pg_shard.create_distributed_table('bench_rows', 'customer_id', shard_count => 1)" >/dev/null
+shard=$(worker -Atc "SELECT shard_rel FROM pg_shard.local_shard")
+data=$(mktemp)
+trap 'rm -f "$data"; "$repo/scripts/cluster.sh" destroy' EXIT
+worker -Atc "COPY (SELECT g % 100000, g, md5(g::text) FROM generate_series(1, $rows) g) TO STDOUT" >"$data"
+
+time_copy() {
+    worker -c "TRUNCATE $shard" -c "CHECKPOINT" >/dev/null
+    local start end
+    start=$(date +%s.%N)
+    worker -c "\\copy $shard FROM '$data'"
+    end=$(date +%s.%N)
+    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f\n", b - a }'
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+declare -A result
+for mode in with_triggers without_triggers; do
+    if [ "$mode" = without_triggers ]; then
+        worker -c "ALTER TABLE $shard DISABLE TRIGGER USER" >/dev/null
+    else
+        worker -c "ALTER TABLE $shard ENABLE TRIGGER USER" >/dev/null
+    fi
+    times=()
+    for _ in $(seq 1 "$repeats"); do times+=("$(time_copy)"); done
+    result[$mode]=$(printf '%s\n' "${times[@]}" | median)
+    echo "$mode: runs ${times[*]} s, median ${result[$mode]} s"
+done
+with=${result[with_triggers]}
+without=${result[without_triggers]}
+awk -v rows="$rows" -v with="$with" -v without="$without" 'BEGIN {
+    printf "rows=%d with_triggers=%.3fs without_triggers=%.3fs overhead=%.1f%% per_row=%.0fns\n",
+        rows, with, without, (with - without) * 100 / without, (with - without) * 1e9 / rows
+}'
