@@ -16,7 +16,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cluster_dir=${PGSHARD_CLUSTER_DIR:-$repo/.cluster}
+cluster_link=${PGSHARD_CLUSTER_DIR:-$repo/.cluster}
+cluster_dir=$cluster_link
 base_port=${PGSHARD_BASE_PORT:-54320}
 workers=${PGSHARD_WORKERS:-2}
 database=${PGSHARD_DATABASE:-pg_shard_demo}
@@ -24,7 +25,8 @@ bindir=$(pg_config --bindir)
 
 as_server_user() {
     if [ "$(id -u)" -eq 0 ]; then
-        runuser -u postgres -- "$@"
+        # from /, since the postgres user may not be able to enter the current folder
+        (cd / && runuser -u postgres -- "$@")
     else
         "$@"
     fi
@@ -34,13 +36,13 @@ as_server_user() {
 # folder (mktemp -d makes them 0700) is not reachable by postgres: then the
 # data lives under /var/tmp and the repository folder is a symlink to it.
 prepare_dir() {
-    if [ -L "$cluster_dir" ] || [ -d "$cluster_dir" ]; then
+    if [ -L "$cluster_link" ] || [ -d "$cluster_link" ]; then
         return
     fi
     mkdir -p "$cluster_dir"
     if [ "$(id -u)" -eq 0 ]; then
         chown postgres:postgres "$cluster_dir"
-        if ! runuser -u postgres -- test -w "$cluster_dir"; then
+        if ! (cd / && runuser -u postgres -- test -w "$cluster_dir"); then
             rmdir "$cluster_dir"
             local outside
             outside=/var/tmp/pg_shard-clusters/$(printf '%s' "$cluster_dir" | cksum | cut -d' ' -f1)
@@ -49,6 +51,14 @@ prepare_dir() {
             chmod 755 /var/tmp/pg_shard-clusters
             ln -s "$outside" "$cluster_dir"
         fi
+    fi
+}
+
+# Past the symlink, if any: the server user may not be able to pass through
+# the repository folder.
+resolve_dir() {
+    if [ -e "$cluster_link" ]; then
+        cluster_dir=$(readlink -f "$cluster_link")
     fi
 }
 
@@ -90,6 +100,7 @@ CONF
 
 start() {
     prepare_dir
+    resolve_dir
     for name in $(node_names); do
         local port data=$cluster_dir/$name
         port=$(node_port "$name")
@@ -116,7 +127,8 @@ start() {
 }
 
 stop() {
-    [ -e "$cluster_dir" ] || return 0
+    [ -e "$cluster_link" ] || return 0
+    resolve_dir
     for name in $(node_names); do
         local data=$cluster_dir/$name
         if [ -f "$data/postmaster.pid" ]; then
@@ -126,6 +138,7 @@ stop() {
 }
 
 status() {
+    resolve_dir
     for name in $(node_names); do
         local data=$cluster_dir/$name
         if [ -f "$data/PG_VERSION" ] &&
@@ -139,10 +152,10 @@ status() {
 
 destroy() {
     stop
-    if [ -L "$cluster_dir" ]; then
-        rm -rf "$(readlink -f "$cluster_dir")"
+    if [ -L "$cluster_link" ]; then
+        rm -rf "$(readlink -f "$cluster_link")"
     fi
-    rm -rf "$cluster_dir"
+    rm -rf "$cluster_link"
 }
 
 case "${1:-}" in
