@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the pg_regress suites against a throwaway cluster: a metadata node on
 # 55320 and workers on 55321-55323 (the third is added by a test, to check
-# that add_node copies reference tables). The cluster is created fresh,
+# that add_node copies reference tables), plus a server without the pg_shard
+# extension on 55324 (tests/bare_server.sh). The cluster is created fresh,
 # and stopped and deleted afterwards unless PGSHARD_KEEP_CLUSTER=1.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,7 +14,9 @@ export PGSHARD_WORKERS=3
 export PGSHARD_DATABASE=pg_shard_regress
 export PGUSER=postgres
 
+bare_dir=/var/tmp/pg_shard-bare-server-$PGSHARD_BASE_PORT
 cleanup() {
+    "$repo/tests/bare_server.sh" stop "$bare_dir"
     if [ "${PGSHARD_KEEP_CLUSTER:-0}" = 1 ]; then
         "$repo/scripts/cluster.sh" stop
     else
@@ -21,8 +24,10 @@ cleanup() {
     fi
 }
 "$repo/scripts/cluster.sh" destroy
+"$repo/tests/bare_server.sh" stop "$bare_dir"
 "$repo/scripts/cluster.sh" start >/dev/null
 trap cleanup EXIT
+"$repo/tests/bare_server.sh" start "$bare_dir" $((PGSHARD_BASE_PORT + 4)) "$PGSHARD_DATABASE"
 
 pg_regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
 cd "$suite"
@@ -61,5 +66,20 @@ else
     echo "$notify_out"
     status=1
 fi
+# The catalog's contents are part of pg_dump output (pg_extension_config_dump).
+dump=$(pg_dump -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -U postgres --data-only "$PGSHARD_DATABASE")
+missing=""
+for table in node colocation_group shard_group logical_table shard placement map_state; do
+    grep -q "^COPY pg_shard\.$table " <<<"$dump" || missing="$missing $table"
+done
+if [ -z "$missing" ] && grep -q "setval('pg_shard.shard_id_seq'" <<<"$dump"; then
+    echo "ok - pg_dump keeps the catalog"
+    passed=$((passed + 1))
+else
+    echo "not ok - pg_dump lacks catalog data:${missing:- shard_id_seq}"
+    failed=$((failed + 1))
+    status=1
+fi
+
 echo "pg_regress: $passed passed, $failed failed"
 exit $status

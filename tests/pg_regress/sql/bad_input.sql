@@ -54,6 +54,8 @@ SELECT pg_shard.add_node('127.0.0.1', 55321);
 SELECT pg_shard.add_node('127.0.0.1', 0);
 SELECT pg_shard.add_node('', 55324);
 SELECT pg_shard.add_node('127.0.0.1', 55320);
+-- a server without the pg_shard extension installed (tests/bare_server.sh)
+SELECT pg_shard.add_node('127.0.0.1', 55324);
 
 -- nothing changed: same catalog, same map version, rows still local
 SELECT pg_shard.map_version() = :version_before AS version_unchanged;
