@@ -32,6 +32,8 @@ trap cleanup EXIT
 pg_regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
 cd "$suite"
 rm -rf results regression.diffs regression.out
+rm -rf "$repo/tests/isolation/results" "$repo/tests/isolation/output_iso" \
+    "$repo/tests/isolation/regression.diffs" "$repo/tests/isolation/regression.out"
 status=0
 "$pg_regress" \
     --use-existing \
@@ -41,6 +43,19 @@ status=0
     --schedule="$suite/schedule" 2>&1 | tee "$suite/pg_regress.log" || true
 passed=$(grep -cE '^(ok|test) .* \.\.\. ok' "$suite/pg_regress.log" || true)
 failed=$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$suite/pg_regress.log" || true)
+# Concurrency specs, on the first worker (they create their own shard table).
+isolation=$(pg_config --pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress
+"$isolation" \
+    --use-existing \
+    --host=127.0.0.1 --port=$((PGSHARD_BASE_PORT + 1)) --user=postgres \
+    --dbname="$PGSHARD_DATABASE" \
+    --inputdir="$repo/tests/isolation" --outputdir="$repo/tests/isolation" \
+    --schedule="$repo/tests/isolation/schedule" 2>&1 | tee "$suite/pg_isolation_regress.log" || true
+if [ -f "$repo/tests/isolation/regression.diffs" ]; then
+    cat "$repo/tests/isolation/regression.diffs"
+fi
+passed=$((passed + $(grep -cE '^(ok|test) .* \.\.\. ok' "$suite/pg_isolation_regress.log" || true)))
+failed=$((failed + $(grep -cE '\.\.\. FAILED|\.\.\. failed' "$suite/pg_isolation_regress.log" || true)))
 if [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then
     status=1
 fi

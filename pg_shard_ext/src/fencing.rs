@@ -19,10 +19,8 @@ use crate::keyspace::key_to_keyspace_id;
 use crate::quote;
 use pg_shard_core::KeyspaceId;
 use pgrx::prelude::*;
-use pgrx::spi::OwnedPreparedStatement;
-use pgrx::PgOid;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
-use std::cell::OnceCell;
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr, CString};
 
 /// The SQLSTATE of a WrongShard rejection.
@@ -208,15 +206,11 @@ fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
     let relation = unsafe { trigger_data(fcinfo).tg_relation };
     // SAFETY: the relation is open for the duration of the trigger call.
     let relid = unsafe { (*relation).rd_id };
-    let (state, epoch) = match shard_record(relid) {
-        Ok(Some(record)) => record,
-        Ok(None) => {
-            return Err(Rejection {
-                shard: relation_name(relation),
-                reason: "this worker has no ownership record for the shard".into(),
-            })
-        }
-        Err(error) => error!("pg_shard: reading pg_shard.local_shard failed: {error}"),
+    let Some((state, epoch)) = shard_record(relid) else {
+        return Err(Rejection {
+            shard: relation_name(relation),
+            reason: "this worker has no ownership record for the shard".into(),
+        });
     };
     if state != "active" {
         return Err(Rejection {
@@ -238,37 +232,67 @@ fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
 
 thread_local! {
     // The statement guard's lookup, planned once per backend (SPI_keepplan);
-    // PostgreSQL replans it by itself if pg_shard.local_shard changes shape.
-    static SHARD_RECORD_QUERY: OnceCell<OwnedPreparedStatement> = const { OnceCell::new() };
+    // PostgreSQL replans it by itself if pg_shard.local_shard changes.
+    static SHARD_RECORD_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
 }
 
-/// (state, epoch) of the shard table `relid` from this worker's ownership record.
-fn shard_record(relid: pg_sys::Oid) -> Result<Option<(String, i64)>, pgrx::spi::SpiError> {
-    Spi::connect(|client| {
-        SHARD_RECORD_QUERY.with(|cell| {
-            let statement = match cell.get() {
-                Some(statement) => statement,
-                None => {
-                    let prepared = client
-                        .prepare(
-                            "SELECT state, epoch FROM pg_shard.local_shard \
-                             WHERE shard_rel = $1::regclass",
-                            &[PgOid::BuiltIn(PgBuiltInOids::OIDOID)],
-                        )?
-                        .keep();
-                    cell.get_or_init(|| prepared)
-                }
-            };
-            let mut rows = client.select(statement, Some(1), &[relid.into()])?;
-            match rows.next() {
-                None => Ok(None),
-                Some(row) => Ok(Some((
-                    row.get::<String>(1)?.unwrap_or_default(),
-                    row.get::<i64>(2)?.unwrap_or_default(),
-                ))),
+/// (state, epoch) of the shard table `relid` from this worker's ownership
+/// record, read with the *latest* snapshot rather than the transaction's: a
+/// REPEATABLE READ transaction that began before a shard was frozen must
+/// still see the freeze. (Whoever freezes a shard locks its table first, so
+/// in-flight writers finish before, and later ones wait until the freeze
+/// commits.) Raw SPI because pgrx's SPI client cannot pass a snapshot.
+fn shard_record(relid: pg_sys::Oid) -> Option<(String, i64)> {
+    const QUERY: &CStr =
+        c"SELECT state, epoch FROM pg_shard.local_shard WHERE shard_rel = $1::regclass";
+    // SAFETY: plain SPI usage inside a trigger call: connect, prepare (kept
+    // across calls), execute with a snapshot, read at most one row, finish.
+    // Errors raised by PostgreSQL unwind through pgrx's FFI guard and SPI is
+    // cleaned up by transaction abort.
+    unsafe {
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as c_int {
+            error!("pg_shard: SPI_connect failed in the shard guard");
+        }
+        let mut plan = SHARD_RECORD_PLAN.get();
+        if plan.is_null() {
+            let mut argument_types = [pg_sys::OIDOID];
+            plan = pg_sys::SPI_prepare(QUERY.as_ptr(), 1, argument_types.as_mut_ptr());
+            if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                error!("pg_shard: could not plan the shard guard's lookup");
             }
-        })
-    })
+            SHARD_RECORD_PLAN.set(plan);
+        }
+        let mut values = [pg_sys::Datum::from(relid)];
+        let nulls = [b' ' as c_char];
+        let status = pg_sys::SPI_execute_snapshot(
+            plan,
+            values.as_mut_ptr(),
+            nulls.as_ptr(),
+            pg_sys::GetLatestSnapshot(),
+            std::ptr::null_mut(),
+            true,
+            false,
+            1,
+        );
+        if status != pg_sys::SPI_OK_SELECT as c_int {
+            error!("pg_shard: reading pg_shard.local_shard failed (SPI status {status})");
+        }
+        let mut record = None;
+        let table = pg_sys::SPI_tuptable;
+        if pg_sys::SPI_processed == 1 && !table.is_null() {
+            let row = *(*table).vals;
+            let descriptor = (*table).tupdesc;
+            let state = pg_sys::SPI_getvalue(row, descriptor, 1);
+            let mut epoch_is_null = false;
+            let epoch = pg_sys::SPI_getbinval(row, descriptor, 2, &mut epoch_is_null);
+            if !state.is_null() && !epoch_is_null {
+                let state = CStr::from_ptr(state).to_string_lossy().into_owned();
+                record = Some((state, epoch.value() as i64));
+            }
+        }
+        pg_sys::SPI_finish();
+        record
+    }
 }
 
 fn relation_name(relation: pg_sys::Relation) -> String {
