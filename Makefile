@@ -45,4 +45,4 @@ bench: ## criterion benchmarks of the core crate
 	cargo bench -p pg_shard_core --bench keyspace
 
 bench-triggers: install ## COPY of 1M rows into a shard with and without the guard triggers
-	benches/trigger_copy.sh
+	benches/shard_guard.sh

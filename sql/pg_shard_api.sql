@@ -28,6 +28,30 @@ CREATE FUNCTION pg_shard.shard_guard_row() RETURNS trigger
 CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_statement';
 
+-- Backends cache each shard's state and epoch; a change to an ownership
+-- record invalidates the shard table's relcache entry in every backend.
+CREATE FUNCTION pg_shard.local_shard_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_LEVEL = 'STATEMENT' THEN
+        PERFORM pg_shard.invalidate_shard_state(NULL);
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        PERFORM pg_shard.invalidate_shard_state(OLD.shard_rel::oid);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        PERFORM pg_shard.invalidate_shard_state(NEW.shard_rel::oid);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER local_shard_changed
+    AFTER INSERT OR UPDATE OR DELETE ON pg_shard.local_shard
+    FOR EACH ROW EXECUTE FUNCTION pg_shard.local_shard_changed();
+CREATE TRIGGER local_shard_truncated
+    AFTER TRUNCATE ON pg_shard.local_shard
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.local_shard_changed();
+
 -- On the metadata node, the rows of a distributed table live on the workers:
 -- a write to the local table would bypass them.
 CREATE FUNCTION pg_shard.reject_local_write() RETURNS trigger

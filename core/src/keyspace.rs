@@ -87,10 +87,14 @@ impl KeyEncoding {
         }
     }
 
-    /// Whether two key types hash the same values to the same keyspace ids,
-    /// which is what co-location needs.
-    pub fn compatible_with(self, other: KeyEncoding) -> bool {
-        self == other
+    /// The encoding's name as the catalog stores it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyEncoding::Integer => "integer",
+            KeyEncoding::Text => "text",
+            KeyEncoding::Uuid => "uuid",
+            KeyEncoding::Bytes => "bytes",
+        }
     }
 }
 

@@ -15,15 +15,6 @@ use pgrx::prelude::*;
 
 const DEFAULT_SHARD_COUNT: i32 = 32;
 
-fn encoding_name(encoding: KeyEncoding) -> &'static str {
-    match encoding {
-        KeyEncoding::Integer => "integer",
-        KeyEncoding::Text => "text",
-        KeyEncoding::Uuid => "uuid",
-        KeyEncoding::Bytes => "bytes",
-    }
-}
-
 /// Called by the SQL function pg_shard.create_distributed_table (sql/pg_shard_api.sql).
 #[pg_extern(schema = "pg_shard")]
 fn create_distributed_table_internal(
@@ -119,7 +110,7 @@ fn distribute_table(
         None => create_colocation_group(
             "distributed",
             shard_count.unwrap_or(DEFAULT_SHARD_COUNT),
-            Some(encoding_name(encoding)),
+            Some(encoding.name()),
             &workers,
         )?,
     };
@@ -151,7 +142,7 @@ fn choose_colocation_group(
         "none" => Ok(None),
         "default" => catalog::default_colocation_group(
             shard_count.unwrap_or(DEFAULT_SHARD_COUNT),
-            encoding_name(encoding),
+            encoding.name(),
         ),
         _ => {
             let other_oid = catalog::query_one::<pg_sys::Oid>(
@@ -170,10 +161,10 @@ fn choose_colocation_group(
             let group = catalog::colocation_group(other.colocation_id)?.ok_or_else(|| {
                 colocation_error("its co-location group is missing from the catalog".into())
             })?;
-            if group.key_encoding.as_deref() != Some(encoding_name(encoding)) {
+            if group.key_encoding.as_deref() != Some(encoding.name()) {
                 return Err(colocation_error(format!(
                     "distribution keys of different types ({} and {}) hash differently",
-                    encoding_name(encoding),
+                    encoding.name(),
                     group.key_encoding.as_deref().unwrap_or("none"),
                 )));
             }

@@ -15,12 +15,13 @@
 //! triggers do not fire for logical replication apply, so shard moves can
 //! fill a destination before it owns the range.
 
-use crate::keyspace::key_to_keyspace_id;
+use crate::keyspace::{base_type, keyspace_id_of_base_type};
 use crate::quote;
 use pg_shard_core::KeyspaceId;
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
 
 /// The SQLSTATE of a WrongShard rejection.
@@ -140,6 +141,74 @@ unsafe fn trigger_data<'a>(fcinfo: pg_sys::FunctionCallInfo) -> &'a pg_sys::Trig
     }
 }
 
+/// What the row guard needs of a trigger: where the key is and the range.
+/// Parsed from the trigger's arguments once per trigger and backend, since
+/// the row guard runs for every row of every write (COPY included).
+#[derive(Clone, Copy)]
+struct RowGuard {
+    /// 0-based position of the distribution column in the tuple descriptor.
+    position: usize,
+    type_oid: pg_sys::Oid,
+    base_type: pg_sys::Oid,
+    start: KeyspaceId,
+    end: KeyspaceId,
+}
+
+thread_local! {
+    static ROW_GUARDS: RefCell<HashMap<pg_sys::Oid, RowGuard>> = RefCell::new(HashMap::new());
+}
+
+/// The guard for `trigger` on a relation with `attributes`, from the cache
+/// when the column is still where it was.
+///
+/// # Safety
+/// `trigger` must be a valid trigger whose tgargs holds tgnargs C strings.
+unsafe fn row_guard(
+    trigger: &pg_sys::Trigger,
+    attributes: &[pg_sys::FormData_pg_attribute],
+) -> RowGuard {
+    let cached = ROW_GUARDS.with(|guards| guards.borrow().get(&trigger.tgoid).copied());
+    if let Some(guard) = cached {
+        let still_valid = attributes
+            .get(guard.position)
+            .is_some_and(|a| !a.attisdropped && a.atttypid == guard.type_oid);
+        if still_valid {
+            return guard;
+        }
+    }
+    if trigger.tgnargs != 3 {
+        error!("pg_shard_guard_row needs the arguments (column, range_start, range_end)");
+    }
+    // SAFETY: the caller guarantees tgargs holds tgnargs (= 3) C strings.
+    let args = unsafe { std::slice::from_raw_parts(trigger.tgargs, 3) };
+    // SAFETY: each argument is a NUL-terminated string owned by the trigger.
+    let arg = |i: usize| {
+        unsafe { CStr::from_ptr(args[i]) }
+            .to_str()
+            .unwrap_or_default()
+    };
+    let (column, start, end) = (arg(0), arg(1), arg(2));
+    let (Ok(start), Ok(end)) = (start.parse::<i64>(), end.parse::<i64>()) else {
+        error!("pg_shard_guard_row: invalid range arguments");
+    };
+    let Some(position) = attributes.iter().position(|a| {
+        // SAFETY: attname is a NUL-terminated NameData.
+        !a.attisdropped && unsafe { CStr::from_ptr(a.attname.data.as_ptr()) }.to_str() == Ok(column)
+    }) else {
+        error!("pg_shard_guard_row: shard has no column \"{column}\"");
+    };
+    let type_oid = attributes[position].atttypid;
+    let guard = RowGuard {
+        position,
+        type_oid,
+        base_type: base_type(type_oid),
+        start: KeyspaceId::from_sql(start),
+        end: KeyspaceId::from_sql(end),
+    };
+    ROW_GUARDS.with(|guards| guards.borrow_mut().insert(trigger.tgoid, guard));
+    guard
+}
+
 fn check_row(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Rejection> {
     // SAFETY: PostgreSQL hands a row trigger a valid TriggerData whose
     // relation, descriptor, trigger arguments and tuples live for the call.
@@ -151,49 +220,38 @@ fn check_row(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Rejectio
         } else {
             data.tg_trigtuple
         };
-        let trigger = &*data.tg_trigger;
-        if trigger.tgnargs != 3 || tuple.is_null() {
-            error!("pg_shard_guard_row needs a row trigger with (column, range_start, range_end)");
+        if tuple.is_null() {
+            error!("pg_shard_guard_row must be a BEFORE INSERT OR UPDATE row trigger");
         }
-        let args = std::slice::from_raw_parts(trigger.tgargs, 3);
-        let arg = |i: usize| CStr::from_ptr(args[i]).to_str().unwrap_or_default();
-        let (column, start, end) = (arg(0), arg(1), arg(2));
-        let (Ok(start), Ok(end)) = (start.parse::<i64>(), end.parse::<i64>()) else {
-            error!("pg_shard_guard_row: invalid range arguments");
-        };
-
         let relation = data.tg_relation;
         let tupdesc = (*relation).rd_att;
         let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
-        let Some(position) = attributes.iter().position(|a| {
-            !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()).to_str() == Ok(column)
-        }) else {
-            error!("pg_shard_guard_row: shard has no column \"{column}\"");
-        };
-        let type_oid = attributes[position].atttypid;
-        let attno =
-            std::num::NonZeroUsize::new(position + 1).unwrap_or(std::num::NonZeroUsize::MIN);
+        let guard = row_guard(&*data.tg_trigger, attributes);
+        let attno = std::num::NonZeroUsize::MIN.saturating_add(guard.position);
         let Some(datum) = pgrx::heap_getattr_raw(tuple, attno, tupdesc) else {
+            let column = CStr::from_ptr(attributes[guard.position].attname.data.as_ptr());
             ereport!(
                 ERROR,
                 PgSqlErrorCode::ERRCODE_NOT_NULL_VIOLATION,
-                format!("null value in distribution column \"{column}\" of a shard table")
+                format!(
+                    "null value in distribution column \"{}\" of a shard table",
+                    column.to_string_lossy()
+                )
             );
         };
-        let id = match key_to_keyspace_id(datum, type_oid) {
+        let id = match keyspace_id_of_base_type(datum, guard.base_type, guard.type_oid) {
             Ok(id) => id,
             Err(error) => error.report(),
         };
-        let (start, end) = (KeyspaceId::from_sql(start), KeyspaceId::from_sql(end));
-        if id < start || id > end {
+        if id < guard.start || id > guard.end {
             return Err(Rejection {
                 shard: relation_name(relation),
                 reason: format!(
                     "keyspace id {} (bigint {}) of the row is outside the shard's range {}..{}",
                     id.0,
                     id.to_sql(),
-                    start.to_sql(),
-                    end.to_sql()
+                    guard.start.to_sql(),
+                    guard.end.to_sql()
                 ),
             });
         }
@@ -201,12 +259,70 @@ fn check_row(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Rejectio
     }
 }
 
+thread_local! {
+    // (state, epoch) per shard table, or None for "no ownership record".
+    // Emptied by every relcache invalidation (see `forget_shard_states`):
+    // changes to pg_shard.local_shard invalidate the shard's relcache entry,
+    // and a writer processes invalidations when it locks the shard table, so
+    // it never acts on a state older than the last change committed before
+    // it got its lock.
+    static SHARD_STATES: RefCell<HashMap<pg_sys::Oid, Option<(String, i64)>>> =
+        RefCell::new(HashMap::new());
+    // Bumped by every invalidation, so a record read while one arrived is not cached.
+    static INVALIDATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Relcache invalidation callback, registered in `_PG_init`.
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_shard_states(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+    // Cheap and rare enough (DDL, ANALYZE, ownership changes) to drop it all.
+    SHARD_STATES.with(|states| states.borrow_mut().clear());
+    INVALIDATIONS.set(INVALIDATIONS.get().wrapping_add(1));
+}
+
+pub fn register_cache_invalidation() {
+    // SAFETY: registering a callback with a static function, once per backend (_PG_init).
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(forget_shard_states), pg_sys::Datum::from(0));
+    }
+}
+
+/// `pg_shard.invalidate_shard_state(shard_rel oid)`: called by the triggers
+/// on pg_shard.local_shard so that every backend re-reads the shard's state.
+/// NULL (TRUNCATE) or a table that no longer exists invalidates everything.
+#[pg_extern(schema = "pg_shard", volatile, parallel_unsafe)]
+fn invalidate_shard_state(shard_rel: Option<pg_sys::Oid>) {
+    // SAFETY: get_rel_name reads the syscache (NULL if the relation is gone);
+    // the invalidation functions queue messages sent at commit.
+    unsafe {
+        match shard_rel {
+            Some(relid) if !pg_sys::get_rel_name(relid).is_null() => {
+                pg_sys::CacheInvalidateRelcacheByRelid(relid)
+            }
+            _ => pg_sys::CacheInvalidateRelcacheAll(),
+        }
+    }
+}
+
+/// [`shard_record`] through the per-backend cache.
+fn cached_shard_record(relid: pg_sys::Oid) -> Option<(String, i64)> {
+    if let Some(cached) = SHARD_STATES.with(|states| states.borrow().get(&relid).cloned()) {
+        return cached;
+    }
+    let generation = INVALIDATIONS.get();
+    let record = shard_record(relid);
+    if INVALIDATIONS.get() == generation {
+        SHARD_STATES.with(|states| states.borrow_mut().insert(relid, record.clone()));
+    }
+    record
+}
+
 fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
     // SAFETY: PostgreSQL hands a statement trigger a valid TriggerData.
     let relation = unsafe { trigger_data(fcinfo).tg_relation };
     // SAFETY: the relation is open for the duration of the trigger call.
     let relid = unsafe { (*relation).rd_id };
-    let Some((state, epoch)) = shard_record(relid) else {
+    let Some((state, epoch)) = cached_shard_record(relid) else {
         return Err(Rejection {
             shard: relation_name(relation),
             reason: "this worker has no ownership record for the shard".into(),

@@ -30,8 +30,23 @@ fn keyspace_id_text(key: &str) -> i64 {
 
 /// The keyspace id of a non-null datum of type `type_oid` (or a domain over it).
 pub fn key_to_keyspace_id(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Result<KeyspaceId> {
+    keyspace_id_of_base_type(datum, base_type(type_oid), type_oid)
+}
+
+/// The type a domain is over (the type itself for a non-domain). A type
+/// cache lookup: callers on hot paths resolve it once.
+pub fn base_type(type_oid: pg_sys::Oid) -> pg_sys::Oid {
     // SAFETY: getBaseType only reads the type cache; it errors for an unknown oid.
-    let base_type = unsafe { pg_sys::getBaseType(type_oid) };
+    unsafe { pg_sys::getBaseType(type_oid) }
+}
+
+/// [`key_to_keyspace_id`] for a datum whose base type is already resolved;
+/// `type_oid` only names the type in errors.
+pub fn keyspace_id_of_base_type(
+    datum: pg_sys::Datum,
+    base_type: pg_sys::Oid,
+    type_oid: pg_sys::Oid,
+) -> Result<KeyspaceId> {
     // SAFETY: each arm reads the datum as the representation PostgreSQL uses
     // for `base_type`: int2/int4/int8 by value, text/varchar/bytea as a
     // (possibly toasted) varlena, uuid as a pointer to 16 bytes.

@@ -49,4 +49,5 @@ mod pg_shard {}
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     fencing::register_gucs();
+    fencing::register_cache_invalidation();
 }
