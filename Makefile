@@ -1,6 +1,6 @@
 # pg_shard: the two commands are `make demo` and `make test`.
 SHELL := /bin/bash
-export CARGO_TARGET_DIR ?= /var/cache/pg_shard/target
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
 PG_CONFIG ?= pg_config
 # release builds for the demo and CI; `make install PROFILE=debug` while iterating
 PROFILE ?= release

@@ -63,6 +63,13 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
             "system and pg_shard tables cannot be distributed",
         ));
     }
+    if !shape.foreign_keys.is_empty() {
+        return Err(unsupported(&format!(
+            "foreign keys to or from distributed and reference tables are not supported yet; \
+             drop {} first",
+            shape.foreign_keys.join(", ")
+        )));
+    }
     if catalog::logical_table(relid)?.is_some() {
         return Err(ShardError::AlreadyDistributed(table));
     }

@@ -5,8 +5,8 @@
 //! check and exclusion constraints, other indexes, replica identity.
 //! Not carried over (documented in docs/sql-api.md): column defaults and
 //! identity (rows arrive with their values; ids are assigned where the row
-//! is routed from), foreign keys, and user-defined types, which must already
-//! exist on the workers.
+//! is routed from) and user-defined types, which must already exist on the
+//! workers. Tables with foreign keys are refused before anything changes.
 
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -50,6 +50,9 @@ pub struct TableShape {
     replica_identity: char,
     replica_identity_index: Option<String>,
     pub has_primary_key: bool,
+    /// Foreign keys from or to the table, as `name (on table)`: not carried
+    /// over to shards yet, so distributing such a table is refused.
+    pub foreign_keys: Vec<String>,
     pub relkind: char,
     pub persistence: char,
 }
@@ -80,6 +83,7 @@ impl TableShape {
                 indexes: Vec::new(),
                 replica_identity_index: None,
                 has_primary_key: false,
+                foreign_keys: Vec::new(),
             };
 
             let columns = client.select(
@@ -124,6 +128,18 @@ impl TableShape {
                     definition: row.get::<String>(2)?.unwrap_or_default(),
                     has_index: kind != "c",
                 });
+            }
+
+            let foreign_keys = client.select(
+                "SELECT format('%I (on %s)', conname, conrelid::regclass) FROM pg_constraint \
+                 WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) ORDER BY conname",
+                None,
+                &[relid.into()],
+            )?;
+            for row in foreign_keys {
+                shape
+                    .foreign_keys
+                    .push(row.get::<String>(1)?.unwrap_or_default());
             }
 
             // pg_get_indexdef always schema-qualifies the table, so the text

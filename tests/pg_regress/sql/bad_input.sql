@@ -43,6 +43,11 @@ SELECT pg_shard.create_distributed_table('parted', 'id');
 CREATE TEMP TABLE temp_widgets (id bigint PRIMARY KEY);
 SELECT pg_shard.create_distributed_table('temp_widgets', 'id');
 SELECT pg_shard.create_distributed_table('pg_shard.node', 'node_id');
+-- foreign keys, in either direction
+CREATE TABLE fk_parent (id bigint PRIMARY KEY);
+CREATE TABLE fk_child (id bigint PRIMARY KEY, parent_id bigint REFERENCES fk_parent);
+SELECT pg_shard.create_distributed_table('fk_child', 'id');
+SELECT pg_shard.create_reference_table('fk_parent');
 -- a NULL distribution key in existing rows
 CREATE TABLE nullable_keys (id bigserial PRIMARY KEY, customer_id bigint);
 INSERT INTO nullable_keys (customer_id) VALUES (1), (NULL);
