@@ -63,6 +63,11 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
             "system and pg_shard tables cannot be distributed",
         ));
     }
+    if shape.in_inheritance_tree {
+        return Err(unsupported(
+            "tables with inheritance parents or children cannot be distributed",
+        ));
+    }
     if !shape.foreign_keys.is_empty() {
         return Err(unsupported(&format!(
             "foreign keys to or from distributed and reference tables are not supported yet; \

@@ -54,6 +54,11 @@ pub enum ShardError {
         port: i32,
         cause: String,
     },
+    #[error(
+        "a rolled-back subtransaction had changed worker nodes, so this transaction \
+         cannot commit"
+    )]
+    SubtransactionRolledBack,
     #[error("catalog query failed: {0}")]
     Spi(#[from] pgrx::spi::SpiError),
     #[error("{0}")]
@@ -84,6 +89,7 @@ impl ShardError {
             ShardError::Unreachable { .. } => ERRCODE_CONNECTION_FAILURE,
             ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,
+            ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }
     }
@@ -100,6 +106,11 @@ impl ShardError {
                 "shard moves replicate rows logically and need to identify them: \
                  add a primary key, or run ALTER TABLE {table} REPLICA IDENTITY FULL"
             )),
+            ShardError::SubtransactionRolledBack => Some(
+                "roll the transaction back and run the pg_shard functions again, \
+                 outside the savepoint that failed"
+                    .into(),
+            ),
             ShardError::ExtensionMissing { .. } => Some(
                 "install the pg_shard package on that server (make install), \
                  then call add_node again"

@@ -9,6 +9,11 @@
 //! local transaction commits them all in its pre-commit phase, or drops the
 //! connections on abort, which rolls the remote work back.
 //!
+//! A rolled-back subtransaction (ROLLBACK TO SAVEPOINT, a PL/pgSQL exception
+//! block, psql's ON_ERROR_ROLLBACK) that did remote work cannot be undone on
+//! the workers alone: the remote transactions are rolled back and the local
+//! transaction can only end in a rollback (its COMMIT fails).
+//!
 //! Known limit: a failure between two remote COMMITs leaves the earlier one
 //! committed (no two-phase commit yet); the objects involved carry new shard
 //! ids, so such leftovers never collide with a retry.
@@ -16,9 +21,11 @@
 use crate::catalog::Node;
 use crate::error::{Result, ShardError};
 use pgrx::prelude::*;
-use pgrx::{register_xact_callback, PgXactCallbackEvent};
+use pgrx::{
+    register_subxact_callback, register_xact_callback, PgSubXactCallbackEvent, PgXactCallbackEvent,
+};
 use postgres::{Client, Config, NoTls};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -87,6 +94,11 @@ thread_local! {
     // Backends are single-threaded; this holds the remote transactions of the
     // current local transaction.
     static OPEN: RefCell<Vec<OpenTransaction>> = const { RefCell::new(Vec::new()) };
+    // The newest subtransaction that did remote work: aborting it (or one of
+    // its parents) loses work the workers cannot give back selectively.
+    static NEWEST_WORK_SUBXACT: Cell<pg_sys::SubTransactionId> = const { Cell::new(0) };
+    // Set when that happened; the local transaction may then only roll back.
+    static POISONED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Run `work` on `node` inside a remote transaction that commits or aborts
@@ -110,11 +122,14 @@ pub fn in_transaction<T>(node: &Node, work: impl FnOnce(&mut Client) -> Result<T
             });
             if first {
                 register_xact_callback(PgXactCallbackEvent::PreCommit, commit_all);
-                register_xact_callback(PgXactCallbackEvent::Abort, abandon_all);
+                register_xact_callback(PgXactCallbackEvent::Abort, transaction_aborted);
+                register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
             }
             OPEN.with(|open| open.borrow().len() - 1)
         }
     };
+    // SAFETY: reads the current subtransaction id; no side effects.
+    NEWEST_WORK_SUBXACT.set(unsafe { pg_sys::GetCurrentSubTransactionId() });
     // Take the connection out while `work` runs so it may itself use SPI or
     // open connections to other nodes.
     let mut taken = OPEN.with(|open| open.borrow_mut().remove(position));
@@ -123,7 +138,19 @@ pub fn in_transaction<T>(node: &Node, work: impl FnOnce(&mut Client) -> Result<T
     result
 }
 
+fn subtransaction_aborted(aborted: pg_sys::SubTransactionId, _parent: pg_sys::SubTransactionId) {
+    // Subtransaction ids grow, so work at an id >= the aborted one was done
+    // inside it (or inside one of its children).
+    if NEWEST_WORK_SUBXACT.get() >= aborted && OPEN.with(|open| !open.borrow().is_empty()) {
+        abandon_all();
+        POISONED.set(true);
+    }
+}
+
 fn commit_all() {
+    if POISONED.replace(false) {
+        ShardError::SubtransactionRolledBack.report();
+    }
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
     for mut transaction in open {
         if let Err(e) = transaction.client.batch_execute("COMMIT") {
@@ -132,7 +159,13 @@ fn commit_all() {
     }
 }
 
+fn transaction_aborted() {
+    abandon_all();
+    POISONED.set(false);
+}
+
 fn abandon_all() {
     // Dropping the connections makes the servers roll the transactions back.
     OPEN.with(|open| open.borrow_mut().clear());
+    NEWEST_WORK_SUBXACT.set(0);
 }

@@ -53,6 +53,8 @@ pub struct TableShape {
     /// Foreign keys from or to the table, as `name (on table)`: not carried
     /// over to shards yet, so distributing such a table is refused.
     pub foreign_keys: Vec<String>,
+    /// Whether the table has inheritance parents or children.
+    pub in_inheritance_tree: bool,
     pub relkind: char,
     pub persistence: char,
 }
@@ -84,6 +86,7 @@ impl TableShape {
                 replica_identity_index: None,
                 has_primary_key: false,
                 foreign_keys: Vec::new(),
+                in_inheritance_tree: false,
             };
 
             let columns = client.select(
@@ -141,6 +144,19 @@ impl TableShape {
                     .foreign_keys
                     .push(row.get::<String>(1)?.unwrap_or_default());
             }
+
+            shape.in_inheritance_tree = client
+                .select(
+                    "SELECT EXISTS (SELECT 1 FROM pg_inherits \
+                                    WHERE inhrelid = $1 OR inhparent = $1)",
+                    Some(1),
+                    &[relid.into()],
+                )?
+                .next()
+                .map(|row| row.get::<bool>(1))
+                .transpose()?
+                .flatten()
+                .unwrap_or(false);
 
             // pg_get_indexdef always schema-qualifies the table, so the text
             // before `USING` is exactly `CREATE [UNIQUE ]INDEX name ON schema.table `.

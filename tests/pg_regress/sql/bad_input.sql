@@ -53,6 +53,12 @@ CREATE TABLE nullable_keys (id bigserial PRIMARY KEY, customer_id bigint);
 INSERT INTO nullable_keys (customer_id) VALUES (1), (NULL);
 SELECT pg_shard.create_distributed_table('nullable_keys', 'customer_id');
 
+-- inheritance, in either direction
+CREATE TABLE inh_parent (id bigint PRIMARY KEY);
+CREATE TABLE inh_child (extra text) INHERITS (inh_parent);
+SELECT pg_shard.create_distributed_table('inh_parent', 'id');
+SELECT pg_shard.create_distributed_table('inh_child', 'id');
+
 -- nodes: unreachable, duplicate, bad port, the metadata node itself
 SELECT pg_shard.add_node('127.0.0.1', 55399);
 SELECT pg_shard.add_node('127.0.0.1', 55321);
