@@ -39,8 +39,12 @@ fn create_reference_table_internal(table_oid: pg_sys::Oid) {
 }
 
 /// Lock the table against writes and reads while its rows move, then check
-/// that it can be distributed at all.
+/// that it can be distributed at all. Locking first means the shape read
+/// here is the shape the shards get.
 fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
+    // SAFETY: LockRelationOid takes a heavyweight lock held to transaction
+    // end; it errors (through pgrx's FFI guard) if the lock cannot be had.
+    unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) };
     let shape = TableShape::load(relid)?;
     let table = shape.display_name.clone();
     let unsupported = |reason: &str| ShardError::UnsupportedTable {
@@ -81,10 +85,6 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
     if !shape.has_replica_identity() {
         return Err(ShardError::NoReplicaIdentity(table));
     }
-    Spi::run(&format!(
-        "LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE",
-        shape.qualified()
-    ))?;
     Ok(shape)
 }
 
