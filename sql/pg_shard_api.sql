@@ -45,6 +45,10 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
+REVOKE ALL ON FUNCTION pg_shard.invalidate_shard_state(oid) FROM PUBLIC;
+-- The guards run as whichever role writes to a shard table.
+GRANT USAGE ON SCHEMA pg_shard TO PUBLIC;
+GRANT SELECT ON pg_shard.local_shard TO PUBLIC;
 CREATE TRIGGER local_shard_changed
     AFTER INSERT OR UPDATE OR DELETE ON pg_shard.local_shard
     FOR EACH ROW EXECUTE FUNCTION pg_shard.local_shard_changed();
@@ -91,3 +95,33 @@ CREATE VIEW pg_shard.shards AS
 COMMENT ON VIEW pg_shard.shards IS
     'one row per shard placement; range_start/range_end are inclusive keyspace ids '
     'in the signed form of pg_shard.keyspace_id()';
+
+-- DROP TABLE: on the metadata node, drop the shards of dropped distributed
+-- and reference tables (pg_shard_ext/src/drop.rs); on a worker, forget the
+-- ownership record of a dropped shard table.
+CREATE FUNCTION pg_shard.on_sql_drop() RETURNS event_trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    dropped record;
+BEGIN
+    FOR dropped IN
+        SELECT objid FROM pg_catalog.pg_event_trigger_dropped_objects()
+        WHERE classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND objsubid = 0
+          AND object_type = 'table'
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_shard.logical_table WHERE table_rel::oid = dropped.objid) THEN
+            PERFORM pg_shard.drop_shards_internal(dropped.objid);
+        END IF;
+        DELETE FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid;
+    END LOOP;
+END $$;
+CREATE EVENT TRIGGER pg_shard_sql_drop ON sql_drop
+    EXECUTE FUNCTION pg_shard.on_sql_drop();
+
+-- The DBA functions change the cluster: superusers only unless granted.
+REVOKE ALL ON FUNCTION pg_shard.add_node(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.create_distributed_table_internal(oid, text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid) FROM PUBLIC;

@@ -9,6 +9,15 @@
 -- Keyspace ids are stored in the order-preserving signed form returned by
 -- pg_shard.keyspace_id(): the unsigned 64-bit id with its top bit flipped.
 
+-- Keys hash as UTF-8 and rows travel between nodes as UTF-8 text.
+DO $$
+BEGIN
+    IF pg_catalog.getdatabaseencoding() <> 'UTF8' THEN
+        RAISE EXCEPTION 'pg_shard requires a database with UTF8 encoding, not %',
+            pg_catalog.getdatabaseencoding();
+    END IF;
+END $$;
+
 -- Schema names starting with pg_ are reserved; superusers may create them with
 -- allow_system_table_mods, which CREATE EXTENSION resets after this script.
 SET allow_system_table_mods = on;

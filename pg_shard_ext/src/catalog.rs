@@ -4,15 +4,17 @@
 use crate::error::{OrReport, Result};
 use pgrx::prelude::*;
 
-/// The first column of the first row of `query`, or None when it returns no
-/// row or NULL (pgrx's get_one treats "no row" as an error).
+/// The first column of the first row of a read-only `query`, or None when it
+/// returns no row or NULL (pgrx's get_one treats "no row" as an error).
+/// Read-only: no transaction id is assigned, so it also works in parallel
+/// plans and on standbys.
 pub fn query_one<T: FromDatum + IntoDatum>(
     query: &str,
     args: &[pgrx::datum::DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    Spi::connect_mut(|client| {
-        let rows = client.update(query, Some(1), args)?;
-        match rows.into_iter().next() {
+    Spi::connect(|client| {
+        let mut rows = client.select(query, Some(1), args)?;
+        match rows.next() {
             None => Ok(None),
             Some(row) => Ok(row.get::<T>(1)?),
         }
@@ -22,6 +24,21 @@ pub fn query_one<T: FromDatum + IntoDatum>(
 /// [`query_one`] without parameters.
 pub fn query_value<T: FromDatum + IntoDatum>(query: &str) -> Result<Option<T>> {
     query_one(query, &[])
+}
+
+/// Like [`query_one`] for a statement that writes (`INSERT … RETURNING`,
+/// `nextval`): runs with a fresh snapshot per statement.
+pub fn write_returning<T: FromDatum + IntoDatum>(
+    query: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    Spi::connect_mut(|client| {
+        let mut rows = client.update(query, Some(1), args)?;
+        match rows.next() {
+            None => Ok(None),
+            Some(row) => Ok(row.get::<T>(1)?),
+        }
+    })
 }
 
 /// A worker node as the catalog knows it.
@@ -81,10 +98,11 @@ pub fn current_map_version() -> Result<i64> {
 /// the `pg_shard_map` channel (delivered at commit, so listeners never see a
 /// version that was rolled back).
 pub fn bump_map_version() -> Result<i64> {
-    let version = query_value::<i64>(
+    let version = write_returning::<i64>(
         "INSERT INTO pg_shard.map_state AS m (singleton, version) VALUES (true, 1) \
          ON CONFLICT (singleton) DO UPDATE SET version = m.version + 1 \
          RETURNING version",
+        &[],
     )?
     .unwrap_or(1);
     Spi::run_with_args(
@@ -122,7 +140,7 @@ pub fn node_by_address(host: &str, port: i32) -> Result<Option<i32>> {
 }
 
 pub fn insert_node(host: &str, port: i32) -> Result<i32> {
-    Ok(query_one::<i32>(
+    Ok(write_returning::<i32>(
         "INSERT INTO pg_shard.node (host, port) VALUES ($1, $2) RETURNING node_id",
         &[host.into(), port.into()],
     )?
@@ -192,7 +210,7 @@ pub fn insert_colocation_group(
     shard_count: i32,
     key_encoding: Option<&str>,
 ) -> Result<i32> {
-    Ok(query_one::<i32>(
+    Ok(write_returning::<i32>(
         "INSERT INTO pg_shard.colocation_group (kind, shard_count, key_encoding) \
          VALUES ($1, $2, $3) RETURNING colocation_id",
         &[kind.into(), shard_count.into(), key_encoding.into()],
@@ -201,7 +219,7 @@ pub fn insert_colocation_group(
 }
 
 pub fn insert_shard_group(colocation_id: i32, range_start: i64, range_end: i64) -> Result<i64> {
-    Ok(query_one::<i64>(
+    Ok(write_returning::<i64>(
         "INSERT INTO pg_shard.shard_group (colocation_id, range_start, range_end) \
          VALUES ($1, $2, $3) RETURNING shard_group_id",
         &[colocation_id.into(), range_start.into(), range_end.into()],
@@ -269,7 +287,7 @@ pub fn insert_logical_table(
 }
 
 pub fn next_shard_id() -> Result<i64> {
-    Ok(query_value::<i64>("SELECT nextval('pg_shard.shard_id_seq')")?.unwrap_or_default())
+    Ok(write_returning::<i64>("SELECT nextval('pg_shard.shard_id_seq')", &[])?.unwrap_or_default())
 }
 
 pub fn insert_shard(

@@ -9,13 +9,17 @@ use crate::catalog::Node;
 use crate::error::{Result, ShardError};
 use crate::quote;
 use crate::remote::{in_transaction, remote_error};
+use crate::settings::{with_settings, PORTABLE_TEXT};
 use crate::shard_ddl::TableShape;
 use pg_shard_core::{KeyspaceId, ShardMap};
 use pgrx::prelude::*;
 use std::io::Write;
 
 const FETCH_ROWS: i64 = 10_000;
+/// A shard's buffer is sent when it reaches this size…
 const FLUSH_BYTES: usize = 4 << 20;
+/// …or earlier, when all buffers together would exceed this.
+const TOTAL_BUFFER_BYTES: usize = 256 << 20;
 
 /// Where one shard's rows go.
 #[derive(Clone, Debug)]
@@ -48,6 +52,9 @@ pub fn copy_into_shards(
         })
         .collect();
     let columns = shape.column_list();
+    let flush_bytes = FLUSH_BYTES
+        .min(TOTAL_BUFFER_BYTES / map.len().max(1))
+        .max(64 << 10);
     let mut copied = 0;
     scan(&query, shape.columns.len(), |keyspace_id, line| {
         let Some(keyspace_id) = keyspace_id else {
@@ -60,7 +67,7 @@ pub fn copy_into_shards(
         let buffer = &mut buffers[index];
         buffer.bytes.extend_from_slice(line);
         buffer.rows += 1;
-        if buffer.bytes.len() >= FLUSH_BYTES {
+        if buffer.bytes.len() >= flush_bytes {
             copied += flush(&map.entries()[index].1, &columns, buffer)?;
         }
         Ok(())
@@ -118,16 +125,26 @@ fn text_columns(shape: &TableShape) -> String {
 }
 
 /// Run `query` (first column a keyspace id, then `width` text columns) and
-/// hand each row to `each_row` as a COPY text line.
+/// hand each row to `each_row` as a COPY text line. Values print under
+/// [`PORTABLE_TEXT`] settings, so the worker reads back what was meant.
 fn scan(
+    query: &str,
+    width: usize,
+    each_row: impl FnMut(Option<i64>, &[u8]) -> Result<()>,
+) -> Result<()> {
+    with_settings(PORTABLE_TEXT, || scan_rows(query, width, each_row))
+}
+
+fn scan_rows(
     query: &str,
     width: usize,
     mut each_row: impl FnMut(Option<i64>, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    Spi::connect(|client| {
-        let mut cursor = client.open_cursor(query, &[]);
+    Spi::connect_mut(|client| {
+        let mut cursor = client.open_cursor_mut(query, &[]);
         let mut line = Vec::new();
         loop {
+            pgrx::check_for_interrupts!();
             let batch = cursor.fetch(FETCH_ROWS)?;
             if batch.is_empty() {
                 break;
@@ -146,6 +163,10 @@ fn scan(
                 line.push(b'\n');
                 each_row(row.get::<i64>(1)?, &line)?;
             }
+            // SAFETY: the batch has been consumed; nothing refers to it any
+            // more. pgrx keeps fetched batches until SPI_finish otherwise,
+            // which would hold the whole table in memory.
+            unsafe { pg_sys::SPI_freetuptable(pg_sys::SPI_tuptable) };
         }
         Ok(())
     })

@@ -45,6 +45,7 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
     // SAFETY: LockRelationOid takes a heavyweight lock held to transaction
     // end; it errors (through pgrx's FFI guard) if the lock cannot be had.
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) };
+    require_read_committed()?;
     let shape = TableShape::load(relid)?;
     let table = shape.display_name.clone();
     let unsupported = |reason: &str| ShardError::UnsupportedTable {
@@ -67,6 +68,12 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
             "system and pg_shard tables cannot be distributed",
         ));
     }
+    if shape.row_security {
+        return Err(unsupported(
+            "tables with row-level security cannot be distributed yet (policies are not \
+             carried over to shards)",
+        ));
+    }
     if shape.in_inheritance_tree {
         return Err(unsupported(
             "tables with inheritance parents or children cannot be distributed",
@@ -86,6 +93,17 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
         return Err(ShardError::NoReplicaIdentity(table));
     }
     Ok(shape)
+}
+
+/// Moving rows needs to see every row committed before the table was locked:
+/// a REPEATABLE READ or SERIALIZABLE snapshot may be older than the lock.
+fn require_read_committed() -> Result<()> {
+    // SAFETY: reads the current transaction's isolation level (a global).
+    let level = unsafe { pg_sys::XactIsoLevel };
+    if level >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        return Err(ShardError::NeedsReadCommitted);
+    }
+    Ok(())
 }
 
 fn distribute_table(
@@ -115,8 +133,10 @@ fn distribute_table(
         return Err(ShardError::NoWorkers);
     }
 
-    let group = choose_colocation_group(&shape, encoding, shard_count, colocate_with)?;
+    // Bumping locks the map version row, which serializes concurrent calls:
+    // two tables of the same shape cannot each start their own group.
     let version = catalog::bump_map_version()?;
+    let group = choose_colocation_group(&shape, encoding, shard_count, colocate_with)?;
     let colocation_id = match group {
         Some(group) => group.colocation_id,
         None => create_colocation_group(
@@ -130,7 +150,7 @@ fn distribute_table(
 
     let mut entries = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
-        let target = create_shard(&shape, relid, &group, Some(column), version)?;
+        let target = create_shard(&shape, relid, &group, Some(column), version, false)?;
         let range = KeyRange::new(
             KeyspaceId::from_sql(group.range_start),
             KeyspaceId::from_sql(group.range_end),
@@ -225,6 +245,7 @@ fn create_shard(
     group: &ShardGroup,
     dist_column: Option<&str>,
     epoch: i64,
+    replace_leftover: bool,
 ) -> Result<ShardTarget> {
     let (shard_id, shard_name) = match catalog::shard_in_group(relid, group.shard_group_id)? {
         // A reference shard has one id and name on every node.
@@ -237,7 +258,16 @@ fn create_shard(
         }
     };
     let qualified_shard = quote::qualified(&shape.schema, &shard_name);
-    let mut statements = shape.shard_table_ddl(&shard_name, shard_id);
+    let mut statements = Vec::new();
+    if replace_leftover {
+        // A reference copy keeps its shard id on every node, so an earlier
+        // attempt whose local commit failed may have left it behind.
+        statements.push(format!(
+            "DELETE FROM pg_shard.local_shard WHERE shard_id = {shard_id}"
+        ));
+        statements.push(format!("DROP TABLE IF EXISTS {qualified_shard}"));
+    }
+    statements.extend(shape.shard_table_ddl(&shard_name, shard_id));
     statements.extend(guard_trigger_ddl(
         &qualified_shard,
         dist_column,
@@ -291,7 +321,7 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
     catalog::insert_logical_table(relid, "reference", None, colocation_id)?;
     let mut targets = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
-        targets.push(create_shard(&shape, relid, &group, None, version)?);
+        targets.push(create_shard(&shape, relid, &group, None, version, false)?);
     }
     data_copy::copy_into_all(&shape, &targets)?;
     // The rows stay on the metadata node too: reference tables are read locally.
@@ -301,6 +331,9 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
 /// Give a newly added node a copy of every reference table.
 pub fn replicate_reference_tables(node: &Node) -> Result<usize> {
     let tables = catalog::reference_tables()?;
+    if !tables.is_empty() {
+        require_read_committed()?;
+    }
     if tables.is_empty() {
         return Ok(0);
     }
@@ -323,7 +356,7 @@ pub fn replicate_reference_tables(node: &Node) -> Result<usize> {
             range_end: full.end.to_sql(),
             node: node.clone(),
         };
-        let target = create_shard(&shape, *relid, &group, None, version)?;
+        let target = create_shard(&shape, *relid, &group, None, version, true)?;
         data_copy::copy_into_all(&shape, &[target])?;
     }
     Ok(tables.len())

@@ -59,6 +59,13 @@ pub enum ShardError {
          cannot commit"
     )]
     SubtransactionRolledBack,
+    #[error(
+        "pg_shard must move rows in a READ COMMITTED transaction, not REPEATABLE READ \
+         or SERIALIZABLE"
+    )]
+    NeedsReadCommitted,
+    #[error("cannot PREPARE a transaction that has changed worker nodes through pg_shard")]
+    CannotPrepare,
     #[error("catalog query failed: {0}")]
     Spi(#[from] pgrx::spi::SpiError),
     #[error("{0}")]
@@ -90,6 +97,8 @@ impl ShardError {
             ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
+            ShardError::CannotPrepare => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }
     }
@@ -106,6 +115,11 @@ impl ShardError {
                 "shard moves replicate rows logically and need to identify them: \
                  add a primary key, or run ALTER TABLE {table} REPLICA IDENTITY FULL"
             )),
+            ShardError::NeedsReadCommitted => Some(
+                "a snapshot taken before the table was locked could miss rows; \
+                 run it in its own transaction or one started at READ COMMITTED"
+                    .into(),
+            ),
             ShardError::SubtransactionRolledBack => Some(
                 "roll the transaction back and run the pg_shard functions again, \
                  outside the savepoint that failed"

@@ -45,10 +45,33 @@ pub fn register_gucs() {
     );
 }
 
-/// Why a statement or row was refused.
+/// A refusal, ready to raise: message and detail as palloc'd C strings, so
+/// that raising it (a longjmp) skips no Rust value that owns memory.
 struct Rejection {
-    shard: String,
-    reason: String,
+    message: *mut c_char,
+    detail: *mut c_char,
+}
+
+impl Rejection {
+    /// Built inside the guarded part of a trigger call: reading the worker's
+    /// map version may itself raise an error, which must reach pgrx's guard.
+    fn new(shard: String, reason: String) -> Rejection {
+        let message = format!(
+            "wrong shard: {shard} refused the statement (worker map version {})",
+            worker_map_version()
+        );
+        Rejection {
+            message: palloc_cstring(&message),
+            detail: palloc_cstring(&reason),
+        }
+    }
+}
+
+/// A copy of `text` in the current memory context.
+fn palloc_cstring(text: &str) -> *mut c_char {
+    let owned = CString::new(text.replace('\0', "")).unwrap_or_default();
+    // SAFETY: pstrdup copies a NUL-terminated string into palloc'd memory.
+    unsafe { pg_sys::pstrdup(owned.as_ptr()) }
 }
 
 /// SQL that installs the guard triggers on a shard table. `range` is None for
@@ -244,16 +267,16 @@ fn check_row(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Rejectio
             Err(error) => error.report(),
         };
         if id < guard.start || id > guard.end {
-            return Err(Rejection {
-                shard: relation_name(relation),
-                reason: format!(
+            return Err(Rejection::new(
+                relation_name(relation),
+                format!(
                     "keyspace id {} (bigint {}) of the row is outside the shard's range {}..{}",
                     id.0,
                     id.to_sql(),
                     guard.start.to_sql(),
                     guard.end.to_sql()
                 ),
-            });
+            ));
         }
         Ok(pg_sys::Datum::from(tuple))
     }
@@ -277,6 +300,9 @@ thread_local! {
 unsafe extern "C-unwind" fn forget_shard_states(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
     // Cheap and rare enough (DDL, ANALYZE, ownership changes) to drop it all.
     SHARD_STATES.with(|states| states.borrow_mut().clear());
+    // Trigger arguments never change, but a trigger oid could be reused and
+    // a column renamed: re-reading them after DDL is cheap.
+    ROW_GUARDS.with(|guards| guards.borrow_mut().clear());
     INVALIDATIONS.set(INVALIDATIONS.get().wrapping_add(1));
 }
 
@@ -323,25 +349,25 @@ fn check_statement(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
     // SAFETY: the relation is open for the duration of the trigger call.
     let relid = unsafe { (*relation).rd_id };
     let Some((state, epoch)) = cached_shard_record(relid) else {
-        return Err(Rejection {
-            shard: relation_name(relation),
-            reason: "this worker has no ownership record for the shard".into(),
-        });
+        return Err(Rejection::new(
+            relation_name(relation),
+            "this worker has no ownership record for the shard".into(),
+        ));
     };
     if state != "active" {
-        return Err(Rejection {
-            shard: relation_name(relation),
-            reason: format!("the shard is {state} on this worker"),
-        });
+        return Err(Rejection::new(
+            relation_name(relation),
+            format!("the shard is {state} on this worker"),
+        ));
     }
     let declared = DECLARED_MAP_VERSION.get() as i64;
     if declared > 0 && declared < epoch {
-        return Err(Rejection {
-            shard: relation_name(relation),
-            reason: format!(
+        return Err(Rejection::new(
+            relation_name(relation),
+            format!(
                 "the session declared map version {declared}, older than the shard's epoch {epoch}"
             ),
-        });
+        ));
     }
     Ok(())
 }
@@ -424,7 +450,7 @@ fn relation_name(relation: pg_sys::Relation) -> String {
 
 /// This worker's map version: the newest epoch among the shards it holds.
 fn worker_map_version() -> i64 {
-    Spi::get_one::<i64>("SELECT coalesce(max(epoch), 0) FROM pg_shard.local_shard")
+    crate::catalog::query_value::<i64>("SELECT coalesce(max(epoch), 0) FROM pg_shard.local_shard")
         .ok()
         .flatten()
         .unwrap_or(0)
@@ -451,22 +477,14 @@ unsafe fn raise_wrong_shard(rejection: Rejection) -> ! {
         fn errhint(fmt: *const c_char, ...) -> c_int;
         fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
     }
-    let version = worker_map_version();
-    let message = to_cstring(format!(
-        "wrong shard: {} refused the statement (worker map version {version})",
-        rejection.shard
-    ));
-    let detail = to_cstring(rejection.reason);
-    let hint = to_cstring("refresh the shard map (pg_shard.map_version()) and retry".to_string());
-    // SAFETY: errmsg/errdetail/errhint format their arguments into the error
-    // data at once, so the strings may be dropped before errfinish longjmps.
+    // SAFETY: only static strings and the rejection's palloc'd strings are
+    // used; no Rust value owning memory is live when errfinish longjmps.
     unsafe {
         if errstart(pgrx::PgLogLevel::ERROR as c_int, std::ptr::null()) {
             errcode(make_sqlstate(WRONG_SHARD_SQLSTATE));
-            errmsg(c"%s".as_ptr(), message.as_ptr());
-            errdetail(c"%s".as_ptr(), detail.as_ptr());
-            errhint(c"%s".as_ptr(), hint.as_ptr());
-            drop((message, detail, hint));
+            errmsg(c"%s".as_ptr(), rejection.message);
+            errdetail(c"%s".as_ptr(), rejection.detail);
+            errhint(c"refresh the shard map (pg_shard.map_version()) and retry".as_ptr());
             errfinish(
                 c"fencing.rs".as_ptr(),
                 line!() as c_int,
@@ -475,10 +493,6 @@ unsafe fn raise_wrong_shard(rejection: Rejection) -> ! {
         }
     }
     unreachable!("an ERROR does not return")
-}
-
-fn to_cstring(text: String) -> CString {
-    CString::new(text.replace('\0', "")).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -69,7 +69,8 @@ pub fn keyspace_id_of_base_type(
     }
 }
 
-/// Text hashes as UTF-8, whatever the database encoding.
+/// Text hashes as its bytes, which are UTF-8: the extension refuses to be
+/// created in a database of another encoding.
 ///
 /// # Safety
 /// `datum` must be a text or varchar datum.
@@ -77,17 +78,7 @@ unsafe fn text_keyspace_id(datum: pg_sys::Datum) -> KeyspaceId {
     // SAFETY: the caller passes a text datum; detoasting yields a readable varlena.
     unsafe {
         let detoasted = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-        let bytes = pgrx::varlena::varlena_to_byte_slice(detoasted);
-        if pg_sys::GetDatabaseEncoding() == pg_sys::pg_enc::PG_UTF8 as i32 {
-            return hash_key(bytes);
-        }
-        let converted = pg_sys::pg_server_to_any(
-            bytes.as_ptr().cast(),
-            bytes.len() as i32,
-            pg_sys::pg_enc::PG_UTF8 as i32,
-        );
-        let utf8 = std::ffi::CStr::from_ptr(converted).to_bytes();
-        hash_key(utf8)
+        hash_key(pgrx::varlena::varlena_to_byte_slice(detoasted))
     }
 }
 

@@ -12,20 +12,24 @@
 //! * [`nodes`]      – `add_node`
 //! * [`distribute`] – `create_distributed_table`, `create_reference_table`
 //! * [`data_copy`]  – moving existing rows into shard tables
+//! * [`drop`]       – DROP TABLE of a distributed table drops its shards
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
 //! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
+//! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
 
 use pgrx::prelude::*;
 
 mod catalog;
 mod data_copy;
 mod distribute;
+mod drop;
 mod error;
 mod fencing;
 mod keyspace;
 mod nodes;
 mod quote;
 mod remote;
+mod settings;
 mod shard_ddl;
 mod sizes;
 

@@ -18,7 +18,7 @@
 //! committed (no two-phase commit yet); the objects involved carry new shard
 //! ids, so such leftovers never collide with a retry.
 
-use crate::catalog::Node;
+use crate::catalog::{query_value, Node};
 use crate::error::{Result, ShardError};
 use pgrx::prelude::*;
 use pgrx::{
@@ -72,8 +72,8 @@ pub fn connect(host: &str, port: i32) -> Result<Client> {
         cause,
     };
     let port_u16 = u16::try_from(port).map_err(|_| unreachable("invalid port".into()))?;
-    let (database, user) =
-        Spi::get_two::<String, String>("SELECT current_database()::text, current_user::text")?;
+    let database = query_value::<String>("SELECT current_database()::text")?;
+    let user = query_value::<String>("SELECT current_user::text")?;
     let mut config = Config::new();
     config
         .host(host)
@@ -81,7 +81,14 @@ pub fn connect(host: &str, port: i32) -> Result<Client> {
         .dbname(database.as_deref().unwrap_or("postgres"))
         .user(user.as_deref().unwrap_or("postgres"))
         .application_name("pg_shard")
-        .connect_timeout(CONNECT_TIMEOUT);
+        // Generated SQL is fully qualified; an empty path keeps the worker's
+        // own search_path from changing what it means.
+        .options("-c search_path=pg_catalog")
+        .connect_timeout(CONNECT_TIMEOUT)
+        // Notice a worker that vanished instead of waiting forever.
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30))
+        .tcp_user_timeout(Duration::from_secs(60));
     config.connect(NoTls).map_err(|e| unreachable(describe(&e)))
 }
 
@@ -104,6 +111,8 @@ thread_local! {
 /// Run `work` on `node` inside a remote transaction that commits or aborts
 /// with the local one.
 pub fn in_transaction<T>(node: &Node, work: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+    // Remote calls block; give a cancel or statement_timeout its chance first.
+    pgrx::check_for_interrupts!();
     let position = OPEN.with(|open| open.borrow().iter().position(|t| t.node.same_server(node)));
     let position = match position {
         Some(position) => position,
@@ -122,6 +131,7 @@ pub fn in_transaction<T>(node: &Node, work: impl FnOnce(&mut Client) -> Result<T
             });
             if first {
                 register_xact_callback(PgXactCallbackEvent::PreCommit, commit_all);
+                register_xact_callback(PgXactCallbackEvent::PrePrepare, refuse_prepare);
                 register_xact_callback(PgXactCallbackEvent::Abort, transaction_aborted);
                 register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
             }
@@ -156,6 +166,14 @@ fn commit_all() {
         if let Err(e) = transaction.client.batch_execute("COMMIT") {
             remote_error(&transaction.node, &e).report();
         }
+    }
+}
+
+/// PREPARE TRANSACTION cannot carry the remote transactions along (no
+/// two-phase commit across nodes yet), so it is refused, as postgres_fdw does.
+fn refuse_prepare() {
+    if OPEN.with(|open| !open.borrow().is_empty()) {
+        ShardError::CannotPrepare.report();
     }
 }
 

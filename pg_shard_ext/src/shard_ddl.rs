@@ -10,6 +10,7 @@
 
 use crate::error::{Result, ShardError};
 use crate::quote;
+use crate::settings::{with_settings, QUALIFIED_NAMES};
 use pgrx::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -53,6 +54,8 @@ pub struct TableShape {
     /// Foreign keys from or to the table, as `name (on table)`: not carried
     /// over to shards yet, so distributing such a table is refused.
     pub foreign_keys: Vec<String>,
+    /// Whether row-level security is enabled on the table.
+    pub row_security: bool,
     /// Whether the table has inheritance parents or children.
     pub in_inheritance_tree: bool,
     pub relkind: char,
@@ -60,11 +63,24 @@ pub struct TableShape {
 }
 
 impl TableShape {
+    /// Read the shape of `relid`. Call with the table locked: every query runs
+    /// with a fresh snapshot (the read-write SPI path), so the shape includes
+    /// changes committed while the lock was awaited; names outside pg_catalog
+    /// come out schema-qualified so the DDL means the same on a worker.
     pub fn load(relid: pg_sys::Oid) -> Result<TableShape> {
-        Spi::connect(|client| {
-            let rel = client.select(
+        let display_name =
+            crate::catalog::query_one::<String>("SELECT $1::regclass::text", &[relid.into()])?
+                .unwrap_or_default();
+        let mut shape = with_settings(QUALIFIED_NAMES, || Self::load_qualified(relid))?;
+        shape.display_name = display_name;
+        Ok(shape)
+    }
+
+    fn load_qualified(relid: pg_sys::Oid) -> Result<TableShape> {
+        Spi::connect_mut(|client| {
+            let rel = client.update(
                 "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relreplident::text, \
-                        c.relpersistence::text, c.oid::regclass::text \
+                        c.relpersistence::text, c.relrowsecurity \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
                 Some(1),
                 &[relid.into()],
@@ -79,7 +95,7 @@ impl TableShape {
                 relkind: first_char(rel.get::<String>(3)?),
                 replica_identity: first_char(rel.get::<String>(4)?),
                 persistence: first_char(rel.get::<String>(5)?),
-                display_name: rel.get::<String>(6)?.unwrap_or_default(),
+                display_name: String::new(),
                 columns: Vec::new(),
                 constraints: Vec::new(),
                 indexes: Vec::new(),
@@ -87,9 +103,10 @@ impl TableShape {
                 has_primary_key: false,
                 foreign_keys: Vec::new(),
                 in_inheritance_tree: false,
+                row_security: rel.get::<bool>(6)?.unwrap_or(false),
             };
 
-            let columns = client.select(
+            let columns = client.update(
                 "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, \
                         a.attnotnull, co.collname::text, cn.nspname::text \
                  FROM pg_attribute a \
@@ -116,7 +133,7 @@ impl TableShape {
                 });
             }
 
-            let constraints = client.select(
+            let constraints = client.update(
                 "SELECT conname::text, pg_get_constraintdef(oid), contype::text \
                  FROM pg_constraint WHERE conrelid = $1 AND contype IN ('p', 'u', 'c', 'x') \
                  ORDER BY contype = 'p' DESC, conname",
@@ -133,7 +150,7 @@ impl TableShape {
                 });
             }
 
-            let foreign_keys = client.select(
+            let foreign_keys = client.update(
                 "SELECT format('%I (on %s)', conname, conrelid::regclass) FROM pg_constraint \
                  WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) ORDER BY conname",
                 None,
@@ -160,7 +177,7 @@ impl TableShape {
 
             // pg_get_indexdef always schema-qualifies the table, so the text
             // before `USING` is exactly `CREATE [UNIQUE ]INDEX name ON schema.table `.
-            let indexes = client.select(
+            let indexes = client.update(
                 "SELECT ic.relname::text, pg_get_indexdef(i.indexrelid), i.indisunique, \
                         i.indisreplident, format('%I.%I', n.nspname, c.relname), \
                         quote_ident(ic.relname::text) \

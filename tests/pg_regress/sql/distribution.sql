@@ -75,3 +75,4 @@ CREATE TABLE events (id uuid PRIMARY KEY, payload text);
 SELECT pg_shard.create_distributed_table('events', 'id');
 SELECT count(*) AS shards, count(DISTINCT node_id) AS nodes FROM pg_shard.shards WHERE table_name = 'events'::regclass;
 SELECT pg_shard.map_version();
+

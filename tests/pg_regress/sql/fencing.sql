@@ -71,4 +71,16 @@ INSERT INTO pg_shard.local_shard SELECT * FROM saved;
 -- a NULL distribution key is never accepted
 INSERT INTO payments_100048 VALUES (NULL, 1);
 \echo :SQLSTATE
+
+-- an ordinary role with INSERT on a shard is checked the same way
+CREATE ROLE shard_writer;
+GRANT INSERT ON orders_100000 TO shard_writer;
+SET ROLE shard_writer;
+INSERT INTO orders_100000 VALUES (42, 900010, 1);
+INSERT INTO orders_100000 VALUES (1, 900011, 1);
+\echo :SQLSTATE
+RESET ROLE;
+DELETE FROM orders_100000 WHERE order_id = 900010;
+REVOKE ALL ON orders_100000 FROM shard_writer;
+DROP ROLE shard_writer;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'

@@ -44,3 +44,18 @@ FROM pg_class WHERE relname LIKE 'tx_table%' AND relkind = 'r' ORDER BY relname;
 SELECT relname, (xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I', relname), false, true, '')))[1]::text::int AS rows
 FROM pg_class WHERE relname LIKE 'tx_table%' AND relkind = 'r' ORDER BY relname;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+
+-- rows must be moved under READ COMMITTED: an older snapshot could miss some
+CREATE TABLE tx_rr (id bigint PRIMARY KEY);
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_shard.create_distributed_table('tx_rr', 'id');
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT pg_shard.create_reference_table('tx_rr');
+ROLLBACK;
+
+-- PREPARE TRANSACTION cannot carry work on the workers along
+BEGIN;
+SELECT pg_shard.create_distributed_table('tx_rr', 'id', shard_count => 2);
+PREPARE TRANSACTION 'pg_shard_regress_prepare';
+SELECT count(*) AS tx_rr_shards FROM pg_shard.shard WHERE table_rel = 'tx_rr'::regclass;
