@@ -98,6 +98,14 @@ logging_collector = off
 CONF
 }
 
+# pg_shard's read fence (an executor hook) must be active in every backend.
+ensure_preload() {
+    local conf=$1/postgresql.conf
+    if ! grep -q "^shared_preload_libraries = 'pg_shard'" "$conf"; then
+        echo "shared_preload_libraries = 'pg_shard'" >>"$conf"
+    fi
+}
+
 start() {
     prepare_dir
     resolve_dir
@@ -105,6 +113,7 @@ start() {
         local port data=$cluster_dir/$name
         port=$(node_port "$name")
         init_node "$name" "$port"
+        ensure_preload "$data"
         if as_server_user "$bindir/pg_ctl" --pgdata="$data" status >/dev/null 2>&1; then
             continue
         fi

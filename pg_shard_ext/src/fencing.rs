@@ -47,7 +47,7 @@ pub fn register_gucs() {
 
 /// A refusal, ready to raise: message and detail as palloc'd C strings, so
 /// that raising it (a longjmp) skips no Rust value that owns memory.
-struct Rejection {
+pub(crate) struct Rejection {
     message: *mut c_char,
     detail: *mut c_char,
 }
@@ -55,7 +55,7 @@ struct Rejection {
 impl Rejection {
     /// Built inside the guarded part of a trigger call: reading the worker's
     /// map version may itself raise an error, which must reach pgrx's guard.
-    fn new(shard: String, reason: String) -> Rejection {
+    pub(crate) fn new(shard: String, reason: String) -> Rejection {
         let message = format!(
             "wrong shard: {shard} refused the statement (worker map version {})",
             worker_map_version()
@@ -331,7 +331,7 @@ fn invalidate_shard_state(shard_rel: Option<pg_sys::Oid>) {
 }
 
 /// [`shard_record`] through the per-backend cache.
-fn cached_shard_record(relid: pg_sys::Oid) -> Option<(String, i64)> {
+pub(crate) fn cached_shard_record(relid: pg_sys::Oid) -> Option<(String, i64)> {
     if let Some(cached) = SHARD_STATES.with(|states| states.borrow().get(&relid).cloned()) {
         return cached;
     }
@@ -437,7 +437,7 @@ fn shard_record(relid: pg_sys::Oid) -> Option<(String, i64)> {
     }
 }
 
-fn relation_name(relation: pg_sys::Relation) -> String {
+pub(crate) fn relation_name(relation: pg_sys::Relation) -> String {
     // SAFETY: the relation is open; its rd_rel and namespace oid are valid,
     // and quote_qualified_identifier returns a palloc'd C string.
     unsafe {
@@ -468,7 +468,7 @@ fn make_sqlstate(code: &str) -> c_int {
 ///
 /// # Safety
 /// Must be called where a longjmp skips no Rust frame that owns resources.
-unsafe fn raise_wrong_shard(rejection: Rejection) -> ! {
+pub(crate) unsafe fn raise_wrong_shard(rejection: Rejection) -> ! {
     unsafe extern "C-unwind" {
         fn errstart(elevel: c_int, domain: *const c_char) -> bool;
         fn errcode(sqlerrcode: c_int) -> c_int;

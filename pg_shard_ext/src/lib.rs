@@ -14,6 +14,7 @@
 //! * [`data_copy`]  – moving existing rows into shard tables
 //! * [`drop`]       – DROP TABLE of a distributed table drops its shards
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
+//! * [`read_fence`] – worker-side refusal of reads from retired shards
 //! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
 //! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
 
@@ -28,6 +29,7 @@ mod fencing;
 mod keyspace;
 mod nodes;
 mod quote;
+mod read_fence;
 mod remote;
 mod settings;
 mod shard_ddl;
@@ -54,4 +56,5 @@ mod pg_shard {}
 pub extern "C-unwind" fn _PG_init() {
     fencing::register_gucs();
     fencing::register_cache_invalidation();
+    read_fence::install();
 }

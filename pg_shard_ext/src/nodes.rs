@@ -44,12 +44,16 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions \
                                 WHERE name = 'pg_shard'), \
-                        (SELECT system_identifier FROM pg_catalog.pg_control_system())",
+                        (SELECT system_identifier FROM pg_catalog.pg_control_system()), \
+                        'pg_shard' = ANY (string_to_array(replace( \
+                            current_setting('shared_preload_libraries'), ' ', ''), ','))",
                 &[],
             )
             .map_err(|e| remote_error(&node, &e))?;
-        let available: bool = row.get(0);
-        let remote_system_id: i64 = row.get(1);
+        let column_error = |e: postgres::Error| remote_error(&node, &e);
+        let available: bool = row.try_get(0).map_err(column_error)?;
+        let remote_system_id: i64 = row.try_get(1).map_err(column_error)?;
+        let preloaded: bool = row.try_get(2).map_err(column_error)?;
         if !available {
             return Err(ShardError::ExtensionMissing {
                 host: host.into(),
@@ -60,6 +64,12 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
             return Err(ShardError::InvalidArgument(format!(
                 "{host}:{port} is this metadata node's own server; workers must be other servers"
             )));
+        }
+        if !preloaded {
+            warning!(
+                "pg_shard is not in shared_preload_libraries on {host}:{port}: reads of \
+                 retired shards are refused only in sessions that loaded pg_shard"
+            );
         }
         client
             .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_shard")

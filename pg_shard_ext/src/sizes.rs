@@ -79,7 +79,11 @@ fn collect_sizes() -> Result<Vec<(i64, i32, Option<i64>)>> {
         match fetched {
             Ok(rows) => {
                 for row in rows {
-                    sizes.push((row.get::<_, i64>(0), node_id, row.get::<_, Option<i64>>(1)));
+                    if let (Ok(id), Ok(size)) =
+                        (row.try_get::<_, i64>(0), row.try_get::<_, Option<i64>>(1))
+                    {
+                        sizes.push((id, node_id, size));
+                    }
                 }
             }
             Err(error) => {

@@ -46,12 +46,22 @@ DELETE FROM orders_100000 WHERE order_id = 900001;
 \echo :SQLSTATE
 TRUNCATE orders_100000;
 \echo :SQLSTATE
--- reads still work
+-- reads of a frozen shard still work
 SELECT count(*) - :rows_before AS rows_added FROM orders_100000;
 -- a retired shard refuses writes too
 UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id = 100000;
 UPDATE orders_100000 SET total = 0 WHERE order_id = 900001;
 \echo :SQLSTATE
+-- ...and, unlike a frozen one, no longer serves reads (the executor hook)
+SELECT count(*) FROM orders_100000;
+\echo :SQLSTATE
+SELECT count(*) FROM orders_100002 o JOIN orders_100000 p USING (customer_id);
+\echo :SQLSTATE
+COPY (SELECT * FROM orders_100000) TO STDOUT;
+\echo :SQLSTATE
+-- EXPLAIN runs nothing and is allowed; other shards and tables are unaffected
+EXPLAIN (COSTS OFF) SELECT * FROM orders_100000;
+SELECT count(*) > 0 AS other_shard_readable FROM orders_100002;
 UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id = 100000;
 DELETE FROM orders_100000 WHERE order_id = 900001;
 
