@@ -22,6 +22,9 @@ END $$;
 -- allow_system_table_mods, which CREATE EXTENSION resets after this script.
 SET allow_system_table_mods = on;
 CREATE SCHEMA pg_shard;
+-- On the metadata node, the foreign tables (postgres_fdw) that stand for the
+-- shards as partitions of a distributed table.
+CREATE SCHEMA pg_shard_partitions;
 
 CREATE TABLE pg_shard.node (
     node_id  serial PRIMARY KEY,
@@ -60,7 +63,8 @@ CREATE SEQUENCE pg_shard.shard_id_seq START 100000;
 
 CREATE TABLE pg_shard.shard (
     shard_id       bigint   PRIMARY KEY DEFAULT nextval('pg_shard.shard_id_seq'),
-    table_rel      regclass NOT NULL REFERENCES pg_shard.logical_table ON DELETE CASCADE,
+    table_rel      regclass NOT NULL
+                   REFERENCES pg_shard.logical_table ON DELETE CASCADE ON UPDATE CASCADE,
     shard_group_id bigint   NOT NULL REFERENCES pg_shard.shard_group,
     shard_schema   text     NOT NULL,
     shard_name     text     NOT NULL,

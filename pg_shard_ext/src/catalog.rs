@@ -109,6 +109,7 @@ pub fn bump_map_version() -> Result<i64> {
         "SELECT pg_catalog.pg_notify('pg_shard_map', $1)",
         &[version.to_string().into()],
     )?;
+    crate::fdw::declare_map_version(version)?;
     Ok(version)
 }
 

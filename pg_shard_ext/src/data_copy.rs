@@ -26,6 +26,8 @@ const TOTAL_BUFFER_BYTES: usize = 256 << 20;
 pub struct ShardTarget {
     pub node: Node,
     pub qualified_shard: String,
+    /// The shard table's name within the table's schema.
+    pub shard_name: String,
 }
 
 struct Buffer {

@@ -8,6 +8,7 @@ use crate::fencing::guard_trigger_ddl;
 use crate::keyspace::{key_encoding_of, type_name};
 use crate::quote;
 use crate::remote::{in_transaction, remote_error};
+use crate::routing_table::{self, Partition};
 use crate::shard_ddl::{shard_table_name, TableShape};
 use pg_shard_core::range::{equal_ranges, KeyRange};
 use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
@@ -52,6 +53,9 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
         table: table.clone(),
         reason: reason.to_string(),
     };
+    if catalog::logical_table(relid)?.is_some() {
+        return Err(ShardError::AlreadyDistributed(table));
+    }
     match shape.relkind {
         'r' => {}
         'p' => return Err(unsupported("partitioned tables cannot be distributed yet")),
@@ -85,9 +89,6 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
              drop {} first",
             shape.foreign_keys.join(", ")
         )));
-    }
-    if catalog::logical_table(relid)?.is_some() {
-        return Err(ShardError::AlreadyDistributed(table));
     }
     if !shape.has_replica_identity() {
         return Err(ShardError::NoReplicaIdentity(table));
@@ -128,6 +129,7 @@ fn distribute_table(
         // Validate before anything is written.
         equal_ranges(count as i64)?;
     }
+    routing_table::check_replaceable(relid, &shape)?;
     let workers = catalog::active_nodes()?;
     if workers.is_empty() {
         return Err(ShardError::NoWorkers);
@@ -149,18 +151,25 @@ fn distribute_table(
     catalog::insert_logical_table(relid, "distributed", Some(column), colocation_id)?;
 
     let mut entries = Vec::new();
+    let mut partitions = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
         let target = create_shard(&shape, relid, &group, Some(column), version, false)?;
         let range = KeyRange::new(
             KeyspaceId::from_sql(group.range_start),
             KeyspaceId::from_sql(group.range_end),
         )?;
+        partitions.push(Partition {
+            shard_name: target.shard_name.clone(),
+            node_id: group.node.node_id,
+            range_start: group.range_start,
+            range_end: group.range_end,
+        });
         entries.push((range, target));
     }
     let map = ShardMap::new(version, entries)?;
     data_copy::copy_into_shards(&shape, column, &map)?;
     Spi::run(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
-    guard_local_table(&shape)
+    routing_table::replace_with_routing_table(relid, &shape, column, &partitions)
 }
 
 /// The co-location group a new distributed table joins, or None for a new one.
@@ -292,11 +301,12 @@ fn create_shard(
     Ok(ShardTarget {
         node: group.node.clone(),
         qualified_shard,
+        shard_name,
     })
 }
 
-/// Writes to the table on the metadata node would bypass the shards: refuse
-/// them until statements are routed (the planner hook).
+/// Writes to a reference table on the metadata node would not reach its
+/// copies: refuse them until they are propagated.
 fn guard_local_table(shape: &TableShape) -> Result<()> {
     Spi::run(&format!(
         "CREATE TRIGGER pg_shard_local_write_guard \

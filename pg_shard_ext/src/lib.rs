@@ -8,6 +8,8 @@
 //! * [`keyspace`]   – `pg_shard.keyspace_id(anyelement)`: SQL values to keyspace ids
 //! * [`catalog`]    – reads and writes of the metadata node's catalog tables
 //! * [`remote`]     – node-to-node connections and their transactions
+//! * [`fdw`]        – postgres_fdw servers through which the metadata node reaches shards
+//! * [`routing_table`] – a distributed table on the metadata node: partitioned, foreign partitions
 //! * [`shard_ddl`]  – the DDL that recreates a table's shape as a shard table
 //! * [`nodes`]      – `add_node`
 //! * [`distribute`] – `create_distributed_table`, `create_reference_table`
@@ -25,12 +27,14 @@ mod data_copy;
 mod distribute;
 mod drop;
 mod error;
+mod fdw;
 mod fencing;
 mod keyspace;
 mod nodes;
 mod quote;
 mod read_fence;
 mod remote;
+mod routing_table;
 mod settings;
 mod shard_ddl;
 mod sizes;

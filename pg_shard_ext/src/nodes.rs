@@ -77,5 +77,6 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
     })?;
     node.node_id = catalog::insert_node(host, port)?;
     replicate_reference_tables(&node)?;
+    crate::fdw::create_server(&node)?;
     Ok(node.node_id)
 }

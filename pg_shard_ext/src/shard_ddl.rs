@@ -20,6 +20,11 @@ pub struct Column {
     pub type_oid: pg_sys::Oid,
     pub not_null: bool,
     pub collation: Option<(String, String)>,
+    /// The DEFAULT expression, schema-qualified (kept on the metadata node's
+    /// routing table, where rows are routed from; not on shards).
+    pub default: Option<String>,
+    /// An identity or generated column (not supported on distributed tables yet).
+    pub identity_or_generated: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -108,8 +113,11 @@ impl TableShape {
 
             let columns = client.update(
                 "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, \
-                        a.attnotnull, co.collname::text, cn.nspname::text \
+                        a.attnotnull, co.collname::text, cn.nspname::text, \
+                        pg_get_expr(d.adbin, d.adrelid), \
+                        a.attidentity <> '' OR a.attgenerated <> '' \
                  FROM pg_attribute a \
+                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
                  JOIN pg_type t ON t.oid = a.atttypid \
                  LEFT JOIN pg_collation co \
                         ON co.oid = a.attcollation AND a.attcollation <> t.typcollation \
@@ -130,6 +138,8 @@ impl TableShape {
                     type_oid: row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
                     not_null: row.get::<bool>(4)?.unwrap_or(false),
                     collation,
+                    default: row.get::<String>(7)?,
+                    identity_or_generated: row.get::<bool>(8)?.unwrap_or(false),
                 });
             }
 
@@ -263,14 +273,10 @@ impl TableShape {
             .join(", ")
     }
 
-    /// The statements that create this shape as `schema.shard_name` on a
-    /// worker. Index-backed constraint and index names get the shard id as
-    /// a suffix, since index names are unique per schema.
-    pub fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
-        let target = quote::qualified(&self.schema, shard_name);
-        let suffix = format!("_{shard_id}");
-        let columns = self
-            .columns
+    /// `name type [COLLATE …] [NOT NULL] [DEFAULT …]` for every column;
+    /// defaults only when asked for.
+    pub fn column_definitions(&self, with_defaults: bool) -> String {
+        self.columns
             .iter()
             .map(|c| {
                 let mut column = format!("{} {}", quote::ident(&c.name), c.type_sql);
@@ -280,10 +286,22 @@ impl TableShape {
                 if c.not_null {
                     column.push_str(" NOT NULL");
                 }
+                if let (true, Some(default)) = (with_defaults, &c.default) {
+                    column.push_str(&format!(" DEFAULT {default}"));
+                }
                 column
             })
             .collect::<Vec<_>>()
-            .join(", ");
+            .join(", ")
+    }
+
+    /// The statements that create this shape as `schema.shard_name` on a
+    /// worker. Index-backed constraint and index names get the shard id as
+    /// a suffix, since index names are unique per schema.
+    pub fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
+        let target = quote::qualified(&self.schema, shard_name);
+        let suffix = format!("_{shard_id}");
+        let columns = self.column_definitions(false);
         let mut ddl = vec![
             format!("CREATE SCHEMA IF NOT EXISTS {}", quote::ident(&self.schema)),
             format!("CREATE TABLE {target} ({columns})"),

@@ -63,9 +63,15 @@ FROM (SELECT * FROM orders_100001 UNION ALL SELECT * FROM orders_100003
 SELECT count(*) AS shard_tables FROM pg_shard.local_shard;
 
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
--- writes on the metadata node's (now empty) table would bypass the shards
+-- on the metadata node the table is now partitioned by keyspace id, its
+-- partitions foreign tables on the shards: writes are routed to the owning
+-- shard, which enforces the primary key
+\d orders
 INSERT INTO orders VALUES (1, 1, 1);
-SELECT count(*) FROM ONLY orders;
+INSERT INTO orders VALUES (1, 900000, 1) RETURNING *;
+SELECT tableoid::regclass AS partition, * FROM orders WHERE order_id = 900000;
+DELETE FROM orders WHERE order_id = 900000;
+SELECT count(*), sum(total) FROM orders;
 
 -- the catalog is kept in pg_dump output
 SELECT count(*) AS config_tables FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pg_shard';

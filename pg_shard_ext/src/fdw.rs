@@ -1,0 +1,73 @@
+//! The metadata node reaches shards through postgres_fdw: one foreign server
+//! per worker node (`pg_shard_node_<node_id>`), created by `add_node`.
+//!
+//! Each server's connection options declare the current map version to the
+//! worker (`-c pg_shard.map_version=N`): every bump rewrites them, which makes
+//! postgres_fdw reconnect, so statements routed through the metadata node are
+//! always checked against the map they were planned with.
+
+use crate::catalog::{self, Node};
+use crate::error::Result;
+use crate::quote;
+use pgrx::prelude::*;
+
+pub fn server_name(node_id: i32) -> String {
+    format!("pg_shard_node_{node_id}")
+}
+
+fn connection_options(version: i64) -> String {
+    format!("-c pg_shard.map_version={version}")
+}
+
+/// Create the foreign server and a user mapping for `node`.
+pub fn create_server(node: &Node) -> Result<()> {
+    let database =
+        catalog::query_value::<String>("SELECT current_database()::text")?.unwrap_or_default();
+    let version = catalog::current_map_version()?;
+    let server = quote::ident(&server_name(node.node_id));
+    if crate::catalog::query_value::<bool>(
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'postgres_fdw')",
+    )?
+    .unwrap_or(true)
+    {
+        Spi::run("CREATE EXTENSION postgres_fdw")?;
+    }
+    Spi::run(&format!(
+        "CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (\
+         host {}, port {}, dbname {}, async_capable 'true', extensions 'pg_shard', \
+         fetch_size '10000', application_name 'pg_shard', options {})",
+        quote::literal(&node.host),
+        quote::literal(&node.port.to_string()),
+        quote::literal(&database),
+        quote::literal(&connection_options(version)),
+    ))?;
+    // Connect as the same user name on the worker, as node-to-node
+    // connections of the extension do.
+    Spi::run(&format!("CREATE USER MAPPING FOR PUBLIC SERVER {server}"))?;
+    Ok(())
+}
+
+/// Declare `version` on every node's server (called with each map bump).
+pub fn declare_map_version(version: i64) -> Result<()> {
+    let servers: Vec<String> = Spi::connect(|client| {
+        let mut names = Vec::new();
+        let rows = client.select(
+            "SELECT s.srvname::text FROM pg_shard.node n \
+             JOIN pg_catalog.pg_foreign_server s ON s.srvname = 'pg_shard_node_' || n.node_id",
+            None,
+            &[],
+        )?;
+        for row in rows {
+            names.extend(row.get::<String>(1)?);
+        }
+        Ok::<_, crate::error::ShardError>(names)
+    })?;
+    for server in servers {
+        Spi::run(&format!(
+            "ALTER SERVER {} OPTIONS (SET options {})",
+            quote::ident(&server),
+            quote::literal(&connection_options(version))
+        ))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! A distributed table on the metadata node is a table partitioned by range
+//! of `pg_shard.keyspace_id(distribution column)` whose partitions are
+//! postgres_fdw foreign tables on the shard tables (in schema
+//! pg_shard_partitions). PostgreSQL's own machinery then routes every
+//! statement: tuple routing for INSERT and COPY, partition pruning, async
+//! append for parallel scans of many shards, partitionwise joins and
+//! aggregates.
+//!
+//! PostgreSQL cannot turn a table into a partitioned one, so
+//! `create_distributed_table` builds the partitioned table beside the
+//! original, moves over what belongs to the table itself (owner, grants,
+//! comments, ownership of its sequences, defaults), drops the original and
+//! renames the new one into its place. What cannot be moved yet is refused
+//! before anything changes ([`check_replaceable`]). The metadata node's table
+//! carries no primary key or unique index (PostgreSQL allows none on a table
+//! with foreign partitions); the shards enforce them.
+
+use crate::error::{Result, ShardError};
+use crate::fdw::server_name;
+use crate::quote;
+use crate::shard_ddl::TableShape;
+use pgrx::prelude::*;
+
+/// One shard as a partition: its table on the worker and its range.
+pub struct Partition {
+    pub shard_name: String,
+    pub node_id: i32,
+    pub range_start: i64,
+    pub range_end: i64,
+}
+
+/// Objects that depend on the table and cannot follow it to the
+/// partitioned table yet.
+pub fn check_replaceable(relid: pg_sys::Oid, shape: &TableShape) -> Result<()> {
+    let unsupported = |reason: String| ShardError::UnsupportedTable {
+        table: shape.display_name.clone(),
+        reason,
+    };
+    if let Some(column) = shape.columns.iter().find(|c| c.identity_or_generated) {
+        return Err(unsupported(format!(
+            "identity and generated columns are not supported yet (column \"{}\")",
+            column.name
+        )));
+    }
+    let checks: [(&str, &str); 5] = [
+        (
+            "SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ') \
+             FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid \
+             WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+               AND d.refobjid = $1 AND r.ev_class <> $1",
+            "views depend on it; drop them first, and recreate them afterwards",
+        ),
+        (
+            "SELECT string_agg(rulename::text, ', ') FROM pg_rewrite WHERE ev_class = $1",
+            "rules on distributed tables are not supported",
+        ),
+        (
+            "SELECT string_agg(tgname::text, ', ') FROM pg_trigger \
+             WHERE tgrelid = $1 AND NOT tgisinternal",
+            "user triggers on distributed tables are not supported yet",
+        ),
+        (
+            "SELECT string_agg(attname::text, ', ') FROM pg_attribute \
+             WHERE attrelid = $1 AND attacl IS NOT NULL",
+            "column privileges are not carried over yet",
+        ),
+        (
+            "SELECT string_agg(p.pubname::text, ', ') FROM pg_publication_rel r \
+             JOIN pg_publication p ON p.oid = r.prpubid WHERE r.prrelid = $1",
+            "the table is in a publication",
+        ),
+    ];
+    for (query, reason) in checks {
+        if let Some(found) = crate::catalog::query_one::<String>(query, &[relid.into()])? {
+            return Err(unsupported(format!("{reason} ({found})")));
+        }
+    }
+    Ok(())
+}
+
+/// Replace the (empty) table `relid` by its partitioned routing table, and
+/// point the catalog at the new table.
+pub fn replace_with_routing_table(
+    relid: pg_sys::Oid,
+    shape: &TableShape,
+    dist_column: &str,
+    partitions: &[Partition],
+) -> Result<()> {
+    let original = shape.qualified();
+    let new_name = quote::name_with_suffix(&shape.name, "_pg_shard_new");
+    let new_table = quote::qualified(&shape.schema, &new_name);
+    Spi::run(&format!(
+        "CREATE TABLE {new_table} ({}) PARTITION BY RANGE (pg_shard.keyspace_id({}))",
+        shape.column_definitions(true),
+        quote::ident(dist_column)
+    ))?;
+    for partition in partitions {
+        let upper = if partition.range_end == i64::MAX {
+            "MAXVALUE".to_string()
+        } else {
+            (partition.range_end + 1).to_string()
+        };
+        Spi::run(&format!(
+            "CREATE FOREIGN TABLE {} PARTITION OF {new_table} \
+             FOR VALUES FROM ({}) TO ({upper}) SERVER {} \
+             OPTIONS (schema_name {}, table_name {})",
+            quote::qualified("pg_shard_partitions", &partition.shard_name),
+            partition.range_start,
+            quote::ident(&server_name(partition.node_id)),
+            quote::literal(&shape.schema),
+            quote::literal(&partition.shard_name),
+        ))?;
+    }
+    for statement in carried_over(relid, &new_table)? {
+        Spi::run(&statement)?;
+    }
+    Spi::run_with_args(
+        "UPDATE pg_shard.logical_table SET table_rel = to_regclass($2) WHERE table_rel = $1",
+        &[relid.into(), new_table.as_str().into()],
+    )?;
+    // The catalog no longer names the original, so the DROP's event trigger
+    // leaves the shards alone.
+    Spi::run(&format!("DROP TABLE {original}"))?;
+    Spi::run(&format!(
+        "ALTER TABLE {new_table} RENAME TO {}",
+        quote::ident(&shape.name)
+    ))?;
+    Ok(())
+}
+
+/// Owner, grants, comments and sequence ownership of `relid`, as statements
+/// applying them to `new_table`.
+fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
+    Spi::connect(|client| {
+        let mut statements = Vec::new();
+        let owner = client.select(
+            "SELECT quote_ident(pg_get_userbyid(relowner)) FROM pg_class WHERE oid = $1",
+            Some(1),
+            &[relid.into()],
+        )?;
+        for row in owner {
+            if let Some(owner) = row.get::<String>(1)? {
+                statements.push(format!("ALTER TABLE {new_table} OWNER TO {owner}"));
+            }
+        }
+        let grants = client.select(
+            "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
+                         ELSE quote_ident(pg_get_userbyid(a.grantee)) END, \
+                    a.privilege_type, a.is_grantable \
+             FROM pg_class c, aclexplode(c.relacl) a \
+             WHERE c.oid = $1 AND a.grantee <> c.relowner",
+            None,
+            &[relid.into()],
+        )?;
+        for row in grants {
+            let grantee = row.get::<String>(1)?.unwrap_or_default();
+            let privilege = row.get::<String>(2)?.unwrap_or_default();
+            let grant_option = if row.get::<bool>(3)?.unwrap_or(false) {
+                " WITH GRANT OPTION"
+            } else {
+                ""
+            };
+            statements.push(format!(
+                "GRANT {privilege} ON {new_table} TO {grantee}{grant_option}"
+            ));
+        }
+        let comments = client.select(
+            "SELECT NULL::text, obj_description($1, 'pg_class') \
+             UNION ALL \
+             SELECT quote_ident(attname), col_description($1, attnum) FROM pg_attribute \
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
+            None,
+            &[relid.into()],
+        )?;
+        for row in comments {
+            let Some(comment) = row.get::<String>(2)? else {
+                continue;
+            };
+            match row.get::<String>(1)? {
+                None => statements.push(format!(
+                    "COMMENT ON TABLE {new_table} IS {}",
+                    quote::literal(&comment)
+                )),
+                Some(column) => statements.push(format!(
+                    "COMMENT ON COLUMN {new_table}.{column} IS {}",
+                    quote::literal(&comment)
+                )),
+            }
+        }
+        let sequences = client.select(
+            "SELECT d.objid::regclass::text, quote_ident(a.attname) \
+             FROM pg_depend d \
+             JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
+             JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid \
+             WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
+               AND d.refobjid = $1 AND d.deptype = 'a'",
+            None,
+            &[relid.into()],
+        )?;
+        for row in sequences {
+            let sequence = row.get::<String>(1)?.unwrap_or_default();
+            let column = row.get::<String>(2)?.unwrap_or_default();
+            statements.push(format!(
+                "ALTER SEQUENCE {sequence} OWNED BY {new_table}.{column}"
+            ));
+        }
+        Ok(statements)
+    })
+}
