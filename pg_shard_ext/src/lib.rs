@@ -17,6 +17,7 @@
 //! * [`drop`]       – DROP TABLE of a distributed table drops its shards
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
 //! * [`read_fence`] – worker-side refusal of reads from retired shards
+//! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
 //! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
 //! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
 
@@ -31,6 +32,7 @@ mod fdw;
 mod fencing;
 mod keyspace;
 mod nodes;
+mod planner;
 mod quote;
 mod read_fence;
 mod remote;
@@ -61,4 +63,5 @@ pub extern "C-unwind" fn _PG_init() {
     fencing::register_gucs();
     fencing::register_cache_invalidation();
     read_fence::install();
+    planner::install();
 }

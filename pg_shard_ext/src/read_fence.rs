@@ -16,6 +16,14 @@ use std::ffi::CStr;
 
 static mut PREVIOUS_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
 
+// Declared here rather than taken from pgrx::pg_sys, whose bindings turn a
+// PostgreSQL error into a Rust panic: errors of the executor must reach
+// PostgreSQL's handler as errors, with their own SQLSTATE.
+unsafe extern "C-unwind" {
+    #[link_name = "standard_ExecutorStart"]
+    fn postgres_standard_executor_start(query: *mut pg_sys::QueryDesc, eflags: i32);
+}
+
 /// Install the hook, chaining to whatever was installed before.
 pub fn install() {
     // SAFETY: called once from _PG_init, single-threaded, before any query
@@ -40,7 +48,7 @@ unsafe extern "C-unwind" fn executor_start(query: *mut pg_sys::QueryDesc, eflags
     unsafe {
         match PREVIOUS_EXECUTOR_START {
             Some(previous) => previous(query, eflags),
-            None => pg_sys::standard_ExecutorStart(query, eflags),
+            None => postgres_standard_executor_start(query, eflags),
         }
     }
 }

@@ -1,0 +1,426 @@
+//! The metadata node's planner hook: shard pruning for keys.
+//!
+//! A distributed table is partitioned by `pg_shard.keyspace_id(key)`, so
+//! PostgreSQL prunes partitions only for conditions on that expression. The
+//! hook finds conditions on the distribution column itself and adds the
+//! matching condition on the partition key beside them:
+//!
+//! * `key = <expr>`  →  `keyspace_id(key) = keyspace_id(<expr>)`
+//! * `key IN (a, b)` →  `keyspace_id(key) = ANY (ARRAY[keyspace_id(a), keyspace_id(b)])`
+//!
+//! where `<expr>` refers to no column of the same query level and is not
+//! volatile. Constants fold at plan time (plan-time pruning); parameters of a
+//! generic plan are evaluated when it starts (run-time pruning). The added
+//! condition is implied by the one it stands beside, so results never change.
+//! Conditions in WHERE and in every JOIN … ON are handled, in subqueries in
+//! FROM and in CTEs too.
+
+use crate::keyspace::key_encoding_of;
+use pgrx::prelude::*;
+use pgrx::PgList;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::CStr;
+
+/// `int8 = int8`.
+const INT8_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(410);
+
+static mut PREVIOUS_PLANNER: pg_sys::planner_hook_type = None;
+
+// Declared here rather than taken from pgrx::pg_sys, whose bindings turn a
+// PostgreSQL error into a Rust panic: an error while planning must travel
+// to PostgreSQL's handler as an error, with its own SQLSTATE.
+unsafe extern "C-unwind" {
+    #[link_name = "standard_planner"]
+    fn postgres_standard_planner(
+        parse: *mut pg_sys::Query,
+        query_string: *const std::ffi::c_char,
+        cursor_options: i32,
+        bound_params: pg_sys::ParamListInfo,
+    ) -> *mut pg_sys::PlannedStmt;
+}
+
+thread_local! {
+    // relid → attribute number of the distribution column (None: not distributed).
+    static DISTRIBUTION_COLUMNS: RefCell<HashMap<pg_sys::Oid, Option<i16>>> =
+        RefCell::new(HashMap::new());
+    static KEYSPACE_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    // Set while the hook reads the catalog, whose own queries are planned too.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the hook busy while it reads the catalog; unmarks even when the
+/// read fails (the error unwinds through here as a Rust panic).
+struct Busy;
+
+impl Busy {
+    fn start() -> Busy {
+        BUSY.set(true);
+        Busy
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.set(false);
+    }
+}
+
+pub fn install() {
+    // SAFETY: called once from _PG_init, before any planning with the library loaded.
+    unsafe {
+        PREVIOUS_PLANNER = pg_sys::planner_hook;
+        pg_sys::planner_hook = Some(plan);
+    }
+}
+
+/// Forget cached catalog facts (called on every relcache invalidation).
+pub fn forget_cache() {
+    DISTRIBUTION_COLUMNS.with(|columns| columns.borrow_mut().clear());
+}
+
+/// # Safety
+/// Called by PostgreSQL's planner entry point with a valid parse tree.
+unsafe extern "C-unwind" fn plan(
+    parse: *mut pg_sys::Query,
+    query_string: *const std::ffi::c_char,
+    cursor_options: i32,
+    bound_params: pg_sys::ParamListInfo,
+) -> *mut pg_sys::PlannedStmt {
+    if !BUSY.get() {
+        // SAFETY: parse is the tree about to be planned; the rewrite only adds
+        // nodes allocated in the current memory context.
+        unsafe { pg_sys::panic::pgrx_extern_c_guard(|| add_keyspace_conditions(parse)) };
+    }
+    // SAFETY: chaining with the arguments we were given; errors raised in
+    // planning longjmp through this frame, which owns nothing.
+    unsafe {
+        match PREVIOUS_PLANNER {
+            Some(previous) => previous(parse, query_string, cursor_options, bound_params),
+            None => postgres_standard_planner(parse, query_string, cursor_options, bound_params),
+        }
+    }
+}
+
+fn add_keyspace_conditions(query: *mut pg_sys::Query) {
+    // SAFETY: walking a valid parse tree.
+    if !unsafe { has_partitioned_relation(query) } {
+        return;
+    }
+    // SAFETY: get_namespace_oid is a syscache lookup; databases without the
+    // extension have no distributed tables.
+    let installed =
+        unsafe { pg_sys::get_namespace_oid(c"pg_shard".as_ptr(), true) } != pg_sys::InvalidOid;
+    if installed {
+        // SAFETY: as above.
+        unsafe { rewrite_query(query) };
+    }
+}
+
+/// Cheap pre-check: distributed tables are partitioned tables.
+unsafe fn has_partitioned_relation(query: *mut pg_sys::Query) -> bool {
+    // SAFETY: the range table of a valid Query is a list of RangeTblEntry,
+    // and subquery and CTE queries are valid Queries.
+    unsafe {
+        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
+        let in_rtable = rtable.iter_ptr().any(|rte| match (*rte).rtekind {
+            pg_sys::RTEKind::RTE_RELATION => {
+                (*rte).relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
+            }
+            pg_sys::RTEKind::RTE_SUBQUERY => {
+                !(*rte).subquery.is_null() && has_partitioned_relation((*rte).subquery)
+            }
+            _ => false,
+        });
+        in_rtable
+            || PgList::<pg_sys::CommonTableExpr>::from_pg((*query).cteList)
+                .iter_ptr()
+                .any(|cte| {
+                    let inner = (*cte).ctequery as *mut pg_sys::Query;
+                    !inner.is_null()
+                        && (*inner).type_ == pg_sys::NodeTag::T_Query
+                        && has_partitioned_relation(inner)
+                })
+    }
+}
+
+unsafe fn rewrite_query(query: *mut pg_sys::Query) {
+    // SAFETY: see has_partitioned_relation; quals are replaced by new nodes.
+    unsafe {
+        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
+        for rte in rtable.iter_ptr() {
+            if (*rte).rtekind == pg_sys::RTEKind::RTE_SUBQUERY && !(*rte).subquery.is_null() {
+                rewrite_query((*rte).subquery);
+            }
+        }
+        for cte in PgList::<pg_sys::CommonTableExpr>::from_pg((*query).cteList).iter_ptr() {
+            let inner = (*cte).ctequery as *mut pg_sys::Query;
+            if !inner.is_null() && (*inner).type_ == pg_sys::NodeTag::T_Query {
+                rewrite_query(inner);
+            }
+        }
+        let jointree = (*query).jointree;
+        if jointree.is_null() {
+            return;
+        }
+        (*jointree).quals = with_keyspace_conditions(query, (*jointree).quals);
+        for item in PgList::<pg_sys::Node>::from_pg((*jointree).fromlist).iter_ptr() {
+            rewrite_join(query, item);
+        }
+    }
+}
+
+unsafe fn rewrite_join(query: *mut pg_sys::Query, node: *mut pg_sys::Node) {
+    // SAFETY: nodes of a from-list are RangeTblRef, JoinExpr or FromExpr.
+    unsafe {
+        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_JoinExpr {
+            return;
+        }
+        let join = node as *mut pg_sys::JoinExpr;
+        (*join).quals = with_keyspace_conditions(query, (*join).quals);
+        rewrite_join(query, (*join).larg);
+        rewrite_join(query, (*join).rarg);
+    }
+}
+
+/// `quals` AND the keyspace conditions derived from its conjuncts.
+unsafe fn with_keyspace_conditions(
+    query: *mut pg_sys::Query,
+    quals: *mut pg_sys::Node,
+) -> *mut pg_sys::Node {
+    if quals.is_null() {
+        return quals;
+    }
+    // SAFETY: quals is a valid expression tree of `query`.
+    unsafe {
+        let conjuncts: Vec<*mut pg_sys::Node> = if is_and(quals) {
+            PgList::<pg_sys::Node>::from_pg((*(quals as *mut pg_sys::BoolExpr)).args)
+                .iter_ptr()
+                .collect()
+        } else {
+            vec![quals]
+        };
+        let derived: Vec<*mut pg_sys::Node> = conjuncts
+            .iter()
+            .filter_map(|&conjunct| keyspace_condition(query, conjunct))
+            .collect();
+        if derived.is_empty() {
+            return quals;
+        }
+        let mut all = PgList::<pg_sys::Node>::new();
+        for node in conjuncts.into_iter().chain(derived) {
+            all.push(node);
+        }
+        pg_sys::make_andclause(all.into_pg()) as *mut pg_sys::Node
+    }
+}
+
+unsafe fn is_and(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: reading the tag of a valid node.
+    unsafe {
+        (*node).type_ == pg_sys::NodeTag::T_BoolExpr
+            && (*(node as *mut pg_sys::BoolExpr)).boolop == pg_sys::BoolExprType::AND_EXPR
+    }
+}
+
+/// The keyspace condition implied by `conjunct`, if it is an equality or IN
+/// list on a distribution column.
+unsafe fn keyspace_condition(
+    query: *mut pg_sys::Query,
+    conjunct: *mut pg_sys::Node,
+) -> Option<*mut pg_sys::Node> {
+    // SAFETY: conjunct is a valid expression node.
+    unsafe {
+        match (*conjunct).type_ {
+            pg_sys::NodeTag::T_OpExpr => {
+                let op = conjunct as *mut pg_sys::OpExpr;
+                if !is_key_equality((*op).opno, (*op).inputcollid) {
+                    return None;
+                }
+                let args = PgList::<pg_sys::Node>::from_pg((*op).args);
+                let (left, right) = (args.get_ptr(0)?, args.get_ptr(1)?);
+                let (column, value) = match (
+                    is_distribution_column(query, left),
+                    is_distribution_column(query, right),
+                ) {
+                    // Equal keys have equal keyspace ids: a join on the
+                    // distribution columns implies one on the partition keys,
+                    // which lets a condition on one side prune the other and
+                    // co-located tables join shard by shard.
+                    (true, true) if same_encoding(left, right) => (left, right),
+                    (true, _) if usable_value(left, right) => (left, right),
+                    (_, true) if usable_value(right, left) => (right, left),
+                    _ => return None,
+                };
+                Some(pg_sys::make_opclause(
+                    INT8_EQUAL_OPERATOR,
+                    pg_sys::BOOLOID,
+                    false,
+                    keyspace_call(column)? as *mut pg_sys::Expr,
+                    keyspace_call(value)? as *mut pg_sys::Expr,
+                    pg_sys::InvalidOid,
+                    pg_sys::InvalidOid,
+                ) as *mut pg_sys::Node)
+            }
+            pg_sys::NodeTag::T_ScalarArrayOpExpr => {
+                let saop = conjunct as *mut pg_sys::ScalarArrayOpExpr;
+                if !(*saop).useOr || !is_key_equality((*saop).opno, (*saop).inputcollid) {
+                    return None;
+                }
+                let args = PgList::<pg_sys::Node>::from_pg((*saop).args);
+                let (column, array) = (args.get_ptr(0)?, args.get_ptr(1)?);
+                if !is_distribution_column(query, column)
+                    || (*array).type_ != pg_sys::NodeTag::T_ArrayExpr
+                    || (*(array as *mut pg_sys::ArrayExpr)).multidims
+                {
+                    return None;
+                }
+                let mut ids = PgList::<pg_sys::Node>::new();
+                let elements =
+                    PgList::<pg_sys::Node>::from_pg((*(array as *mut pg_sys::ArrayExpr)).elements);
+                for element in elements.iter_ptr() {
+                    if !usable_value(column, element) {
+                        return None;
+                    }
+                    ids.push(keyspace_call(element)?);
+                }
+                let mut id_array =
+                    PgBox::<pg_sys::ArrayExpr>::alloc_node(pg_sys::NodeTag::T_ArrayExpr);
+                id_array.array_typeid = pg_sys::INT8ARRAYOID;
+                id_array.element_typeid = pg_sys::INT8OID;
+                id_array.elements = ids.into_pg();
+                id_array.location = -1;
+                let mut condition = PgBox::<pg_sys::ScalarArrayOpExpr>::alloc_node(
+                    pg_sys::NodeTag::T_ScalarArrayOpExpr,
+                );
+                condition.opno = INT8_EQUAL_OPERATOR;
+                condition.useOr = true;
+                let mut condition_args = PgList::<pg_sys::Node>::new();
+                condition_args.push(keyspace_call(column)?);
+                condition_args.push(id_array.into_pg() as *mut pg_sys::Node);
+                condition.args = condition_args.into_pg();
+                condition.location = -1;
+                Some(condition.into_pg() as *mut pg_sys::Node)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An `=` operator whose collation (if any) is deterministic: equal values
+/// then have equal bytes, hence equal keyspace ids.
+unsafe fn is_key_equality(opno: pg_sys::Oid, input_collation: pg_sys::Oid) -> bool {
+    // SAFETY: get_opname returns a palloc'd name or NULL.
+    unsafe {
+        let name = pg_sys::get_opname(opno);
+        if name.is_null() || CStr::from_ptr(name).to_bytes() != b"=" {
+            return false;
+        }
+        input_collation == pg_sys::InvalidOid
+            || pg_sys::get_collation_isdeterministic(input_collation)
+    }
+}
+
+/// Whether two expressions' types hash alike.
+unsafe fn same_encoding(a: *mut pg_sys::Node, b: *mut pg_sys::Node) -> bool {
+    // SAFETY: both are valid expression nodes.
+    let (a_type, b_type) = unsafe { (pg_sys::exprType(a), pg_sys::exprType(b)) };
+    matches!((key_encoding_of(a_type), key_encoding_of(b_type)), (Some(x), Some(y)) if x == y)
+}
+
+/// A value usable beside `column`: same key encoding, no column of this
+/// query level, nothing volatile, no set-returning function.
+unsafe fn usable_value(column: *mut pg_sys::Node, value: *mut pg_sys::Node) -> bool {
+    // SAFETY: both are valid expression nodes.
+    unsafe {
+        same_encoding(column, value)
+            && !pg_sys::contain_vars_of_level(value, 0)
+            && !pg_sys::contain_volatile_functions(value)
+            && !pg_sys::expression_returns_set(value)
+            && !pg_sys::contain_subplans(value)
+    }
+}
+
+/// Whether `node` is a plain column reference (this query level) to the
+/// distribution column of a distributed table.
+unsafe fn is_distribution_column(query: *mut pg_sys::Query, node: *mut pg_sys::Node) -> bool {
+    // SAFETY: node is a valid expression; a Var's varno indexes the range table.
+    unsafe {
+        if (*node).type_ != pg_sys::NodeTag::T_Var {
+            return false;
+        }
+        let var = node as *mut pg_sys::Var;
+        if (*var).varlevelsup != 0 || (*var).varno < 1 {
+            return false;
+        }
+        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
+        let Some(rte) = rtable.get_ptr((*var).varno as usize - 1) else {
+            return false;
+        };
+        if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
+            || (*rte).relkind != pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
+        {
+            return false;
+        }
+        distribution_column((*rte).relid) == Some((*var).varattno)
+    }
+}
+
+/// The distribution column's attribute number of `relid`, if distributed.
+fn distribution_column(relid: pg_sys::Oid) -> Option<i16> {
+    if let Some(known) = DISTRIBUTION_COLUMNS.with(|columns| columns.borrow().get(&relid).copied())
+    {
+        return known;
+    }
+    let busy = Busy::start();
+    let column = crate::catalog::query_one::<String>(
+        "SELECT dist_column FROM pg_shard.logical_table \
+         WHERE table_rel = $1 AND kind = 'distributed'",
+        &[relid.into()],
+    );
+    drop(busy);
+    let attno = match column {
+        Ok(Some(name)) => {
+            let name = std::ffi::CString::new(name).unwrap_or_default();
+            // SAFETY: get_attnum reads the syscache; InvalidAttrNumber (0) if absent.
+            let attno = unsafe { pg_sys::get_attnum(relid, name.as_ptr()) };
+            (attno > 0).then_some(attno)
+        }
+        _ => None,
+    };
+    DISTRIBUTION_COLUMNS.with(|columns| columns.borrow_mut().insert(relid, attno));
+    attno
+}
+
+/// `pg_shard.keyspace_id(<copy of node>)`.
+unsafe fn keyspace_call(node: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
+    let function = keyspace_function()?;
+    // SAFETY: copying a valid node and building a FuncExpr around it.
+    unsafe {
+        let mut args = PgList::<pg_sys::Node>::new();
+        args.push(pg_sys::copyObjectImpl(node as *const std::ffi::c_void) as *mut pg_sys::Node);
+        Some(pg_sys::makeFuncExpr(
+            function,
+            pg_sys::INT8OID,
+            args.into_pg(),
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        ) as *mut pg_sys::Node)
+    }
+}
+
+fn keyspace_function() -> Option<pg_sys::Oid> {
+    let known = KEYSPACE_FUNCTION.get();
+    if known != pg_sys::InvalidOid {
+        return Some(known);
+    }
+    let busy = Busy::start();
+    let found = crate::catalog::query_value::<pg_sys::Oid>(
+        "SELECT to_regprocedure('pg_shard.keyspace_id(anyelement)')::oid",
+    );
+    drop(busy);
+    let function = found.ok().flatten()?;
+    KEYSPACE_FUNCTION.set(function);
+    Some(function)
+}
