@@ -64,6 +64,8 @@ pub enum ShardError {
          or SERIALIZABLE"
     )]
     NeedsReadCommitted,
+    #[error("cannot update the distribution column of a distributed table")]
+    KeyUpdate,
     #[error("cannot PREPARE a transaction that has changed worker nodes through pg_shard")]
     CannotPrepare,
     #[error("catalog query failed: {0}")]
@@ -97,7 +99,7 @@ impl ShardError {
             ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
-            ShardError::CannotPrepare => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }
@@ -118,6 +120,11 @@ impl ShardError {
             ShardError::NeedsReadCommitted => Some(
                 "a snapshot taken before the table was locked could miss rows; \
                  run it in its own transaction or one started at READ COMMITTED"
+                    .into(),
+            ),
+            ShardError::KeyUpdate => Some(
+                "moving a row to another key is not supported yet: DELETE it and INSERT it \
+                 with the new key"
                     .into(),
             ),
             ShardError::SubtransactionRolledBack => Some(

@@ -113,7 +113,40 @@ fn add_keyspace_conditions(query: *mut pg_sys::Query) {
         unsafe { pg_sys::get_namespace_oid(c"pg_shard".as_ptr(), true) } != pg_sys::InvalidOid;
     if installed {
         // SAFETY: as above.
-        unsafe { rewrite_query(query) };
+        unsafe {
+            refuse_key_update(query);
+            rewrite_query(query);
+        }
+    }
+}
+
+/// A row whose key changes would have to move to another shard, which is
+/// not supported yet: say so, rather than let the old shard refuse the new
+/// key with WrongShard (which tells routers to retry).
+unsafe fn refuse_key_update(query: *mut pg_sys::Query) {
+    // SAFETY: a valid Query; resultRelation indexes its range table and the
+    // target list holds TargetEntry nodes.
+    unsafe {
+        if (*query).commandType != pg_sys::CmdType::CMD_UPDATE || (*query).resultRelation < 1 {
+            return;
+        }
+        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
+        let Some(rte) = rtable.get_ptr((*query).resultRelation as usize - 1) else {
+            return;
+        };
+        if (*rte).relkind != pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char {
+            return;
+        }
+        let Some(key) = distribution_column((*rte).relid) else {
+            return;
+        };
+        let targets = PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList);
+        if targets
+            .iter_ptr()
+            .any(|t| !(*t).resjunk && (*t).resno == key)
+        {
+            crate::error::ShardError::KeyUpdate.report();
+        }
     }
 }
 

@@ -33,6 +33,10 @@ SELECT tableoid::regclass AS partition, customer_id FROM orders WHERE order_id =
 UPDATE orders SET total = total + 1 WHERE customer_id = 42 AND order_id = 800001 RETURNING total;
 EXPLAIN (COSTS OFF) UPDATE orders SET total = total + 1 WHERE customer_id = 42;
 DELETE FROM orders WHERE order_id = 800001 RETURNING customer_id, total;
+-- changing a row's key is refused clearly, and changes nothing
+UPDATE orders SET customer_id = 2 WHERE customer_id = 1 AND order_id = 1;
+UPDATE orders SET total = 0, customer_id = customer_id + 1 WHERE order_id = 1;
+SELECT customer_id, total FROM orders WHERE order_id = 1;
 -- COPY in and out
 COPY orders (customer_id, order_id, total) FROM stdin;
 11	800002	1.5
