@@ -56,17 +56,26 @@ CREATE TRIGGER local_shard_truncated
     AFTER TRUNCATE ON pg_shard.local_shard
     FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.local_shard_changed();
 
--- On the metadata node, the rows of a distributed table live on the workers:
--- a write to the local table would bypass them.
-CREATE FUNCTION pg_shard.reject_local_write() RETURNS trigger
-LANGUAGE plpgsql AS $$
+-- Writes to a reference table on the metadata node reach every copy
+-- (pg_shard_ext/src/reference.rs); the transition tables carry the rows.
+-- SECURITY DEFINER: any role allowed to write the table may propagate its
+-- own change, without being allowed to call the replication function.
+CREATE FUNCTION pg_shard.replicate_reference_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    old_rows text;
+    new_rows text;
 BEGIN
-    RAISE EXCEPTION 'cannot % % on the metadata node: it is a pg_shard % table',
-        lower(TG_OP), TG_RELID::regclass,
-        (SELECT kind FROM pg_shard.logical_table WHERE table_rel = TG_RELID)
-        USING ERRCODE = 'feature_not_supported',
-              HINT = 'routing statements on distributed and reference tables through '
-                     'the metadata node is not available in this version';
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(o))::text INTO old_rows FROM pg_shard_old o;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(n))::text INTO new_rows FROM pg_shard_new n;
+    END IF;
+    IF TG_OP = 'TRUNCATE' OR old_rows IS NOT NULL OR new_rows IS NOT NULL THEN
+        PERFORM pg_shard.replicate_reference_change(TG_RELID, TG_OP, old_rows, new_rows);
+    END IF;
+    RETURN NULL;
 END $$;
 
 CREATE VIEW pg_shard.nodes AS
@@ -125,3 +134,4 @@ REVOKE ALL ON FUNCTION pg_shard.create_distributed_table_internal(oid, text, int
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.replicate_reference_change(oid, text, text, text) FROM PUBLIC;

@@ -305,15 +305,11 @@ fn create_shard(
     })
 }
 
-/// Writes to a reference table on the metadata node would not reach its
-/// copies: refuse them until they are propagated.
-fn guard_local_table(shape: &TableShape) -> Result<()> {
-    Spi::run(&format!(
-        "CREATE TRIGGER pg_shard_local_write_guard \
-         BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {} \
-         FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.reject_local_write()",
-        shape.qualified()
-    ))?;
+/// Writes to the reference table on the metadata node reach every copy.
+fn replicate_local_writes(shape: &TableShape) -> Result<()> {
+    for statement in crate::reference::replication_trigger_ddl(&shape.qualified()) {
+        Spi::run(&statement)?;
+    }
     Ok(())
 }
 
@@ -335,7 +331,7 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
     }
     data_copy::copy_into_all(&shape, &targets)?;
     // The rows stay on the metadata node too: reference tables are read locally.
-    guard_local_table(&shape)
+    replicate_local_writes(&shape)
 }
 
 /// Give a newly added node a copy of every reference table.

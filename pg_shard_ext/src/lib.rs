@@ -14,6 +14,7 @@
 //! * [`nodes`]      – `add_node`
 //! * [`distribute`] – `create_distributed_table`, `create_reference_table`
 //! * [`data_copy`]  – moving existing rows into shard tables
+//! * [`reference`]  – writes to reference tables reach every copy
 //! * [`drop`]       – DROP TABLE of a distributed table drops its shards
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
 //! * [`read_fence`] – worker-side refusal of reads from retired shards
@@ -35,6 +36,7 @@ mod nodes;
 mod planner;
 mod quote;
 mod read_fence;
+mod reference;
 mod remote;
 mod routing_table;
 mod settings;

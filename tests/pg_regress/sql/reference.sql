@@ -32,3 +32,28 @@ SELECT * FROM currencies_100069;
 -- distributed tables did not move to the new node
 SELECT count(*) AS shard_tables FROM pg_shard.local_shard;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+
+-- writes on the metadata node reach every copy in the same transaction;
+-- reads are served locally
+INSERT INTO countries VALUES ('ES', 'Spain'), ('IT', 'Italy');
+UPDATE countries SET name = 'Deutschland' WHERE code = 'DE';
+DELETE FROM countries WHERE code = 'FR';
+BEGIN;
+INSERT INTO countries VALUES ('XX', 'rolled back');
+ROLLBACK;
+EXPLAIN (COSTS OFF) SELECT * FROM countries WHERE code = 'DE';
+SELECT * FROM countries ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+SELECT * FROM countries_100068 ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55323'
+SELECT * FROM countries_100068 ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+COPY countries FROM stdin;
+PT	Portugal
+\.
+TRUNCATE currencies;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+SELECT * FROM countries_100068 WHERE code = 'PT';
+SELECT count(*) AS currencies_left FROM currencies_100069;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+INSERT INTO currencies VALUES ('EUR', 'DE');

@@ -1,0 +1,167 @@
+//! Writes to a reference table reach every copy in the same transaction.
+//!
+//! The metadata node keeps the table's rows (reads are served locally). Its
+//! AFTER … FOR EACH STATEMENT triggers (sql/pg_shard_api.sql) collect the
+//! statement's rows from the transition tables as JSON and call
+//! `pg_shard.replicate_reference_change`, which applies the same change to
+//! every worker's copy in a remote transaction that commits with the local
+//! one. Rows are matched by the table's primary key (or replica identity
+//! index).
+
+use crate::catalog::Node;
+use crate::error::{OrReport, Result, ShardError};
+use crate::quote;
+use crate::remote::{in_transaction, remote_error};
+use pgrx::prelude::*;
+
+/// Trigger DDL that makes writes to `qualified_table` reach its copies.
+pub fn replication_trigger_ddl(qualified_table: &str) -> Vec<String> {
+    let function = "pg_shard.replicate_reference_write()";
+    vec![
+        format!(
+            "CREATE TRIGGER pg_shard_replicate_insert AFTER INSERT ON {qualified_table} \
+             REFERENCING NEW TABLE AS pg_shard_new \
+             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
+        ),
+        format!(
+            "CREATE TRIGGER pg_shard_replicate_update AFTER UPDATE ON {qualified_table} \
+             REFERENCING OLD TABLE AS pg_shard_old NEW TABLE AS pg_shard_new \
+             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
+        ),
+        format!(
+            "CREATE TRIGGER pg_shard_replicate_delete AFTER DELETE ON {qualified_table} \
+             REFERENCING OLD TABLE AS pg_shard_old \
+             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
+        ),
+        format!(
+            "CREATE TRIGGER pg_shard_replicate_truncate AFTER TRUNCATE ON {qualified_table} \
+             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
+        ),
+    ]
+}
+
+/// `pg_shard.replicate_reference_change(table, operation, old_rows, new_rows)`:
+/// rows as JSON arrays of objects (NULL when the operation has none).
+#[pg_extern(schema = "pg_shard")]
+fn replicate_reference_change(
+    table_oid: pg_sys::Oid,
+    operation: &str,
+    old_rows: Option<&str>,
+    new_rows: Option<&str>,
+) {
+    replicate(table_oid, operation, old_rows, new_rows).or_report()
+}
+
+fn replicate(
+    relid: pg_sys::Oid,
+    operation: &str,
+    old_rows: Option<&str>,
+    new_rows: Option<&str>,
+) -> Result<()> {
+    let copies = copies_of(relid)?;
+    let key = key_columns(relid)?;
+    let needs_key = matches!(operation, "UPDATE" | "DELETE");
+    if needs_key && key.is_empty() {
+        return Err(ShardError::InvalidArgument(format!(
+            "cannot {} rows of reference table {}: it has no primary key or replica \
+             identity index to find them by on the workers",
+            operation.to_lowercase(),
+            display_name(relid)?
+        )));
+    }
+    for (node, copy) in &copies {
+        let records = format!("jsonb_populate_recordset(NULL::{copy}, $1::text::jsonb)");
+        in_transaction(node, |client| {
+            let run = |client: &mut postgres::Client, sql: &str, rows: &str| {
+                client
+                    .execute(sql, &[&rows])
+                    .map(|_| ())
+                    .map_err(|e| remote_error(node, &e))
+            };
+            if operation == "TRUNCATE" {
+                return client
+                    .batch_execute(&format!("TRUNCATE {copy}"))
+                    .map_err(|e| remote_error(node, &e));
+            }
+            if let (true, Some(rows)) = (needs_key, old_rows) {
+                let matches = key
+                    .iter()
+                    .map(|c| format!("c.{c} = o.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
+                run(
+                    client,
+                    &format!("DELETE FROM {copy} c USING {records} o WHERE {matches}"),
+                    rows,
+                )?;
+            }
+            if let (true, Some(rows)) = (matches!(operation, "INSERT" | "UPDATE"), new_rows) {
+                run(
+                    client,
+                    &format!("INSERT INTO {copy} SELECT * FROM {records}"),
+                    rows,
+                )?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Every worker copy of a reference table: (node, qualified copy name).
+fn copies_of(relid: pg_sys::Oid) -> Result<Vec<(Node, String)>> {
+    Spi::connect(|client| {
+        let mut copies = Vec::new();
+        let rows = client.select(
+            "SELECT n.node_id, n.host, n.port, s.shard_schema, s.shard_name \
+             FROM pg_shard.shard s \
+             JOIN pg_shard.placement p USING (shard_group_id) \
+             JOIN pg_shard.node n USING (node_id) \
+             WHERE s.table_rel = $1 ORDER BY n.node_id",
+            None,
+            &[relid.into()],
+        )?;
+        for row in rows {
+            let node = Node {
+                node_id: row.get::<i32>(1)?.unwrap_or_default(),
+                host: row.get::<String>(2)?.unwrap_or_default(),
+                port: row.get::<i32>(3)?.unwrap_or_default(),
+            };
+            let schema = row.get::<String>(4)?.unwrap_or_default();
+            let name = row.get::<String>(5)?.unwrap_or_default();
+            copies.push((node, quote::qualified(&schema, &name)));
+        }
+        Ok(copies)
+    })
+}
+
+/// Quoted names of the primary key (or replica identity index) columns.
+fn key_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
+    Spi::connect(|client| {
+        let mut columns = Vec::new();
+        let rows = client.select(
+            "SELECT a.attname::text FROM pg_index i \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+             WHERE i.indrelid = $1 AND (i.indisprimary OR i.indisreplident) \
+             ORDER BY i.indisprimary DESC, a.attnum",
+            None,
+            &[relid.into()],
+        )?;
+        for row in rows {
+            if let Some(name) = row.get::<String>(1)? {
+                let quoted = quote::ident(&name);
+                if !columns.contains(&quoted) {
+                    columns.push(quoted);
+                }
+            }
+        }
+        Ok(columns)
+    })
+}
+
+fn display_name(relid: pg_sys::Oid) -> Result<String> {
+    Ok(
+        crate::catalog::query_one::<String>("SELECT $1::regclass::text", &[relid.into()])?
+            .unwrap_or_default(),
+    )
+}
