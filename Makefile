@@ -6,7 +6,7 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress lint bench bench-triggers
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress lint bench bench-triggers bench-metadata
 
 demo: install cluster ## bootstrap, build, start a local cluster, run the demo
 	scripts/demo.sh
@@ -46,3 +46,6 @@ bench: ## criterion benchmarks of the core crate
 
 bench-triggers: install ## COPY of 1M rows into a shard with and without the guard triggers
 	benches/shard_guard.sh
+
+bench-metadata: install ## SQL through the metadata node vs direct / one PostgreSQL
+	benches/metadata_sql.sh

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SQL through the metadata node against the same work done directly:
+#  1. single-row reads and writes by key: through the metadata node's
+#     distributed table vs sent straight to one worker's shard table
+#     (pgbench, one client, prepared statements, S seconds each, default 15);
+#  2. a full-table aggregate over N rows (default 1,000,000) spread over two
+#     workers vs the same aggregate on one PostgreSQL holding the same rows
+#     (a plain table on the metadata node's server), median of 5 runs.
+#
+# Uses its own throwaway cluster (metadata 57320, workers 57321-57322).
+# Run with: make bench-metadata   (or benches/metadata_sql.sh ROWS SECONDS)
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rows=${1:-1000000}
+seconds=${2:-15}
+
+export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench
+export PGSHARD_BASE_PORT=57320
+export PGSHARD_WORKERS=2
+export PGSHARD_DATABASE=pg_shard_bench
+"$repo/scripts/cluster.sh" destroy
+"$repo/scripts/cluster.sh" start >/dev/null
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"; "$repo/scripts/cluster.sh" destroy' EXIT
+
+meta() { psql -X -q -h 127.0.0.1 -p 57320 -U postgres -d pg_shard_bench "$@"; }
+worker1() { psql -X -q -h 127.0.0.1 -p 57321 -U postgres -d pg_shard_bench "$@"; }
+
+meta -c "CREATE EXTENSION pg_shard" \
+     -c "SELECT pg_shard.add_node('127.0.0.1', 57321)" \
+     -c "SELECT pg_shard.add_node('127.0.0.1', 57322)" >/dev/null
+meta -c "CREATE TABLE bench (id bigint PRIMARY KEY, v int NOT NULL, payload text)" \
+     -c "INSERT INTO bench SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $rows) g" \
+     -c "SELECT pg_shard.create_distributed_table('bench', 'id', shard_count => 32)" >/dev/null
+meta -c "CREATE TABLE bench_single (id bigint PRIMARY KEY, v int NOT NULL, payload text)" \
+     -c "INSERT INTO bench_single SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $rows) g" \
+     -c "VACUUM ANALYZE bench_single" >/dev/null
+worker1 -c "VACUUM ANALYZE" >/dev/null
+shard=$(worker1 -Atc "SELECT shard_rel FROM pg_shard.local_shard ORDER BY shard_id LIMIT 1")
+
+tps() { # port script
+    pgbench -n -h 127.0.0.1 -p "$1" -U postgres -M prepared -c 1 -T "$seconds" -f "$2" pg_shard_bench \
+        2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
+script() { # name sql
+    printf '\\set id random(1, %d)\n%s\n' "$rows" "$2" >"$scratch/$1.sql"
+    echo "$scratch/$1.sql"
+}
+read_meta=$(tps 57320 "$(script read_meta 'SELECT v FROM bench WHERE id = :id;')")
+read_direct=$(tps 57321 "$(script read_direct "SELECT v FROM $shard WHERE id = :id;")")
+write_meta=$(tps 57320 "$(script write_meta 'UPDATE bench SET v = v + 1 WHERE id = :id;')")
+write_direct=$(tps 57321 "$(script write_direct "UPDATE $shard SET v = v + 1 WHERE id = :id;")")
+echo "single-row SELECT by key: metadata node $read_meta tps, worker shard table $read_direct tps"
+echo "single-row UPDATE by key: metadata node $write_meta tps, worker shard table $write_direct tps"
+
+median_ms() { # database-connection-args... ; query on stdin
+    local query=$1; shift
+    local times=()
+    for _ in 1 2 3 4 5; do
+        times+=("$( { echo '\timing on'; echo "$query"; } | meta "$@" 2>&1 |
+            sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1)")
+    done
+    printf '%s\n' "${times[@]}" | sort -n | sed -n 3p
+}
+aggregate='SELECT count(*), sum(v), avg(length(payload)) FROM'
+single=$(median_ms "$aggregate bench_single;")
+distributed=$(median_ms "$aggregate bench;")
+partitionwise=$(median_ms "SET enable_partitionwise_aggregate = on; $aggregate bench;")
+echo "full-table aggregate over $rows rows: one PostgreSQL ${single} ms," \
+     "distributed (2 workers, 32 shards) ${distributed} ms," \
+     "with partitionwise aggregate ${partitionwise} ms"
