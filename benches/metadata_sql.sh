@@ -7,7 +7,7 @@
 #     workers vs the same aggregate on one PostgreSQL holding the same rows
 #     (a plain table on the metadata node's server), median of 5 runs.
 #
-# Uses its own throwaway cluster (metadata 57320, workers 57321-57322).
+# Uses its own throwaway cluster (metadata 27320, workers 27321-27322).
 # Run with: make bench-metadata   (or benches/metadata_sql.sh ROWS SECONDS)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +15,7 @@ rows=${1:-1000000}
 seconds=${2:-15}
 
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench
-export PGSHARD_BASE_PORT=57320
+export PGSHARD_BASE_PORT=27320
 export PGSHARD_WORKERS=2
 export PGSHARD_DATABASE=pg_shard_bench
 "$repo/scripts/cluster.sh" destroy
@@ -23,12 +23,12 @@ export PGSHARD_DATABASE=pg_shard_bench
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"; "$repo/scripts/cluster.sh" destroy' EXIT
 
-meta() { psql -X -q -h 127.0.0.1 -p 57320 -U postgres -d pg_shard_bench "$@"; }
-worker1() { psql -X -q -h 127.0.0.1 -p 57321 -U postgres -d pg_shard_bench "$@"; }
+meta() { psql -X -q -h 127.0.0.1 -p 27320 -U postgres -d pg_shard_bench "$@"; }
+worker1() { psql -X -q -h 127.0.0.1 -p 27321 -U postgres -d pg_shard_bench "$@"; }
 
 meta -c "CREATE EXTENSION pg_shard" \
-     -c "SELECT pg_shard.add_node('127.0.0.1', 57321)" \
-     -c "SELECT pg_shard.add_node('127.0.0.1', 57322)" >/dev/null
+     -c "SELECT pg_shard.add_node('127.0.0.1', 27321)" \
+     -c "SELECT pg_shard.add_node('127.0.0.1', 27322)" >/dev/null
 meta -c "CREATE TABLE bench (id bigint PRIMARY KEY, v int NOT NULL, payload text)" \
      -c "INSERT INTO bench SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $rows) g" \
      -c "SELECT pg_shard.create_distributed_table('bench', 'id', shard_count => 32)" >/dev/null
@@ -46,10 +46,10 @@ script() { # name sql
     printf '\\set id random(1, %d)\n%s\n' "$rows" "$2" >"$scratch/$1.sql"
     echo "$scratch/$1.sql"
 }
-read_meta=$(tps 57320 "$(script read_meta 'SELECT v FROM bench WHERE id = :id;')")
-read_direct=$(tps 57321 "$(script read_direct "SELECT v FROM $shard WHERE id = :id;")")
-write_meta=$(tps 57320 "$(script write_meta 'UPDATE bench SET v = v + 1 WHERE id = :id;')")
-write_direct=$(tps 57321 "$(script write_direct "UPDATE $shard SET v = v + 1 WHERE id = :id;")")
+read_meta=$(tps 27320 "$(script read_meta 'SELECT v FROM bench WHERE id = :id;')")
+read_direct=$(tps 27321 "$(script read_direct "SELECT v FROM $shard WHERE id = :id;")")
+write_meta=$(tps 27320 "$(script write_meta 'UPDATE bench SET v = v + 1 WHERE id = :id;')")
+write_direct=$(tps 27321 "$(script write_direct "UPDATE $shard SET v = v + 1 WHERE id = :id;")")
 echo "single-row SELECT by key: metadata node $read_meta tps, worker shard table $read_direct tps"
 echo "single-row UPDATE by key: metadata node $write_meta tps, worker shard table $write_direct tps"
 

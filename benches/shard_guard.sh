@@ -6,7 +6,7 @@
 #  2. single-row INSERTs by one pgbench client for S seconds (default 20),
 #     the statement guard's per-statement cost.
 #
-# Uses its own throwaway cluster (metadata 56320, one worker 56321).
+# Uses its own throwaway cluster (metadata 26320, one worker 26321).
 # Run with: make bench-triggers   (or benches/shard_guard.sh ROWS REPEATS SECONDS)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,17 +15,17 @@ repeats=${2:-3}
 seconds=${3:-20}
 
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench
-export PGSHARD_BASE_PORT=56320
+export PGSHARD_BASE_PORT=26320
 export PGSHARD_WORKERS=1
 export PGSHARD_DATABASE=pg_shard_bench
 "$repo/scripts/cluster.sh" destroy
 "$repo/scripts/cluster.sh" start >/dev/null
 trap '"$repo/scripts/cluster.sh" destroy' EXIT
 
-meta() { psql -X -q -h 127.0.0.1 -p 56320 -U postgres -d pg_shard_bench "$@"; }
-worker() { psql -X -q -h 127.0.0.1 -p 56321 -U postgres -d pg_shard_bench "$@"; }
+meta() { psql -X -q -h 127.0.0.1 -p 26320 -U postgres -d pg_shard_bench "$@"; }
+worker() { psql -X -q -h 127.0.0.1 -p 26321 -U postgres -d pg_shard_bench "$@"; }
 
-meta -c "CREATE EXTENSION pg_shard" -c "SELECT pg_shard.add_node('127.0.0.1', 56321)" >/dev/null
+meta -c "CREATE EXTENSION pg_shard" -c "SELECT pg_shard.add_node('127.0.0.1', 26321)" >/dev/null
 meta -c "CREATE TABLE bench_rows (customer_id bigint, seq bigint, payload text, PRIMARY KEY (customer_id, seq))" \
      -c "SELECT pg_shard.create_distributed_table('bench_rows', 'customer_id', shard_count => 1)" >/dev/null
 shard=$(worker -Atc "SELECT shard_rel FROM pg_shard.local_shard")
@@ -77,7 +77,7 @@ for mode in with_triggers without_triggers; do
         worker -c "ALTER TABLE $shard ENABLE TRIGGER USER" >/dev/null
     fi
     worker -c "TRUNCATE $shard" -c "CHECKPOINT" >/dev/null
-    tps=$(pgbench -n -h 127.0.0.1 -p 56321 -U postgres -M prepared -c 1 -T "$seconds" \
+    tps=$(pgbench -n -h 127.0.0.1 -p 26321 -U postgres -M prepared -c 1 -T "$seconds" \
         -f "$script" pg_shard_bench 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
     echo "single-row INSERT $mode: $tps tps"
     result[insert_$mode]=$tps

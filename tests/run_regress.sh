@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Run the pg_regress suites against a throwaway cluster: a metadata node on
-# 55320 and workers on 55321-55323 (the third is added by a test, to check
+# 25320 and workers on 25321-25323 (the third is added by a test, to check
 # that add_node copies reference tables), plus a server without the pg_shard
-# extension on 55324 (tests/bare_server.sh). The cluster is created fresh,
+# extension on 25324 (tests/bare_server.sh). The cluster is created fresh,
 # and stopped and deleted afterwards unless PGSHARD_KEEP_CLUSTER=1.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 suite=$repo/tests/pg_regress
 
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-test
-export PGSHARD_BASE_PORT=55320
+# Below the kernel's ephemeral port range (32768-60999): a listening port in
+# it can collide with the local port of a recent client connection.
+export PGSHARD_BASE_PORT=25320
 export PGSHARD_WORKERS=3
 export PGSHARD_DATABASE=pg_shard_regress
 export PGUSER=postgres
@@ -41,6 +43,13 @@ status=0
     --dbname="$PGSHARD_DATABASE" \
     --inputdir="$suite" --outputdir="$suite" \
     --schedule="$suite/schedule" 2>&1 | tee "$suite/pg_regress.log" || true
+# The differential corpus: a plain database and the cluster must agree.
+differential_failed=0
+python3 "$repo/tests/differential/run.py" "$PGSHARD_BASE_PORT" \
+    $((PGSHARD_BASE_PORT + 1)) $((PGSHARD_BASE_PORT + 2)) 2>&1 | grep -v '^NOTICE' |
+    tee "$suite/differential.log" || true
+grep -q '^differential: [0-9]* passed, 0 failed$' "$suite/differential.log" || differential_failed=1
+
 # Then with worker 3 down: failures must change nothing.
 as_server_user() {
     if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
@@ -96,6 +105,13 @@ else
     echo "$notify_out"
     status=1
 fi
+if [ "$differential_failed" -eq 0 ]; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+    status=1
+fi
+
 # The catalog's contents are part of pg_dump output (pg_extension_config_dump).
 dump=$(pg_dump -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -U postgres --data-only "$PGSHARD_DATABASE")
 missing=""

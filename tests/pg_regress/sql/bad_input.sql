@@ -61,12 +61,12 @@ SELECT pg_shard.create_distributed_table('inh_child', 'id');
 
 -- nodes: unreachable, duplicate, bad port, the metadata node itself
 SELECT pg_shard.add_node('127.0.0.1', 55399);
-SELECT pg_shard.add_node('127.0.0.1', 55321);
+SELECT pg_shard.add_node('127.0.0.1', 25321);
 SELECT pg_shard.add_node('127.0.0.1', 0);
-SELECT pg_shard.add_node('', 55324);
-SELECT pg_shard.add_node('127.0.0.1', 55320);
+SELECT pg_shard.add_node('', 25324);
+SELECT pg_shard.add_node('127.0.0.1', 25320);
 -- a server without the pg_shard extension installed (tests/bare_server.sh)
-SELECT pg_shard.add_node('127.0.0.1', 55324);
+SELECT pg_shard.add_node('127.0.0.1', 25324);
 
 -- nothing changed: same catalog, same map version, rows still local
 SELECT pg_shard.map_version() = :version_before AS version_unchanged;
@@ -80,7 +80,7 @@ FROM catalog_before b,
 SELECT count(*) AS widgets_still_local FROM widgets;
 SELECT count(*) AS nullable_keys_still_local FROM nullable_keys;
 -- no stray shard tables were left on the workers
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT count(*) AS stray_tables FROM pg_class
 WHERE relname LIKE 'widgets%' OR relname LIKE 'labels%' OR relname LIKE 'nullable_keys%';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'

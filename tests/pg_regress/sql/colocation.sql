@@ -13,21 +13,21 @@ SELECT count(DISTINCT colocation_id) AS groups FROM pg_shard.logical_table
 WHERE table_rel IN ('orders'::regclass, 'order_items'::regclass);
 
 -- a customer's orders and items are on the same node (co-located join works locally)
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT count(*) AS joined_rows_on_worker1
 FROM (SELECT * FROM orders_100000 UNION ALL SELECT * FROM orders_100002
       UNION ALL SELECT * FROM orders_100004 UNION ALL SELECT * FROM orders_100006) o
 JOIN (SELECT * FROM order_items_100040 UNION ALL SELECT * FROM order_items_100042
       UNION ALL SELECT * FROM order_items_100044 UNION ALL SELECT * FROM order_items_100046) i
   USING (customer_id, order_id);
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT count(*) AS joined_rows_on_worker2
 FROM (SELECT * FROM orders_100001 UNION ALL SELECT * FROM orders_100003
       UNION ALL SELECT * FROM orders_100005 UNION ALL SELECT * FROM orders_100007) o
 JOIN (SELECT * FROM order_items_100041 UNION ALL SELECT * FROM order_items_100043
       UNION ALL SELECT * FROM order_items_100045 UNION ALL SELECT * FROM order_items_100047) i
   USING (customer_id, order_id);
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
 -- by default, a table with the same shard count and key type joins the group
 CREATE TABLE payments (customer_id int PRIMARY KEY, amount numeric);

@@ -40,7 +40,7 @@ JOIN pg_shard.shards s
  AND pg_shard.keyspace_id(o.customer_id) BETWEEN s.range_start AND s.range_end;
 SELECT port, count(*) AS expected_rows, sum(total) AS expected_total
 FROM expected_placement GROUP BY port ORDER BY port;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT shard_rel, shard_id, dist_column, range_start, range_end, state, epoch
 FROM pg_shard.local_shard ORDER BY shard_id;
 SELECT 'worker1' AS worker, count(*) AS rows, sum(total) AS total, count(note) AS notes
@@ -56,13 +56,13 @@ FROM pg_shard.local_shard s,
 GROUP BY s.shard_id ORDER BY s.shard_id;
 -- shard tables have the original's columns, constraints and indexes
 \d orders_100000
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT 'worker2' AS worker, count(*) AS rows, sum(total) AS total, count(note) AS notes
 FROM (SELECT * FROM orders_100001 UNION ALL SELECT * FROM orders_100003
       UNION ALL SELECT * FROM orders_100005 UNION ALL SELECT * FROM orders_100007) w;
 SELECT count(*) AS shard_tables FROM pg_shard.local_shard;
 
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 -- on the metadata node the table is now partitioned by keyspace id, its
 -- partitions foreign tables on the shards: writes are routed to the owning
 -- shard, which enforces the primary key

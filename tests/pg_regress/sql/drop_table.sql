@@ -15,27 +15,27 @@ SELECT count(*) AS catalog_shards FROM pg_shard.shard WHERE shard_name ~ '^short
 -- its co-location group was its own: gone too, with its ranges and placements
 SELECT count(*) AS groups FROM pg_shard.colocation_group WHERE colocation_id = :short_lived_group;
 SELECT count(*) AS ranges FROM pg_shard.shard_group WHERE colocation_id = :short_lived_group;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT count(*) AS shard_tables FROM pg_class WHERE relname ~ '^short_lived_[0-9]+$' AND relkind = 'r';
 SELECT count(*) AS ownership_records FROM pg_shard.local_shard WHERE shard_rel::text ~ '^short_lived_[0-9]+$';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
 -- a reference table; the reference group stays while other reference tables use it
 DROP TABLE short_lived_ref;
 SELECT count(*) AS reference_tables, count(DISTINCT colocation_id) AS reference_groups
 FROM pg_shard.logical_table WHERE kind = 'reference';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT count(*) AS shard_tables FROM pg_class WHERE relname ~ '^short_lived_ref_[0-9]+$' AND relkind = 'r';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
 -- a DROP that rolls back keeps everything, on the workers too
 BEGIN;
 DROP TABLE sessions;
 ROLLBACK;
 SELECT count(*) AS sessions_shards FROM pg_shard.shards WHERE table_name = 'sessions'::regclass;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT count(*) AS sessions_shard_tables FROM pg_class WHERE relname ~ '^sessions_[0-9]+$' AND relkind = 'r';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
 -- dropping a plain table is none of pg_shard's business
 CREATE TABLE plain_table (id int);

@@ -1,7 +1,7 @@
 -- Ownership and epoch enforced by the worker itself. Every rejection has
 -- SQLSTATE PS001 (WrongShard) and writes nothing.
 \set SHOW_CONTEXT never
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT shard_id, range_start, range_end, epoch FROM pg_shard.local_shard WHERE shard_id = 100000;
 -- keyspace ids: 42 is in shard 100000's range, 1 is not
 SELECT pg_shard.keyspace_id(42::bigint) BETWEEN range_start AND range_end AS owns_42,
@@ -93,4 +93,4 @@ RESET ROLE;
 DELETE FROM orders_100000 WHERE order_id = 900010;
 REVOKE ALL ON orders_100000 FROM shard_writer;
 DROP ROLE shard_writer;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'

@@ -48,14 +48,14 @@ SELECT count(*), sum(total) FROM orders;
 
 -- the metadata node declares its map version to the workers: a shard whose
 -- epoch is newer than that refuses the statement with WrongShard
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 UPDATE pg_shard.local_shard SET epoch = epoch + 1000 WHERE shard_id = 100000;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 \set SHOW_CONTEXT never
 INSERT INTO orders VALUES (42, 800003, 1);
 \echo :SQLSTATE
 SELECT count(*) FROM orders WHERE order_id = 800003;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 UPDATE pg_shard.local_shard SET epoch = epoch - 1000 WHERE shard_id = 100000;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 SELECT srvname, srvoptions FROM pg_foreign_server ORDER BY srvname;

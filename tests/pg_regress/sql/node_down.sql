@@ -1,4 +1,4 @@
--- Run after worker 3 (55323) was stopped by tests/run_regress.sh: a node that
+-- Run after worker 3 (25323) was stopped by tests/run_regress.sh: a node that
 -- cannot be reached makes create_distributed_table fail and change nothing.
 SELECT pg_shard.map_version() AS version_before \gset
 SELECT count(*) AS shards_before FROM pg_shard.shard \gset
@@ -10,11 +10,11 @@ SELECT pg_shard.map_version() = :version_before AS version_unchanged,
        (SELECT count(*) FROM pg_shard.shard) = :shards_before AS no_new_shards,
        (SELECT count(*) FROM during_outage) AS rows_still_local;
 -- the shards that would have gone to the reachable workers were rolled back there too
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT count(*) AS stray_tables FROM pg_class WHERE relname LIKE 'during_outage%';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT count(*) AS stray_tables FROM pg_class WHERE relname LIKE 'during_outage%';
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 -- the shards view still answers: sizes of the unreachable node are NULL, with a warning
 SELECT port, count(*) AS placements, count(size_bytes) AS with_size
 FROM pg_shard.shards GROUP BY port ORDER BY port;

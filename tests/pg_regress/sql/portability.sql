@@ -2,13 +2,13 @@
 -- and names are schema-qualified whatever the search_path
 CREATE SCHEMA app;
 CREATE TYPE app.status AS ENUM ('new', 'paid');
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 CREATE SCHEMA app;
 CREATE TYPE app.status AS ENUM ('new', 'paid');
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 CREATE SCHEMA app;
 CREATE TYPE app.status AS ENUM ('new', 'paid');
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 SET search_path = app, public;
 CREATE TABLE invoices (id int PRIMARY KEY, status status NOT NULL, due date,
                        late interval, ratio float8, raw bytea);
@@ -29,11 +29,11 @@ RESET extra_float_digits;
 RESET bytea_output;
 RESET search_path;
 SELECT shard_table, port FROM pg_shard.shards WHERE table_name = 'app.invoices'::regclass;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
 WHERE a.attrelid = (SELECT shard_rel FROM pg_shard.local_shard WHERE shard_rel::text LIKE 'app.invoices%')
   AND a.attnum > 0 ORDER BY a.attnum;
 SELECT * FROM app.invoices_100119 ORDER BY id;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT * FROM app.invoices_100120 ORDER BY id;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'

@@ -24,15 +24,15 @@ SELECT count(*) > 0 AS orders_intact FROM pg_shard.shards WHERE table_name = 'or
 
 -- the shard tables hold exactly the original values, each row once
 -- (4 shards round-robin over 3 workers: 100102 and 100105 on the first)
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 \d "Sales Data"."Order Items_100102"
 SELECT * FROM "Sales Data"."Order Items_100102" UNION ALL SELECT * FROM "Sales Data"."Order Items_100105" ORDER BY 2;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55323'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
 SELECT * FROM "Sales Data"."Order Items_100104" ORDER BY 2;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT * FROM "Sales Data"."Order Items_100103" ORDER BY 2;
 -- the row trigger resolves the quoted column name: 'x' is in this shard's range, 'z' is not
 INSERT INTO "Sales Data"."Order Items_100103" VALUES ('x', 99, 'y');
 INSERT INTO "Sales Data"."Order Items_100103" VALUES ('z', 99, 'y');
 \echo :SQLSTATE
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'

@@ -37,13 +37,13 @@ SELECT count(*) AS rows_left_local FROM ONLY tx_table;
 SELECT pg_shard.map_version() = :version_before + 1 AS version_bumped_once;
 
 -- the workers hold exactly the shards of the committed attempt, and all rows
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55321'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT relname, (xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I', relname), false, true, '')))[1]::text::int AS rows
 FROM pg_class WHERE relname LIKE 'tx_table%' AND relkind = 'r' ORDER BY relname;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55322'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT relname, (xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I', relname), false, true, '')))[1]::text::int AS rows
 FROM pg_class WHERE relname LIKE 'tx_table%' AND relkind = 'r' ORDER BY relname;
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=55320'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
 -- rows must be moved under READ COMMITTED: an older snapshot could miss some
 CREATE TABLE tx_rr (id bigint PRIMARY KEY);

@@ -1,0 +1,360 @@
+-- Differential corpus: each block (separated by blank lines) runs on a plain
+-- database and through the cluster's metadata node; results must agree.
+-- A block marked '-- no-compare' only has to run; one marked '-- both-fail'
+-- must fail on both. Errors are compared by SQLSTATE. Results of blocks without
+-- ORDER BY are compared as sets of rows.
+
+SELECT * FROM orders WHERE customer_id = 1 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 2 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 42 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 77 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 150 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 299 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 300 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = 301 ORDER BY order_id;
+
+SELECT * FROM orders WHERE customer_id = -5 ORDER BY order_id;
+
+SELECT name, country FROM customers WHERE customer_id = 3;
+
+SELECT count(*), sum(total), min(ordered_at), max(ordered_at) FROM orders WHERE customer_id = 3;
+
+SELECT name, country FROM customers WHERE customer_id = 99;
+
+SELECT count(*), sum(total), min(ordered_at), max(ordered_at) FROM orders WHERE customer_id = 99;
+
+SELECT name, country FROM customers WHERE customer_id = 250;
+
+SELECT count(*), sum(total), min(ordered_at), max(ordered_at) FROM orders WHERE customer_id = 250;
+
+SELECT customer_id, count(*) FROM orders WHERE customer_id IN (1, 2, 3, 150, 999) GROUP BY customer_id;
+
+SELECT * FROM customers WHERE customer_id IN (10, 20, 30) ORDER BY customer_id;
+
+SELECT count(*) FROM order_items WHERE customer_id = ANY (ARRAY[5, 6, 7]);
+
+SELECT order_id, total FROM orders WHERE customer_id = 7 AND total > 100 ORDER BY order_id;
+
+SELECT order_id FROM orders WHERE customer_id = 8 OR customer_id = 9 ORDER BY order_id;
+
+SELECT count(*) FROM orders WHERE customer_id BETWEEN 10 AND 20;
+
+SELECT count(*) FROM orders WHERE customer_id <> 10;
+
+SELECT count(*) FROM orders WHERE customer_id IS NULL;
+
+SELECT count(*) FROM customers WHERE country IS NULL;
+
+SELECT count(*), sum(total), avg(total), min(total), max(total) FROM orders;
+
+SELECT status, count(*), sum(total) FROM orders GROUP BY status;
+
+SELECT status, count(*) FROM orders GROUP BY status HAVING count(*) > 100;
+
+SELECT customer_id, sum(total) FROM orders GROUP BY customer_id HAVING sum(total) > 1000;
+
+SELECT date_trunc('month', ordered_at) AS month, count(*) FROM orders GROUP BY 1 ORDER BY 1;
+
+SELECT count(DISTINCT customer_id), count(DISTINCT status) FROM orders;
+
+SELECT DISTINCT status FROM orders;
+
+SELECT DISTINCT ON (customer_id) customer_id, order_id, total FROM orders ORDER BY customer_id, total DESC, order_id;
+
+SELECT country, count(*) FROM customers GROUP BY ROLLUP (country);
+
+SELECT status, country, count(*) FROM orders JOIN customers USING (customer_id) GROUP BY CUBE (status, country);
+
+SELECT sku, sum(qty) FROM order_items GROUP BY sku;
+
+SELECT sku, sum(qty * price) AS revenue FROM order_items GROUP BY sku ORDER BY revenue DESC, sku LIMIT 5;
+
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY total) FROM orders;
+
+SELECT string_agg(status, ',' ORDER BY order_id) FROM orders WHERE customer_id = 12;
+
+SELECT array_agg(order_id ORDER BY order_id) FROM orders WHERE customer_id IN (13, 14);
+
+SELECT bool_and(total >= 0), bool_or(status = 'cancelled') FROM orders;
+
+SELECT count(*) FILTER (WHERE status = 'paid'), count(*) FILTER (WHERE total > 200) FROM orders;
+
+SELECT customer_id, order_id, total FROM orders ORDER BY total DESC, customer_id, order_id LIMIT 10;
+
+SELECT customer_id, order_id FROM orders ORDER BY customer_id, order_id LIMIT 5 OFFSET 100;
+
+SELECT * FROM customers ORDER BY created DESC, customer_id LIMIT 3;
+
+SELECT customer_id FROM customers ORDER BY customer_id DESC FETCH FIRST 4 ROWS ONLY;
+
+SELECT order_id FROM orders WHERE customer_id = 42 ORDER BY order_id DESC LIMIT 2;
+
+SELECT c.customer_id, c.name, count(o.order_id) FROM customers c LEFT JOIN orders o USING (customer_id) WHERE c.customer_id <= 20 GROUP BY 1, 2;
+
+SELECT o.order_id, i.item_no, i.sku FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id = 21 ORDER BY 1, 2;
+
+SELECT count(*) FROM orders o JOIN order_items i ON i.customer_id = o.customer_id AND i.order_id = o.order_id;
+
+SELECT o.status, sum(i.qty) FROM orders o JOIN order_items i USING (customer_id, order_id) GROUP BY o.status;
+
+SELECT c.country, co.name, count(*) FROM customers c JOIN countries co ON co.code = c.country JOIN orders o USING (customer_id) GROUP BY 1, 2;
+
+SELECT co.region, sum(o.total) FROM orders o JOIN customers c USING (customer_id) JOIN countries co ON co.code = c.country GROUP BY co.region;
+
+SELECT s.category, sum(i.qty) FROM order_items i JOIN skus s USING (sku) GROUP BY s.category;
+
+SELECT s.category, count(*) FROM order_items i JOIN skus s ON s.sku = i.sku WHERE i.customer_id = 33 GROUP BY 1;
+
+SELECT c.customer_id FROM customers c LEFT JOIN orders o ON o.customer_id = c.customer_id WHERE o.order_id IS NULL;
+
+SELECT count(*) FROM customers c RIGHT JOIN orders o USING (customer_id);
+
+SELECT count(*) FROM customers c FULL JOIN countries co ON co.code = c.country WHERE co.code IS NULL OR c.customer_id IS NULL;
+
+SELECT a.customer_id, a.order_id, b.order_id FROM orders a JOIN orders b ON a.customer_id = b.customer_id AND a.order_id < b.order_id WHERE a.customer_id = 35;
+
+SELECT count(*) FROM orders a JOIN orders b ON a.order_id = b.order_id;
+
+SELECT count(*) FROM orders a, customers c WHERE a.customer_id = c.customer_id AND c.country = 'DE';
+
+SELECT co.code, count(c.customer_id) FROM countries co LEFT JOIN customers c ON c.country = co.code GROUP BY co.code;
+
+SELECT c.name, x.n FROM customers c CROSS JOIN LATERAL (SELECT count(*) AS n FROM orders o WHERE o.customer_id = c.customer_id) x WHERE c.customer_id <= 5;
+
+SELECT count(*) FROM orders WHERE customer_id IN (SELECT customer_id FROM customers WHERE country = 'FR');
+
+SELECT count(*) FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id AND o.status = 'cancelled');
+
+SELECT count(*) FROM customers c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id AND o.total > 240);
+
+SELECT customer_id, (SELECT max(total) FROM orders o WHERE o.customer_id = c.customer_id) FROM customers c WHERE customer_id BETWEEN 40 AND 45;
+
+SELECT * FROM (SELECT customer_id, sum(total) AS s FROM orders GROUP BY customer_id) t WHERE s > 1200;
+
+SELECT * FROM (SELECT * FROM orders WHERE customer_id = 46) t WHERE total > 50;
+
+SELECT count(*) FROM orders WHERE total > (SELECT avg(total) FROM orders);
+
+SELECT count(*) FROM order_items WHERE sku IN (SELECT sku FROM skus WHERE category = 'books');
+
+SELECT code FROM countries WHERE code NOT IN (SELECT country FROM customers WHERE country IS NOT NULL);
+
+SELECT customer_id FROM orders GROUP BY customer_id HAVING count(*) = (SELECT max(c) FROM (SELECT count(*) AS c FROM orders GROUP BY customer_id) m);
+
+WITH t AS (SELECT customer_id, sum(total) AS s FROM orders GROUP BY customer_id) SELECT count(*), max(s) FROM t;
+
+WITH big AS (SELECT * FROM orders WHERE total > 200) SELECT status, count(*) FROM big GROUP BY status;
+
+WITH c AS (SELECT * FROM customers WHERE customer_id = 47) SELECT c.name, o.order_id FROM c JOIN orders o USING (customer_id) ORDER BY o.order_id;
+
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5) SELECT n.i, (SELECT count(*) FROM orders WHERE customer_id = n.i) FROM n;
+
+WITH m AS MATERIALIZED (SELECT customer_id FROM customers WHERE country = 'JP') SELECT count(*) FROM orders WHERE customer_id IN (SELECT customer_id FROM m);
+
+SELECT customer_id, order_id, rank() OVER (PARTITION BY customer_id ORDER BY total DESC, order_id) FROM orders WHERE customer_id <= 10;
+
+SELECT customer_id, order_id, sum(total) OVER (PARTITION BY customer_id ORDER BY order_id) FROM orders WHERE customer_id BETWEEN 50 AND 55;
+
+SELECT order_id, total, lag(total) OVER (ORDER BY order_id), lead(total) OVER (ORDER BY order_id) FROM orders WHERE customer_id = 56 ORDER BY order_id;
+
+SELECT status, total, row_number() OVER (PARTITION BY status ORDER BY total DESC, customer_id, order_id) AS rn FROM orders ORDER BY status, rn LIMIT 12;
+
+SELECT customer_id, count(*) OVER () FROM customers WHERE customer_id <= 3;
+
+SELECT ntile(4) OVER (ORDER BY total, customer_id, order_id) AS q, count(*) FROM orders GROUP BY total, customer_id, order_id ORDER BY total, customer_id, order_id LIMIT 7;
+
+SELECT customer_id FROM orders WHERE status = 'new' INTERSECT SELECT customer_id FROM orders WHERE status = 'paid';
+
+SELECT customer_id FROM customers WHERE country = 'US' UNION SELECT customer_id FROM orders WHERE total > 245;
+
+SELECT customer_id FROM customers EXCEPT SELECT customer_id FROM orders;
+
+SELECT 'orders', count(*) FROM orders UNION ALL SELECT 'items', count(*) FROM order_items;
+
+SELECT customer_id, upper(name), length(name), country || '-' || customer_id FROM customers WHERE customer_id IN (60, 61);
+
+SELECT count(*) FROM customers WHERE name LIKE 'customer 1%';
+
+SELECT count(*) FROM customers WHERE name ~ '^customer [0-9]{2}$';
+
+SELECT extract(dow FROM ordered_at) AS dow, count(*) FROM orders GROUP BY 1;
+
+SELECT CASE WHEN total > 150 THEN 'high' WHEN total > 50 THEN 'mid' ELSE 'low' END AS band, count(*) FROM orders GROUP BY 1;
+
+SELECT coalesce(country, 'none'), count(*) FROM customers GROUP BY 1;
+
+SELECT round(avg(price), 2), round(stddev(price), 4) FROM order_items;
+
+SELECT customer_id::text, total::int FROM orders WHERE customer_id = 62 ORDER BY order_id;
+
+SELECT json_agg(json_build_object('id', order_id, 'total', total) ORDER BY order_id) FROM orders WHERE customer_id = 63;
+
+SELECT count(*) FROM orders WHERE ordered_at >= '2025-06-01' AND ordered_at < '2025-07-01';
+
+SELECT customer_id, name FROM customers WHERE customer_id = 64::int;
+
+SELECT greatest(max(total), 0), least(min(total), 1000) FROM orders;
+
+SELECT * FROM countries ORDER BY code;
+
+SELECT region, count(*) FROM countries GROUP BY region;
+
+SELECT category, count(*), sum(weight) FROM skus GROUP BY category;
+
+PREPARE by_customer(bigint) AS SELECT order_id, total FROM orders WHERE customer_id = $1 ORDER BY order_id;
+
+EXECUTE by_customer(1);
+
+EXECUTE by_customer(65);
+
+EXECUTE by_customer(66);
+
+EXECUTE by_customer(67);
+
+EXECUTE by_customer(68);
+
+EXECUTE by_customer(69);
+
+EXECUTE by_customer(70);
+
+SET plan_cache_mode = force_generic_plan;
+
+EXECUTE by_customer(71);
+
+EXECUTE by_customer(72);
+
+PREPARE by_two(bigint, bigint) AS SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id IN ($1, $2);
+
+EXECUTE by_two(73, 74);
+
+PREPARE by_array(bigint[]) AS SELECT count(*) FROM orders WHERE customer_id = ANY ($1);
+
+EXECUTE by_array(ARRAY[75, 76, 77]::bigint[]);
+
+RESET plan_cache_mode;
+
+DEALLOCATE ALL;
+
+-- no-compare
+EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE customer_id = 1;
+
+-- no-compare
+EXPLAIN (COSTS OFF) SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id);
+
+-- no-compare
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM orders WHERE customer_id = 2;
+
+INSERT INTO customers VALUES (1001, 'new one', 'DE', '2026-01-01'), (1002, 'new two', NULL, '2026-01-02') RETURNING customer_id, name;
+
+INSERT INTO orders VALUES (1001, 100101, 12.50, 'new', '2026-01-05 10:00+00') RETURNING *;
+
+INSERT INTO orders SELECT customer_id, order_id + 1000000, total + 1, 'copy', ordered_at FROM orders WHERE customer_id <= 5;
+
+SELECT count(*), sum(total) FROM orders WHERE order_id > 1000000;
+
+INSERT INTO order_items SELECT customer_id, order_id, 1, 'sku-1', 2, 9.99 FROM orders WHERE order_id > 1000000 RETURNING customer_id, order_id;
+
+INSERT INTO orders VALUES (1002, 100201, 1, 'new', now()) ON CONFLICT DO NOTHING;
+
+INSERT INTO orders VALUES (1002, 100201, 1, 'dup', now()) ON CONFLICT DO NOTHING;
+
+SELECT status FROM orders WHERE customer_id = 1002;
+
+UPDATE orders SET status = 'paid' WHERE customer_id = 1001 RETURNING order_id, status;
+
+UPDATE orders SET total = total * 2 WHERE customer_id IN (1, 2, 3) AND order_id > 1000000;
+
+SELECT customer_id, order_id, total FROM orders WHERE order_id > 1000000 ORDER BY 1, 2;
+
+UPDATE orders SET status = 'archived' WHERE ordered_at < '2025-01-10' RETURNING customer_id, order_id;
+
+UPDATE orders o SET total = total + 1 FROM customers c WHERE c.customer_id = o.customer_id AND c.country = 'BR' AND o.status = 'new';
+
+SELECT sum(total) FROM orders;
+
+UPDATE customers SET country = 'NL' WHERE customer_id = 1002;
+
+UPDATE order_items SET qty = qty + 1 WHERE customer_id = 80 RETURNING item_no, qty;
+
+DELETE FROM order_items WHERE order_id > 1000000 RETURNING customer_id, order_id, item_no;
+
+DELETE FROM orders WHERE order_id > 1000000;
+
+DELETE FROM orders WHERE customer_id = 1001 RETURNING order_id;
+
+DELETE FROM orders o USING customers c WHERE c.customer_id = o.customer_id AND c.customer_id = 1002;
+
+DELETE FROM customers WHERE customer_id > 1000 RETURNING customer_id;
+
+SELECT count(*), sum(total) FROM orders;
+
+WITH moved AS (DELETE FROM order_items WHERE customer_id = 81 AND item_no > 1 RETURNING *) SELECT count(*) FROM moved;
+
+WITH ins AS (INSERT INTO customers VALUES (1003, 'cte', 'JP', '2026-02-02') RETURNING customer_id) INSERT INTO orders SELECT customer_id, 100301, 5, 'new', '2026-02-03+00' FROM ins;
+
+SELECT c.name, o.total FROM customers c JOIN orders o USING (customer_id) WHERE c.customer_id = 1003;
+
+INSERT INTO countries VALUES ('IT', 'Italy', 'EU');
+
+UPDATE countries SET name = 'Deutschland' WHERE code = 'DE';
+
+DELETE FROM countries WHERE code = 'BR';
+
+SELECT * FROM countries ORDER BY code;
+
+SELECT co.name, count(*) FROM customers c JOIN countries co ON co.code = c.country GROUP BY co.name;
+
+UPDATE skus SET weight = weight + 1 WHERE category = 'toys';
+
+SELECT category, sum(weight) FROM skus GROUP BY category;
+
+BEGIN;
+
+INSERT INTO orders VALUES (90, 999901, 1, 'tx', '2026-03-01+00');
+
+SELECT count(*) FROM orders WHERE order_id = 999901;
+
+ROLLBACK;
+
+SELECT count(*) FROM orders WHERE order_id = 999901;
+
+BEGIN;
+
+INSERT INTO orders VALUES (91, 999902, 1, 'tx', '2026-03-01+00');
+
+UPDATE orders SET total = 2 WHERE order_id = 999902;
+
+COMMIT;
+
+SELECT customer_id, total FROM orders WHERE order_id = 999902;
+
+COPY orders (customer_id, order_id, total, status, ordered_at) FROM stdin;
+92	999903	3.00	copy	2026-03-02 00:00:00+00
+93	999904	4.00	copy	2026-03-02 00:00:00+00
+\.
+
+SELECT customer_id, order_id, total FROM orders WHERE status = 'copy' ORDER BY order_id;
+
+COPY (SELECT customer_id, order_id, total FROM orders WHERE customer_id = 94 ORDER BY order_id) TO stdout;
+
+COPY countries TO stdout;
+
+SELECT 1 / (count(*) - count(*)) FROM orders;
+
+INSERT INTO orders VALUES (95, 9500, 1, 'x', now()), (95, 9500, 2, 'y', now());
+
+SELECT count(*) FROM orders WHERE customer_id = 95;
+
+SELECT * FROM orders WHERE customer_id = 'abc';
+
+-- both-fail: a NULL key is refused (plain: not-null violation; cluster: no partition for the row)
+INSERT INTO orders (customer_id, order_id, total, status, ordered_at) VALUES (NULL, 1, 1, 'x', now());
+
+SELECT count(*) FROM orders;
