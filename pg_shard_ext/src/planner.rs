@@ -24,6 +24,8 @@ use std::ffi::CStr;
 
 /// `int8 = int8`.
 const INT8_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(410);
+/// `int8 < int8`.
+const INT8_LESS_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(412);
 
 static mut PREVIOUS_PLANNER: pg_sys::planner_hook_type = None;
 
@@ -87,25 +89,80 @@ unsafe extern "C-unwind" fn plan(
     cursor_options: i32,
     bound_params: pg_sys::ParamListInfo,
 ) -> *mut pg_sys::PlannedStmt {
-    if !BUSY.get() {
+    let rewrite = if BUSY.get() {
+        Rewrite::default()
+    } else {
         // SAFETY: parse is the tree about to be planned; the rewrite only adds
         // nodes allocated in the current memory context.
-        unsafe { pg_sys::panic::pgrx_extern_c_guard(|| add_keyspace_conditions(parse)) };
-    }
+        unsafe { pg_sys::panic::pgrx_extern_c_guard(|| add_keyspace_conditions(parse)) }
+    };
+    // Shard-by-shard joins (pushed down to the workers when postgres_fdw can)
+    // for statements on distributed tables, and shard-by-shard aggregates
+    // when they group by a distribution column (whole aggregates pushed
+    // down; PostgreSQL 15 cannot push partial ones, and a partitionwise plan
+    // would then lose the concurrent scans). Set as a function's SET clause
+    // would: only while planning.
+    let settings_level = if rewrite.distributed {
+        // SAFETY: a new GUC nest level, undone below or by transaction abort.
+        unsafe {
+            pg_sys::panic::pgrx_extern_c_guard(|| enable_partitionwise(rewrite.grouped_by_key))
+        }
+    } else {
+        None
+    };
     // SAFETY: chaining with the arguments we were given; errors raised in
     // planning longjmp through this frame, which owns nothing.
-    unsafe {
+    let planned = unsafe {
         match PREVIOUS_PLANNER {
             Some(previous) => previous(parse, query_string, cursor_options, bound_params),
             None => postgres_standard_planner(parse, query_string, cursor_options, bound_params),
         }
+    };
+    if let Some(level) = settings_level {
+        // SAFETY: pops the nest level pushed by enable_partitionwise.
+        unsafe { pg_sys::panic::pgrx_extern_c_guard(|| pg_sys::AtEOXact_GUC(true, level)) };
+    }
+    planned
+}
+
+fn enable_partitionwise(aggregates: bool) -> Option<i32> {
+    let mut names = vec![c"enable_partitionwise_join"];
+    if aggregates {
+        names.push(c"enable_partitionwise_aggregate");
+    }
+    // SAFETY: plain GUC API use; values are static C strings.
+    unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        for name in names {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                c"on".as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
+        Some(level)
     }
 }
 
-fn add_keyspace_conditions(query: *mut pg_sys::Query) {
+/// What the rewrite found.
+#[derive(Default)]
+struct Rewrite {
+    /// The statement involves partitioned tables in a database with pg_shard
+    /// (a distributed table, most likely).
+    distributed: bool,
+    /// Its top level groups by a distribution column.
+    grouped_by_key: bool,
+}
+
+fn add_keyspace_conditions(query: *mut pg_sys::Query) -> Rewrite {
     // SAFETY: walking a valid parse tree.
     if !unsafe { has_partitioned_relation(query) } {
-        return;
+        return Rewrite::default();
     }
     // SAFETY: get_namespace_oid is a syscache lookup; databases without the
     // extension have no distributed tables.
@@ -116,7 +173,74 @@ fn add_keyspace_conditions(query: *mut pg_sys::Query) {
         unsafe {
             refuse_key_update(query);
             rewrite_query(query);
+            return Rewrite {
+                distributed: true,
+                grouped_by_key: group_by_keyspace(query),
+            };
         }
+    }
+    Rewrite::default()
+}
+
+/// GROUP BY a distribution column also groups by its keyspace id, which is
+/// the partition key: adding it changes no group, and lets PostgreSQL
+/// aggregate shard by shard and postgres_fdw push whole aggregates down to
+/// the workers (with enable_partitionwise_aggregate). Top-level SELECTs only,
+/// without grouping sets.
+unsafe fn group_by_keyspace(query: *mut pg_sys::Query) -> bool {
+    // SAFETY: a valid Query; group clauses refer to target entries by
+    // ressortgroupref; new nodes are allocated in the current context.
+    unsafe {
+        if (*query).commandType != pg_sys::CmdType::CMD_SELECT
+            || (*query).groupClause.is_null()
+            || !(*query).groupingSets.is_null()
+            || !(*query).setOperations.is_null()
+        {
+            return false;
+        }
+        let mut targets = PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList);
+        let mut groups = PgList::<pg_sys::SortGroupClause>::from_pg((*query).groupClause);
+        let grouped_keys: Vec<*mut pg_sys::Node> = groups
+            .iter_ptr()
+            .filter_map(|group| {
+                targets
+                    .iter_ptr()
+                    .find(|t| (**t).ressortgroupref == (*group).tleSortGroupRef)
+                    .map(|t| (*t).expr as *mut pg_sys::Node)
+            })
+            .filter(|&expr| !expr.is_null() && is_distribution_column(query, expr))
+            .collect();
+        let grouped = !grouped_keys.is_empty();
+        let mut next_ref = targets
+            .iter_ptr()
+            .map(|t| (*t).ressortgroupref)
+            .max()
+            .unwrap_or(0);
+        for key in grouped_keys {
+            let Some(keyspace) = keyspace_call(key) else {
+                return false;
+            };
+            next_ref += 1;
+            let entry = pg_sys::makeTargetEntry(
+                keyspace as *mut pg_sys::Expr,
+                (targets.len() + 1) as pg_sys::AttrNumber,
+                std::ptr::null_mut(),
+                true,
+            );
+            (*entry).ressortgroupref = next_ref;
+            targets.push(entry);
+            let mut group =
+                PgBox::<pg_sys::SortGroupClause>::alloc_node(pg_sys::NodeTag::T_SortGroupClause);
+            group.tleSortGroupRef = next_ref;
+            group.eqop = INT8_EQUAL_OPERATOR;
+            group.sortop = INT8_LESS_OPERATOR;
+            group.nulls_first = false;
+            group.hashable = true;
+            groups.push(group.into_pg());
+        }
+        (*query).targetList = targets.into_pg();
+        (*query).groupClause = groups.into_pg();
+        grouped
     }
 }
 

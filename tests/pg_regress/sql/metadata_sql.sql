@@ -24,6 +24,13 @@ DEALLOCATE by_customer;
 EXPLAIN (COSTS OFF)
 SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id = 5;
 SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id = 5;
+-- co-located joins run shard by shard, pushed down to the workers
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id IN (1, 42);
+-- grouping by the key aggregates on the workers
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT customer_id, count(*), sum(total) FROM orders WHERE customer_id IN (1, 42) GROUP BY customer_id;
+SELECT customer_id, count(*), sum(total) FROM orders WHERE customer_id IN (1, 42) GROUP BY customer_id ORDER BY 1;
 -- no key: every shard, scanned concurrently (async append)
 EXPLAIN (COSTS OFF) SELECT count(*) FROM orders;
 
