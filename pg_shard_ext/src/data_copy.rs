@@ -26,6 +26,7 @@ const TOTAL_BUFFER_BYTES: usize = 256 << 20;
 pub struct ShardTarget {
     pub node: Node,
     pub qualified_shard: String,
+    pub shard_id: i64,
     /// The shard table's name within the table's schema.
     pub shard_name: String,
 }

@@ -159,6 +159,7 @@ fn distribute_table(
             KeyspaceId::from_sql(group.range_end),
         )?;
         partitions.push(Partition {
+            shard_id: target.shard_id,
             shard_name: target.shard_name.clone(),
             node_id: group.node.node_id,
             range_start: group.range_start,
@@ -301,6 +302,7 @@ fn create_shard(
     Ok(ShardTarget {
         node: group.node.clone(),
         qualified_shard,
+        shard_id,
         shard_name,
     })
 }

@@ -23,6 +23,7 @@ use pgrx::prelude::*;
 
 /// One shard as a partition: its table on the worker and its range.
 pub struct Partition {
+    pub shard_id: i64,
     pub shard_name: String,
     pub node_id: i32,
     pub range_start: i64,
@@ -78,6 +79,13 @@ pub fn check_replaceable(relid: pg_sys::Oid, shape: &TableShape) -> Result<()> {
     Ok(())
 }
 
+/// The foreign table standing for a shard: table name, shard id and node,
+/// so that EXPLAIN names the shards and nodes a statement touches
+/// (`Foreign Scan on orders_100003_node_2`).
+pub fn partition_name(table_name: &str, shard_id: i64, node_id: i32) -> String {
+    quote::name_with_suffix(table_name, &format!("_{shard_id}_node_{node_id}"))
+}
+
 /// Replace the (empty) table `relid` by its partitioned routing table, and
 /// point the catalog at the new table.
 pub fn replace_with_routing_table(
@@ -104,7 +112,10 @@ pub fn replace_with_routing_table(
             "CREATE FOREIGN TABLE {} PARTITION OF {new_table} \
              FOR VALUES FROM ({}) TO ({upper}) SERVER {} \
              OPTIONS (schema_name {}, table_name {})",
-            quote::qualified("pg_shard_partitions", &partition.shard_name),
+            quote::qualified(
+                "pg_shard_partitions",
+                &partition_name(&shape.name, partition.shard_id, partition.node_id)
+            ),
             partition.range_start,
             quote::ident(&server_name(partition.node_id)),
             quote::literal(&shape.schema),
