@@ -8,7 +8,8 @@ PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
 .PHONY: demo test bootstrap install cluster stop status destroy unit regress lint bench bench-triggers bench-metadata
 
-demo: install cluster ## bootstrap, build, start a local cluster, run the demo
+demo: install ## bootstrap, build, (re)start the local cluster, run the demo
+	scripts/cluster.sh restart
 	scripts/demo.sh
 
 test: install lint unit regress ## every test

@@ -32,3 +32,13 @@ SELECT pg_shard.keyspace_id(42::bigint) AS keyspace_id_of_42, table_name, shard_
 FROM pg_shard.shards
 WHERE pg_shard.keyspace_id(42::bigint) BETWEEN range_start AND range_end
   AND table_name IN ('orders'::regclass, 'order_items'::regclass);
+
+\echo '== 5. plain SQL through the metadata node: one key touches one shard'
+EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE customer_id = 42;
+SELECT count(*) AS orders_of_42, sum(total) FROM orders WHERE customer_id = 42;
+INSERT INTO orders VALUES (42, 424242, 99.90) RETURNING *;
+SELECT c.name AS country, count(*) AS items
+FROM order_items i JOIN orders o USING (customer_id, order_id)
+JOIN countries c ON c.code = (ARRAY['DE','FR','NL','PL'])[1 + o.customer_id % 4]
+WHERE o.customer_id IN (1, 2, 3, 42) GROUP BY c.name ORDER BY c.name;
+UPDATE countries SET name = 'Deutschland' WHERE code = 'DE';

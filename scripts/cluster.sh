@@ -3,6 +3,8 @@
 # one metadata node and N workers, each in its own data directory.
 #
 #   scripts/cluster.sh start   create (if needed) and start every node
+#   scripts/cluster.sh restart stop, then start (picks up a newly installed pg_shard,
+#                              which every server preloads)
 #   scripts/cluster.sh stop    stop every node
 #   scripts/cluster.sh status  show which nodes run
 #   scripts/cluster.sh destroy stop and remove the data
@@ -169,8 +171,9 @@ destroy() {
 
 case "${1:-}" in
     start) start ;;
+    restart) stop; start ;;
     stop) stop ;;
     status) status ;;
     destroy) destroy ;;
-    *) echo "usage: $0 start|stop|status|destroy" >&2; exit 2 ;;
+    *) echo "usage: $0 start|restart|stop|status|destroy" >&2; exit 2 ;;
 esac

@@ -19,7 +19,7 @@ done
 psql_node "$base_port" -d "$database" -v worker1_port=$((base_port + 1)) \
     -v worker2_port=$((base_port + 2)) -f "$repo/examples/demo.sql"
 
-echo "== 5. each worker holds only its ranges: rows per shard table"
+echo "== 6. each worker holds only its ranges: rows per shard table"
 for i in $(seq 1 "$workers"); do
     port=$((base_port + i))
     echo "-- worker on 127.0.0.1:$port"
@@ -31,7 +31,7 @@ for i in $(seq 1 "$workers"); do
         FROM pg_shard.local_shard s ORDER BY s.shard_id"
 done
 
-echo "== 6. the worker enforces ownership: customer 1 does not belong in customer 42's shard"
+echo "== 7. the worker enforces ownership: customer 1 does not belong in customer 42's shard"
 read -r shard port < <(psql_node "$base_port" -d "$database" -Atc "
     SELECT shard_table, port FROM pg_shard.shards
     WHERE table_name = 'orders'::regclass
