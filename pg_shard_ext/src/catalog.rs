@@ -362,3 +362,42 @@ pub fn reference_group() -> Result<Option<i32>> {
         "SELECT min(colocation_id) FROM pg_shard.colocation_group WHERE kind = 'reference'",
     )
 }
+
+/// Shard tables by node: every placement of `relid`'s shards (or of all
+/// shards), as (shard id, qualified shard table name), grouped by node in
+/// node id order.
+pub type ShardsByNode = std::collections::BTreeMap<i32, (Node, Vec<(i64, String)>)>;
+
+pub fn shards_by_node(relid: Option<pg_sys::Oid>) -> Result<ShardsByNode> {
+    Spi::connect(|client| {
+        let mut by_node = ShardsByNode::new();
+        let rows = client.select(
+            "SELECT n.node_id, n.host, n.port, s.shard_id, \
+                    format('%I.%I', s.shard_schema, s.shard_name) \
+             FROM pg_shard.shard s \
+             JOIN pg_shard.placement p USING (shard_group_id) \
+             JOIN pg_shard.node n USING (node_id) \
+             WHERE $1 IS NULL OR s.table_rel = $1 \
+             ORDER BY n.node_id, s.shard_id",
+            None,
+            &[relid.into()],
+        )?;
+        for row in rows {
+            let node = Node {
+                node_id: row.get::<i32>(1)?.unwrap_or_default(),
+                host: row.get::<String>(2)?.unwrap_or_default(),
+                port: row.get::<i32>(3)?.unwrap_or_default(),
+            };
+            let shard = (
+                row.get::<i64>(4)?.unwrap_or_default(),
+                row.get::<String>(5)?.unwrap_or_default(),
+            );
+            by_node
+                .entry(node.node_id)
+                .or_insert_with(|| (node, Vec::new()))
+                .1
+                .push(shard);
+        }
+        Ok(by_node)
+    })
+}

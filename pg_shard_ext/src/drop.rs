@@ -7,56 +7,22 @@
 //! and the map version moves. A worker that cannot be reached makes the DROP
 //! fail, with nothing changed.
 
-use crate::catalog::{self, Node};
+use crate::catalog;
 use crate::error::{OrReport, Result};
-use crate::quote;
 use crate::remote::{in_transaction, remote_error};
 use pgrx::prelude::*;
-use std::collections::BTreeMap;
 
 #[pg_extern(schema = "pg_shard")]
 fn drop_shards_internal(table_oid: pg_sys::Oid) {
     drop_shards(table_oid).or_report()
 }
 
-type ShardsByNode = BTreeMap<i32, (Node, Vec<(i64, String)>)>;
-
 fn drop_shards(relid: pg_sys::Oid) -> Result<()> {
     let Some(table) = catalog::logical_table(relid)? else {
         return Ok(());
     };
     catalog::bump_map_version()?;
-    let by_node: ShardsByNode = Spi::connect(|client| {
-        let mut by_node = ShardsByNode::new();
-        let rows = client.select(
-            "SELECT n.node_id, n.host, n.port, s.shard_id, s.shard_schema, s.shard_name \
-             FROM pg_shard.shard s \
-             JOIN pg_shard.placement p USING (shard_group_id) \
-             JOIN pg_shard.node n USING (node_id) \
-             WHERE s.table_rel = $1 ORDER BY n.node_id, s.shard_id",
-            None,
-            &[relid.into()],
-        )?;
-        for row in rows {
-            let node = Node {
-                node_id: row.get::<i32>(1)?.unwrap_or_default(),
-                host: row.get::<String>(2)?.unwrap_or_default(),
-                port: row.get::<i32>(3)?.unwrap_or_default(),
-            };
-            let schema = row.get::<String>(5)?.unwrap_or_default();
-            let name = row.get::<String>(6)?.unwrap_or_default();
-            by_node
-                .entry(node.node_id)
-                .or_insert_with(|| (node, Vec::new()))
-                .1
-                .push((
-                    row.get::<i64>(4)?.unwrap_or_default(),
-                    quote::qualified(&schema, &name),
-                ));
-        }
-        Ok::<_, crate::error::ShardError>(by_node)
-    })?;
-
+    let by_node = catalog::shards_by_node(Some(relid))?;
     for (node, shards) in by_node.values() {
         let ids: Vec<String> = shards.iter().map(|(id, _)| id.to_string()).collect();
         let names: Vec<&str> = shards.iter().map(|(_, name)| name.as_str()).collect();

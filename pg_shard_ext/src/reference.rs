@@ -110,29 +110,14 @@ fn replicate(
 
 /// Every worker copy of a reference table: (node, qualified copy name).
 fn copies_of(relid: pg_sys::Oid) -> Result<Vec<(Node, String)>> {
-    Spi::connect(|client| {
-        let mut copies = Vec::new();
-        let rows = client.select(
-            "SELECT n.node_id, n.host, n.port, s.shard_schema, s.shard_name \
-             FROM pg_shard.shard s \
-             JOIN pg_shard.placement p USING (shard_group_id) \
-             JOIN pg_shard.node n USING (node_id) \
-             WHERE s.table_rel = $1 ORDER BY n.node_id",
-            None,
-            &[relid.into()],
-        )?;
-        for row in rows {
-            let node = Node {
-                node_id: row.get::<i32>(1)?.unwrap_or_default(),
-                host: row.get::<String>(2)?.unwrap_or_default(),
-                port: row.get::<i32>(3)?.unwrap_or_default(),
-            };
-            let schema = row.get::<String>(4)?.unwrap_or_default();
-            let name = row.get::<String>(5)?.unwrap_or_default();
-            copies.push((node, quote::qualified(&schema, &name)));
-        }
-        Ok(copies)
-    })
+    Ok(crate::catalog::shards_by_node(Some(relid))?
+        .into_values()
+        .flat_map(|(node, shards)| {
+            shards
+                .into_iter()
+                .map(move |(_, name)| (node.clone(), name))
+        })
+        .collect())
 }
 
 /// Quoted names of the primary key (or replica identity index) columns.
