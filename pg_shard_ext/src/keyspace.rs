@@ -28,6 +28,46 @@ fn keyspace_id_text(key: &str) -> i64 {
     pg_shard_core::keyspace::keyspace_id_of_text(key).to_sql()
 }
 
+/// `pg_shard.keyspace_ids(anyarray) → bigint[]`: the keyspace id of every
+/// element (NULL for NULL). The planner hook uses it for `key = ANY($1)`.
+#[pg_extern(schema = "pg_shard", immutable, strict, parallel_safe)]
+fn keyspace_ids(keys: pgrx::AnyArray) -> Vec<Option<i64>> {
+    // SAFETY: `keys` is a non-null array datum of type keys.oid(); it is
+    // detoasted and deconstructed with its element type's storage details.
+    unsafe {
+        let element_type = pg_sys::get_element_type(keys.oid());
+        let array = pg_sys::pg_detoast_datum(keys.datum().cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let (mut length, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(element_type, &mut length, &mut by_value, &mut align);
+        let mut elements: *mut pg_sys::Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count = 0;
+        pg_sys::deconstruct_array(
+            array,
+            element_type,
+            length as i32,
+            by_value,
+            align,
+            &mut elements,
+            &mut nulls,
+            &mut count,
+        );
+        (0..count as usize)
+            .map(|i| {
+                if *nulls.add(i) {
+                    None
+                } else {
+                    Some(
+                        key_to_keyspace_id(*elements.add(i), element_type)
+                            .or_report()
+                            .to_sql(),
+                    )
+                }
+            })
+            .collect()
+    }
+}
+
 /// The keyspace id of a non-null datum of type `type_oid` (or a domain over it).
 pub fn key_to_keyspace_id(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Result<KeyspaceId> {
     keyspace_id_of_base_type(datum, base_type(type_oid), type_oid)

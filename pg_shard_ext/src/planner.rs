@@ -7,6 +7,8 @@
 //!
 //! * `key = <expr>`  →  `keyspace_id(key) = keyspace_id(<expr>)`
 //! * `key IN (a, b)` →  `keyspace_id(key) = ANY (ARRAY[keyspace_id(a), keyspace_id(b)])`
+//! * `key = ANY(arr)` →  `keyspace_id(key) = ANY (keyspace_ids(arr))` (pruned
+//!   in custom plans, where a parameter is a constant)
 //!
 //! where `<expr>` refers to no column of the same query level and is not
 //! volatile. Constants fold at plan time (plan-time pruning); parameters of a
@@ -47,6 +49,7 @@ thread_local! {
     static DISTRIBUTION_COLUMNS: RefCell<HashMap<pg_sys::Oid, Option<i16>>> =
         RefCell::new(HashMap::new());
     static KEYSPACE_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    static KEYSPACES_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
     // Set while the hook reads the catalog, whose own queries are planned too.
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
@@ -79,6 +82,9 @@ pub fn install() {
 /// Forget cached catalog facts (called on every relcache invalidation).
 pub fn forget_cache() {
     DISTRIBUTION_COLUMNS.with(|columns| columns.borrow_mut().clear());
+    // The extension may have been dropped and created again.
+    KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
+    KEYSPACES_FUNCTION.set(pg_sys::InvalidOid);
 }
 
 /// # Safety
@@ -426,10 +432,29 @@ unsafe fn keyspace_condition(
                 }
                 let args = PgList::<pg_sys::Node>::from_pg((*saop).args);
                 let (column, array) = (args.get_ptr(0)?, args.get_ptr(1)?);
-                if !is_distribution_column(query, column)
-                    || (*array).type_ != pg_sys::NodeTag::T_ArrayExpr
-                    || (*(array as *mut pg_sys::ArrayExpr)).multidims
-                {
+                if !is_distribution_column(query, column) {
+                    return None;
+                }
+                if (*array).type_ != pg_sys::NodeTag::T_ArrayExpr {
+                    // `key = ANY($1)` or a constant array: map the whole array
+                    // (folded to a constant in custom plans, so pruned there).
+                    if !usable_array(column, array) {
+                        return None;
+                    }
+                    let ids = array_keyspace_call(array)?;
+                    let mut condition = PgBox::<pg_sys::ScalarArrayOpExpr>::alloc_node(
+                        pg_sys::NodeTag::T_ScalarArrayOpExpr,
+                    );
+                    condition.opno = INT8_EQUAL_OPERATOR;
+                    condition.useOr = true;
+                    let mut condition_args = PgList::<pg_sys::Node>::new();
+                    condition_args.push(keyspace_call(column)?);
+                    condition_args.push(ids);
+                    condition.args = condition_args.into_pg();
+                    condition.location = -1;
+                    return Some(condition.into_pg() as *mut pg_sys::Node);
+                }
+                if (*(array as *mut pg_sys::ArrayExpr)).multidims {
                     return None;
                 }
                 let mut ids = PgList::<pg_sys::Node>::new();
@@ -495,6 +520,21 @@ unsafe fn usable_value(column: *mut pg_sys::Node, value: *mut pg_sys::Node) -> b
             && !pg_sys::contain_volatile_functions(value)
             && !pg_sys::expression_returns_set(value)
             && !pg_sys::contain_subplans(value)
+    }
+}
+
+/// An array value usable beside `column`: elements hash like the column,
+/// and the same conditions as [`usable_value`].
+unsafe fn usable_array(column: *mut pg_sys::Node, array: *mut pg_sys::Node) -> bool {
+    // SAFETY: both are valid expression nodes.
+    unsafe {
+        let element_type = pg_sys::get_element_type(pg_sys::exprType(array));
+        let column_type = pg_sys::exprType(column);
+        matches!((key_encoding_of(column_type), key_encoding_of(element_type)), (Some(a), Some(b)) if a == b)
+            && !pg_sys::contain_vars_of_level(array, 0)
+            && !pg_sys::contain_volatile_functions(array)
+            && !pg_sys::expression_returns_set(array)
+            && !pg_sys::contain_subplans(array)
     }
 }
 
@@ -567,17 +607,44 @@ unsafe fn keyspace_call(node: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
     }
 }
 
+/// `pg_shard.keyspace_ids(<copy of array>)`.
+unsafe fn array_keyspace_call(array: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
+    let function = lookup_function(&KEYSPACES_FUNCTION, "pg_shard.keyspace_ids(anyarray)")?;
+    // SAFETY: copying a valid node and building a FuncExpr around it.
+    unsafe {
+        let mut args = PgList::<pg_sys::Node>::new();
+        args.push(pg_sys::copyObjectImpl(array as *const std::ffi::c_void) as *mut pg_sys::Node);
+        Some(pg_sys::makeFuncExpr(
+            function,
+            pg_sys::INT8ARRAYOID,
+            args.into_pg(),
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        ) as *mut pg_sys::Node)
+    }
+}
+
 fn keyspace_function() -> Option<pg_sys::Oid> {
-    let known = KEYSPACE_FUNCTION.get();
+    lookup_function(&KEYSPACE_FUNCTION, "pg_shard.keyspace_id(anyelement)")
+}
+
+/// The oid of a pg_shard function, looked up once per backend.
+fn lookup_function(
+    cache: &'static std::thread::LocalKey<Cell<pg_sys::Oid>>,
+    signature: &str,
+) -> Option<pg_sys::Oid> {
+    let known = cache.get();
     if known != pg_sys::InvalidOid {
         return Some(known);
     }
     let busy = Busy::start();
-    let found = crate::catalog::query_value::<pg_sys::Oid>(
-        "SELECT to_regprocedure('pg_shard.keyspace_id(anyelement)')::oid",
+    let found = crate::catalog::query_one::<pg_sys::Oid>(
+        "SELECT to_regprocedure($1)::oid",
+        &[signature.into()],
     );
     drop(busy);
     let function = found.ok().flatten()?;
-    KEYSPACE_FUNCTION.set(function);
+    cache.set(function);
     Some(function)
 }

@@ -31,6 +31,12 @@ SELECT bool_and((a < b) = (ks_unsigned(a) < ks_unsigned(b))) AS order_preserved
 FROM (SELECT pg_shard.keyspace_id(g::bigint) AS a, pg_shard.keyspace_id(g::bigint + 1) AS b
       FROM generate_series(1, 2000) g) pairs;
 
+-- arrays of keys, element by element
+SELECT pg_shard.keyspace_ids(ARRAY[42, NULL, 1]::bigint[]) =
+       ARRAY[pg_shard.keyspace_id(42::bigint), NULL, pg_shard.keyspace_id(1::bigint)] AS keyspace_ids;
+SELECT pg_shard.keyspace_ids(ARRAY['acme']) = ARRAY[pg_shard.keyspace_id('acme')] AS text_ids;
+SELECT pg_shard.keyspace_ids(ARRAY[1.5]);
+
 -- NULL in, NULL out
 SELECT pg_shard.keyspace_id(NULL::bigint) IS NULL AS null_key;
 

@@ -20,6 +20,11 @@ EXECUTE by_customer(42);
 EXECUTE by_customer(1);
 RESET plan_cache_mode;
 DEALLOCATE by_customer;
+-- an array parameter: pruned in custom plans (the default for such statements)
+PREPARE by_customers(bigint[]) AS SELECT customer_id, count(*) FROM orders WHERE customer_id = ANY ($1) GROUP BY 1 ORDER BY 1;
+EXPLAIN (COSTS OFF) EXECUTE by_customers('{1, 42}');
+EXECUTE by_customers('{1, 42, 7}');
+DEALLOCATE by_customers;
 -- a join on the distribution column carries the condition to the other side
 EXPLAIN (COSTS OFF)
 SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id = 5;
