@@ -20,8 +20,7 @@
 use crate::keyspace::key_encoding_of;
 use pgrx::prelude::*;
 use pgrx::PgList;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::Cell;
 use std::ffi::CStr;
 
 /// `int8 = int8`.
@@ -45,9 +44,6 @@ unsafe extern "C-unwind" {
 }
 
 thread_local! {
-    // relid → attribute number of the distribution column (None: not distributed).
-    static DISTRIBUTION_COLUMNS: RefCell<HashMap<pg_sys::Oid, Option<i16>>> =
-        RefCell::new(HashMap::new());
     static KEYSPACE_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
     static KEYSPACES_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
     // Set while the hook reads the catalog, whose own queries are planned too.
@@ -81,7 +77,6 @@ pub fn install() {
 
 /// Forget cached catalog facts (called on every relcache invalidation).
 pub fn forget_cache() {
-    DISTRIBUTION_COLUMNS.with(|columns| columns.borrow_mut().clear());
     // The extension may have been dropped and created again.
     KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
     KEYSPACES_FUNCTION.set(pg_sys::InvalidOid);
@@ -177,7 +172,6 @@ fn add_keyspace_conditions(query: *mut pg_sys::Query) -> Rewrite {
     if installed {
         // SAFETY: as above.
         unsafe {
-            refuse_key_update(query);
             rewrite_query(query);
             return Rewrite {
                 distributed: true,
@@ -223,7 +217,7 @@ unsafe fn group_by_keyspace(query: *mut pg_sys::Query) -> bool {
             .max()
             .unwrap_or(0);
         for key in grouped_keys {
-            let Some(keyspace) = keyspace_call(key) else {
+            let Some(keyspace) = column_keyspace_call(query, key) else {
                 return false;
             };
             next_ref += 1;
@@ -267,7 +261,7 @@ unsafe fn refuse_key_update(query: *mut pg_sys::Query) {
         if (*rte).relkind != pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char {
             return;
         }
-        let Some(key) = distribution_column((*rte).relid) else {
+        let Some((_, key)) = partition_key((*rte).relid) else {
             return;
         };
         let targets = PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList);
@@ -289,6 +283,7 @@ unsafe fn has_partitioned_relation(query: *mut pg_sys::Query) -> bool {
         let in_rtable = rtable.iter_ptr().any(|rte| match (*rte).rtekind {
             pg_sys::RTEKind::RTE_RELATION => {
                 (*rte).relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
+                    && partition_key((*rte).relid).is_some()
             }
             pg_sys::RTEKind::RTE_SUBQUERY => {
                 !(*rte).subquery.is_null() && has_partitioned_relation((*rte).subquery)
@@ -310,6 +305,8 @@ unsafe fn has_partitioned_relation(query: *mut pg_sys::Query) -> bool {
 unsafe fn rewrite_query(query: *mut pg_sys::Query) {
     // SAFETY: see has_partitioned_relation; quals are replaced by new nodes.
     unsafe {
+        // Also in CTEs: `WITH u AS (UPDATE … SET key = …)` must be refused too.
+        refuse_key_update(query);
         let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
         for rte in rtable.iter_ptr() {
             if (*rte).rtekind == pg_sys::RTEKind::RTE_SUBQUERY && !(*rte).subquery.is_null() {
@@ -402,7 +399,7 @@ unsafe fn keyspace_condition(
                 }
                 let args = PgList::<pg_sys::Node>::from_pg((*op).args);
                 let (left, right) = (args.get_ptr(0)?, args.get_ptr(1)?);
-                let (column, value) = match (
+                let (column, value, value_is_column) = match (
                     is_distribution_column(query, left),
                     is_distribution_column(query, right),
                 ) {
@@ -410,17 +407,22 @@ unsafe fn keyspace_condition(
                     // distribution columns implies one on the partition keys,
                     // which lets a condition on one side prune the other and
                     // co-located tables join shard by shard.
-                    (true, true) if same_encoding(left, right) => (left, right),
-                    (true, _) if usable_value(left, right) => (left, right),
-                    (_, true) if usable_value(right, left) => (right, left),
+                    (true, true) if same_encoding(left, right) => (left, right, true),
+                    (true, _) if usable_value(left, right) => (left, right, false),
+                    (_, true) if usable_value(right, left) => (right, left, false),
                     _ => return None,
+                };
+                let value_call = if value_is_column {
+                    column_keyspace_call(query, value)?
+                } else {
+                    keyspace_call(value)?
                 };
                 Some(pg_sys::make_opclause(
                     INT8_EQUAL_OPERATOR,
                     pg_sys::BOOLOID,
                     false,
-                    keyspace_call(column)? as *mut pg_sys::Expr,
-                    keyspace_call(value)? as *mut pg_sys::Expr,
+                    column_keyspace_call(query, column)? as *mut pg_sys::Expr,
+                    value_call as *mut pg_sys::Expr,
                     pg_sys::InvalidOid,
                     pg_sys::InvalidOid,
                 ) as *mut pg_sys::Node)
@@ -448,7 +450,7 @@ unsafe fn keyspace_condition(
                     condition.opno = INT8_EQUAL_OPERATOR;
                     condition.useOr = true;
                     let mut condition_args = PgList::<pg_sys::Node>::new();
-                    condition_args.push(keyspace_call(column)?);
+                    condition_args.push(column_keyspace_call(query, column)?);
                     condition_args.push(ids);
                     condition.args = condition_args.into_pg();
                     condition.location = -1;
@@ -478,7 +480,7 @@ unsafe fn keyspace_condition(
                 condition.opno = INT8_EQUAL_OPERATOR;
                 condition.useOr = true;
                 let mut condition_args = PgList::<pg_sys::Node>::new();
-                condition_args.push(keyspace_call(column)?);
+                condition_args.push(column_keyspace_call(query, column)?);
                 condition_args.push(id_array.into_pg() as *mut pg_sys::Node);
                 condition.args = condition_args.into_pg();
                 condition.location = -1;
@@ -543,15 +545,15 @@ unsafe fn usable_array(column: *mut pg_sys::Node, array: *mut pg_sys::Node) -> b
 unsafe fn is_distribution_column(query: *mut pg_sys::Query, node: *mut pg_sys::Node) -> bool {
     // SAFETY: node is a valid expression; a Var's varno indexes the range table.
     unsafe {
-        if (*node).type_ != pg_sys::NodeTag::T_Var {
+        let node = strip_relabel(node);
+        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Var {
             return false;
         }
         let var = node as *mut pg_sys::Var;
-        if (*var).varlevelsup != 0 || (*var).varno < 1 {
+        if (*var).varlevelsup != 0 {
             return false;
         }
-        let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
-        let Some(rte) = rtable.get_ptr((*var).varno as usize - 1) else {
+        let Some(rte) = range_table_entry(query, (*var).varno) else {
             return false;
         };
         if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
@@ -559,34 +561,121 @@ unsafe fn is_distribution_column(query: *mut pg_sys::Query, node: *mut pg_sys::N
         {
             return false;
         }
-        distribution_column((*rte).relid) == Some((*var).varattno)
+        partition_key((*rte).relid).map(|(_, attno)| attno) == Some((*var).varattno)
     }
 }
 
-/// The distribution column's attribute number of `relid`, if distributed.
-fn distribution_column(relid: pg_sys::Oid) -> Option<i16> {
-    if let Some(known) = DISTRIBUTION_COLUMNS.with(|columns| columns.borrow().get(&relid).copied())
-    {
-        return known;
-    }
-    let busy = Busy::start();
-    let column = crate::catalog::query_one::<String>(
-        "SELECT dist_column FROM pg_shard.logical_table \
-         WHERE table_rel = $1 AND kind = 'distributed'",
-        &[relid.into()],
-    );
-    drop(busy);
-    let attno = match column {
-        Ok(Some(name)) => {
-            let name = std::ffi::CString::new(name).unwrap_or_default();
-            // SAFETY: get_attnum reads the syscache; InvalidAttrNumber (0) if absent.
-            let attno = unsafe { pg_sys::get_attnum(relid, name.as_ptr()) };
-            (attno > 0).then_some(attno)
+/// Attribute number of pg_partitioned_table.partexprs.
+const ANUM_PARTEXPRS: i16 = 8;
+
+/// The partition key of `relid` if it is a distributed table: a single
+/// `pg_shard.keyspace_id(column)` expression (freshly read, the caller may
+/// modify it) and the column's attribute number. Read from the syscache, so
+/// it needs no privileges, no SPI, and is never stale.
+fn partition_key(relid: pg_sys::Oid) -> Option<(*mut pg_sys::Node, i16)> {
+    // SAFETY: syscache lookup and release; the stored expression text is
+    // parsed into a new node tree in the current memory context.
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::PARTRELID as i32,
+            pg_sys::Datum::from(relid),
+        );
+        if tuple.is_null() {
+            return None;
         }
-        _ => None,
-    };
-    DISTRIBUTION_COLUMNS.with(|columns| columns.borrow_mut().insert(relid, attno));
-    attno
+        let mut is_null = false;
+        let text = pg_sys::SysCacheGetAttr(
+            pg_sys::SysCacheIdentifier::PARTRELID as i32,
+            tuple,
+            ANUM_PARTEXPRS,
+            &mut is_null,
+        );
+        let expressions = if is_null {
+            std::ptr::null_mut()
+        } else {
+            let string = pg_sys::text_to_cstring(text.cast_mut_ptr());
+            pg_sys::stringToNode(string) as *mut pg_sys::List
+        };
+        pg_sys::ReleaseSysCache(tuple);
+        let expressions = PgList::<pg_sys::Node>::from_pg(expressions);
+        if expressions.len() != 1 {
+            return None;
+        }
+        let key = expressions.get_ptr(0)?;
+        if (*key).type_ != pg_sys::NodeTag::T_FuncExpr || !is_keyspace_function(key) {
+            return None;
+        }
+        let var = key_column_var(key)?;
+        Some((key, (*var).varattno))
+    }
+}
+
+/// Whether a FuncExpr calls one of pg_shard's keyspace_id functions.
+unsafe fn is_keyspace_function(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: node is a FuncExpr; the lookups read the syscache.
+    unsafe {
+        let funcid = (*(node as *mut pg_sys::FuncExpr)).funcid;
+        let name = pg_sys::get_func_name(funcid);
+        let namespace = pg_sys::get_func_namespace(funcid);
+        let schema = pg_sys::get_namespace_name(namespace);
+        !name.is_null()
+            && !schema.is_null()
+            && CStr::from_ptr(name).to_bytes() == b"keyspace_id"
+            && CStr::from_ptr(schema).to_bytes() == b"pg_shard"
+    }
+}
+
+/// The column inside a partition key `keyspace_id(column)` (possibly
+/// relabelled, as varchar is to text).
+unsafe fn key_column_var(key: *mut pg_sys::Node) -> Option<*mut pg_sys::Var> {
+    // SAFETY: key is a FuncExpr with one argument.
+    unsafe {
+        let args = PgList::<pg_sys::Node>::from_pg((*(key as *mut pg_sys::FuncExpr)).args);
+        let arg = strip_relabel(args.get_ptr(0)?);
+        ((*arg).type_ == pg_sys::NodeTag::T_Var).then_some(arg as *mut pg_sys::Var)
+    }
+}
+
+unsafe fn strip_relabel(mut node: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // SAFETY: walking RelabelType nodes of a valid expression.
+    unsafe {
+        while !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_RelabelType {
+            node = (*(node as *mut pg_sys::RelabelType)).arg as *mut pg_sys::Node;
+        }
+        node
+    }
+}
+
+/// The partition key expression of the distributed table behind `column`
+/// (a Var of this query level), pointed at that Var's range table entry:
+/// exactly the expression partition pruning and partitionwise planning
+/// look for.
+unsafe fn column_keyspace_call(
+    query: *mut pg_sys::Query,
+    column: *mut pg_sys::Node,
+) -> Option<*mut pg_sys::Node> {
+    // SAFETY: column is a Var (possibly relabelled) checked by is_distribution_column.
+    unsafe {
+        let var = strip_relabel(column) as *mut pg_sys::Var;
+        let rte = range_table_entry(query, (*var).varno)?;
+        let (key, _) = partition_key((*rte).relid)?;
+        let key_var = key_column_var(key)?;
+        (*key_var).varno = (*var).varno;
+        (*key_var).varnosyn = (*var).varnosyn;
+        (*key_var).varlevelsup = 0;
+        Some(key)
+    }
+}
+
+unsafe fn range_table_entry(
+    query: *mut pg_sys::Query,
+    varno: i32,
+) -> Option<*mut pg_sys::RangeTblEntry> {
+    if varno < 1 {
+        return None;
+    }
+    // SAFETY: the range table of a valid Query.
+    unsafe { PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).get_ptr(varno as usize - 1) }
 }
 
 /// `pg_shard.keyspace_id(<copy of node>)`.

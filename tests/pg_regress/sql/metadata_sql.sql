@@ -45,7 +45,10 @@ SELECT tableoid::regclass AS partition, customer_id FROM orders WHERE order_id =
 UPDATE orders SET total = total + 1 WHERE customer_id = 42 AND order_id = 800001 RETURNING total;
 EXPLAIN (COSTS OFF) UPDATE orders SET total = total + 1 WHERE customer_id = 42;
 DELETE FROM orders WHERE order_id = 800001 RETURNING customer_id, total;
--- changing a row's key is refused clearly, and changes nothing
+-- other key types prune too (events is distributed by a uuid)
+EXPLAIN (COSTS OFF) SELECT * FROM events WHERE id = '123e4567-e89b-12d3-a456-426614174000';
+-- changing a row's key is refused clearly, also inside a CTE, and changes nothing
+WITH moved AS (UPDATE orders SET customer_id = 3 WHERE order_id = 1 RETURNING *) SELECT count(*) FROM moved;
 UPDATE orders SET customer_id = 2 WHERE customer_id = 1 AND order_id = 1;
 UPDATE orders SET total = 0, customer_id = customer_id + 1 WHERE order_id = 1;
 SELECT customer_id, total FROM orders WHERE order_id = 1;

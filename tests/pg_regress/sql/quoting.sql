@@ -19,6 +19,9 @@ SELECT pg_shard.create_distributed_table('"Sales Data"."Order Items"', 'select',
 SELECT table_name, shard_table, node_id FROM pg_shard.shards
 WHERE table_name = '"Sales Data"."Order Items"'::regclass;
 SELECT count(*) FROM ONLY "Sales Data"."Order Items";
+-- SQL through the metadata node with a text key and quoted names
+EXPLAIN (COSTS OFF) SELECT * FROM "Sales Data"."Order Items" WHERE "select" = 'quote''s';
+SELECT "Line No", "it's" FROM "Sales Data"."Order Items" WHERE "select" IN ('quote''s', 'ünïcødé') ORDER BY 1;
 -- orders still exists
 SELECT count(*) > 0 AS orders_intact FROM pg_shard.shards WHERE table_name = 'orders'::regclass;
 
