@@ -58,19 +58,22 @@ CREATE TRIGGER local_shard_truncated
 
 -- Writes to a reference table on the metadata node reach every copy
 -- (pg_shard_ext/src/reference.rs); the transition tables carry the rows.
--- SECURITY DEFINER: any role allowed to write the table may propagate its
--- own change, without being allowed to call the replication function.
+-- Runs as the writing role. The rows travel as JSON printed under fixed
+-- settings, so they read back the same on the workers.
 CREATE FUNCTION pg_shard.replicate_reference_write() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, MDY' SET IntervalStyle = 'postgres' SET extra_float_digits = 3
+AS $$
 DECLARE
     old_rows text;
     new_rows text;
 BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(o))::text INTO old_rows FROM pg_shard_old o;
+        SELECT pg_catalog.json_agg(o)::text INTO old_rows FROM pg_shard_old o;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(n))::text INTO new_rows FROM pg_shard_new n;
+        SELECT pg_catalog.json_agg(n)::text INTO new_rows FROM pg_shard_new n;
     END IF;
     IF TG_OP = 'TRUNCATE' OR old_rows IS NOT NULL OR new_rows IS NOT NULL THEN
         PERFORM pg_shard.replicate_reference_change(TG_RELID, TG_OP, old_rows, new_rows);
@@ -108,8 +111,10 @@ COMMENT ON VIEW pg_shard.shards IS
 -- DROP TABLE: on the metadata node, drop the shards of dropped distributed
 -- and reference tables (pg_shard_ext/src/drop.rs); on a worker, forget the
 -- ownership record of a dropped shard table.
+-- SECURITY DEFINER: whoever may drop a table may drop its shards; the
+-- function runs no code of the dropping role.
 CREATE FUNCTION pg_shard.on_sql_drop() RETURNS event_trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     dropped record;
 BEGIN
@@ -121,7 +126,9 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_shard.logical_table WHERE table_rel::oid = dropped.objid) THEN
             PERFORM pg_shard.drop_shards_internal(dropped.objid);
         END IF;
-        DELETE FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid;
+        IF EXISTS (SELECT 1 FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid) THEN
+            DELETE FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid;
+        END IF;
     END LOOP;
 END $$;
 CREATE EVENT TRIGGER pg_shard_sql_drop ON sql_drop
@@ -134,4 +141,3 @@ REVOKE ALL ON FUNCTION pg_shard.create_distributed_table_internal(oid, text, int
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.replicate_reference_change(oid, text, text, text) FROM PUBLIC;

@@ -208,7 +208,11 @@ unsafe fn group_by_keyspace(query: *mut pg_sys::Query) -> bool {
                     .find(|t| (**t).ressortgroupref == (*group).tleSortGroupRef)
                     .map(|t| (*t).expr as *mut pg_sys::Node)
             })
-            .filter(|&expr| !expr.is_null() && is_distribution_column(query, expr))
+            .filter(|&expr| {
+                !expr.is_null()
+                    && is_distribution_column(query, expr)
+                    && deterministic(pg_sys::exprCollation(expr))
+            })
             .collect();
         let grouped = !grouped_keys.is_empty();
         let mut next_ref = targets
@@ -494,15 +498,19 @@ unsafe fn keyspace_condition(
 /// An `=` operator whose collation (if any) is deterministic: equal values
 /// then have equal bytes, hence equal keyspace ids.
 unsafe fn is_key_equality(opno: pg_sys::Oid, input_collation: pg_sys::Oid) -> bool {
-    // SAFETY: get_opname returns a palloc'd name or NULL.
-    unsafe {
-        let name = pg_sys::get_opname(opno);
-        if name.is_null() || CStr::from_ptr(name).to_bytes() != b"=" {
-            return false;
-        }
-        input_collation == pg_sys::InvalidOid
-            || pg_sys::get_collation_isdeterministic(input_collation)
-    }
+    // PostgreSQL's own equality operators of the key types (pg_operator.dat):
+    // a user-defined `=` elsewhere on the search_path could mean something
+    // else. Integer widths: 94, 96, 410 and the cross-width 15, 416, 532,
+    // 533, 1862, 1868; text (also varchar) 98; bytea 1955; uuid 2972.
+    const BUILTIN_KEY_EQUALITIES: [u32; 12] =
+        [15, 94, 96, 98, 410, 416, 532, 533, 1862, 1868, 1955, 2972];
+    BUILTIN_KEY_EQUALITIES.contains(&opno.to_u32()) && deterministic(input_collation)
+}
+
+/// No collation, or one under which equal strings have equal bytes.
+fn deterministic(collation: pg_sys::Oid) -> bool {
+    // SAFETY: a syscache lookup of the collation.
+    collation == pg_sys::InvalidOid || unsafe { pg_sys::get_collation_isdeterministic(collation) }
 }
 
 /// Whether two expressions' types hash alike.

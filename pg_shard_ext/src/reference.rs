@@ -5,8 +5,9 @@
 //! statement's rows from the transition tables as JSON and call
 //! `pg_shard.replicate_reference_change`, which applies the same change to
 //! every worker's copy in a remote transaction that commits with the local
-//! one. Rows are matched by the table's primary key (or replica identity
-//! index).
+//! one. Rows are matched by the key columns of the table's primary key (or
+//! replica identity index). The statements on the workers run as the
+//! writing role, so it needs the same privileges on the copies.
 
 use crate::catalog::Node;
 use crate::error::{OrReport, Result, ShardError};
@@ -58,6 +59,27 @@ fn replicate(
     old_rows: Option<&str>,
     new_rows: Option<&str>,
 ) -> Result<()> {
+    let operation = operation.to_ascii_uppercase();
+    let operation = operation.as_str();
+    if !matches!(operation, "INSERT" | "UPDATE" | "DELETE" | "TRUNCATE") {
+        return Err(ShardError::InvalidArgument(format!(
+            "unknown operation \"{operation}\""
+        )));
+    }
+    // Callable by anyone (the table's triggers run as the writer): allow no
+    // more than the caller may do to the table itself.
+    let allowed = crate::catalog::query_one::<bool>(
+        "SELECT has_table_privilege($1, $2)",
+        &[relid.into(), operation.into()],
+    )?
+    .unwrap_or(false);
+    if !allowed {
+        return Err(ShardError::InvalidArgument(format!(
+            "permission denied to {} reference table {}",
+            operation.to_lowercase(),
+            display_name(relid)?
+        )));
+    }
     let copies = copies_of(relid)?;
     let key = key_columns(relid)?;
     let needs_key = matches!(operation, "UPDATE" | "DELETE");
@@ -70,7 +92,7 @@ fn replicate(
         )));
     }
     for (node, copy) in &copies {
-        let records = format!("jsonb_populate_recordset(NULL::{copy}, $1::text::jsonb)");
+        let records = format!("json_populate_recordset(NULL::{copy}, $1::text::json)");
         in_transaction(node, |client| {
             let run = |client: &mut postgres::Client, sql: &str, rows: &str| {
                 client
@@ -86,7 +108,7 @@ fn replicate(
             if let (true, Some(rows)) = (needs_key, old_rows) {
                 let matches = key
                     .iter()
-                    .map(|c| format!("c.{c} = o.{c}"))
+                    .map(|c| format!("c.{c} IS NOT DISTINCT FROM o.{c}"))
                     .collect::<Vec<_>>()
                     .join(" AND ");
                 run(
@@ -125,10 +147,14 @@ fn key_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
     Spi::connect(|client| {
         let mut columns = Vec::new();
         let rows = client.select(
-            "SELECT a.attname::text FROM pg_index i \
-             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-             WHERE i.indrelid = $1 AND (i.indisprimary OR i.indisreplident) \
-             ORDER BY i.indisprimary DESC, a.attnum",
+            "WITH key AS (SELECT indkey, indnkeyatts FROM pg_index \
+                          WHERE indrelid = $1 AND (indisprimary OR indisreplident) \
+                          ORDER BY indisprimary DESC LIMIT 1) \
+             SELECT a.attname::text \
+             FROM key, unnest((key.indkey::int2[])[0:key.indnkeyatts - 1]) \
+                       WITH ORDINALITY AS k(attnum, position) \
+             JOIN pg_attribute a ON a.attrelid = $1 AND a.attnum = k.attnum \
+             ORDER BY k.position",
             None,
             &[relid.into()],
         )?;

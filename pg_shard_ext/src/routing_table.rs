@@ -43,7 +43,15 @@ pub fn check_replaceable(relid: pg_sys::Oid, shape: &TableShape) -> Result<()> {
             column.name
         )));
     }
-    let checks: [(&str, &str); 5] = [
+    let checks: [(&str, &str); 7] = [
+        (
+            "SELECT string_agg(polname::text, ', ') FROM pg_policy WHERE polrelid = $1",
+            "row-level security policies are not carried over yet",
+        ),
+        (
+            "SELECT string_agg(stxname::text, ', ') FROM pg_statistic_ext WHERE stxrelid = $1",
+            "extended statistics are not carried over yet",
+        ),
         (
             "SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ') \
              FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid \

@@ -37,3 +37,17 @@ SELECT * FROM app.invoices_100119 ORDER BY id;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 SELECT * FROM app.invoices_100120 ORDER BY id;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+
+-- rows are matched by the key columns only (not INCLUDE columns), and values
+-- travel in a fixed text form whatever the session's settings
+CREATE TABLE plans (code text, note text, period interval, PRIMARY KEY (code) INCLUDE (note));
+SELECT pg_shard.create_reference_table('plans');
+SET IntervalStyle = 'sql_standard';
+INSERT INTO plans VALUES ('basic', NULL, '-1 day -02:00:00'), ('pro', 'n', '1 mon');
+RESET IntervalStyle;
+UPDATE plans SET period = period * 2 WHERE code = 'basic';
+DELETE FROM plans WHERE code = 'pro';
+SELECT * FROM plans ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT * FROM plans_100121 ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'

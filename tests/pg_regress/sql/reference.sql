@@ -57,3 +57,4 @@ SELECT * FROM countries_100068 WHERE code = 'PT';
 SELECT count(*) AS currencies_left FROM currencies_100069;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 INSERT INTO currencies VALUES ('EUR', 'DE');
+
