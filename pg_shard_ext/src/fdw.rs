@@ -41,8 +41,9 @@ pub fn create_server(node: &Node) -> Result<()> {
         quote::literal(&database),
         quote::literal(&connection_options(version)),
     ))?;
-    // Connect as the same user name on the worker, as node-to-node
-    // connections of the extension do.
+    // Without a `user` option postgres_fdw connects as libpq's default user,
+    // the metadata node's operating-system user (postgres). Per-role mappings
+    // with their own user and password can be added by the DBA.
     Spi::run(&format!("CREATE USER MAPPING FOR PUBLIC SERVER {server}"))?;
     Ok(())
 }
