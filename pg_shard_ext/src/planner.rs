@@ -448,17 +448,7 @@ unsafe fn keyspace_condition(
                         return None;
                     }
                     let ids = array_keyspace_call(array)?;
-                    let mut condition = PgBox::<pg_sys::ScalarArrayOpExpr>::alloc_node(
-                        pg_sys::NodeTag::T_ScalarArrayOpExpr,
-                    );
-                    condition.opno = INT8_EQUAL_OPERATOR;
-                    condition.useOr = true;
-                    let mut condition_args = PgList::<pg_sys::Node>::new();
-                    condition_args.push(column_keyspace_call(query, column)?);
-                    condition_args.push(ids);
-                    condition.args = condition_args.into_pg();
-                    condition.location = -1;
-                    return Some(condition.into_pg() as *mut pg_sys::Node);
+                    return Some(equals_any(column_keyspace_call(query, column)?, ids));
                 }
                 if (*(array as *mut pg_sys::ArrayExpr)).multidims {
                     return None;
@@ -478,20 +468,30 @@ unsafe fn keyspace_condition(
                 id_array.element_typeid = pg_sys::INT8OID;
                 id_array.elements = ids.into_pg();
                 id_array.location = -1;
-                let mut condition = PgBox::<pg_sys::ScalarArrayOpExpr>::alloc_node(
-                    pg_sys::NodeTag::T_ScalarArrayOpExpr,
-                );
-                condition.opno = INT8_EQUAL_OPERATOR;
-                condition.useOr = true;
-                let mut condition_args = PgList::<pg_sys::Node>::new();
-                condition_args.push(column_keyspace_call(query, column)?);
-                condition_args.push(id_array.into_pg() as *mut pg_sys::Node);
-                condition.args = condition_args.into_pg();
-                condition.location = -1;
-                Some(condition.into_pg() as *mut pg_sys::Node)
+                Some(equals_any(
+                    column_keyspace_call(query, column)?,
+                    id_array.into_pg() as *mut pg_sys::Node,
+                ))
             }
             _ => None,
         }
+    }
+}
+
+/// `key_id = ANY (ids)` over int8.
+unsafe fn equals_any(key_id: *mut pg_sys::Node, ids: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // SAFETY: builds a new node from valid expression nodes.
+    unsafe {
+        let mut condition =
+            PgBox::<pg_sys::ScalarArrayOpExpr>::alloc_node(pg_sys::NodeTag::T_ScalarArrayOpExpr);
+        condition.opno = INT8_EQUAL_OPERATOR;
+        condition.useOr = true;
+        let mut args = PgList::<pg_sys::Node>::new();
+        args.push(key_id);
+        args.push(ids);
+        condition.args = args.into_pg();
+        condition.location = -1;
+        condition.into_pg() as *mut pg_sys::Node
     }
 }
 
@@ -513,38 +513,43 @@ fn deterministic(collation: pg_sys::Oid) -> bool {
     collation == pg_sys::InvalidOid || unsafe { pg_sys::get_collation_isdeterministic(collation) }
 }
 
+/// Whether values of two types hash alike.
+fn same_key_types(a: pg_sys::Oid, b: pg_sys::Oid) -> bool {
+    matches!((key_encoding_of(a), key_encoding_of(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Whether two expressions' types hash alike.
 unsafe fn same_encoding(a: *mut pg_sys::Node, b: *mut pg_sys::Node) -> bool {
     // SAFETY: both are valid expression nodes.
-    let (a_type, b_type) = unsafe { (pg_sys::exprType(a), pg_sys::exprType(b)) };
-    matches!((key_encoding_of(a_type), key_encoding_of(b_type)), (Some(x), Some(y)) if x == y)
+    unsafe { same_key_types(pg_sys::exprType(a), pg_sys::exprType(b)) }
 }
 
-/// A value usable beside `column`: same key encoding, no column of this
-/// query level, nothing volatile, no set-returning function.
-unsafe fn usable_value(column: *mut pg_sys::Node, value: *mut pg_sys::Node) -> bool {
-    // SAFETY: both are valid expression nodes.
+/// An expression with one value per execution: no column of this query
+/// level, nothing volatile, no set-returning function, no subquery.
+unsafe fn fixed_per_execution(expr: *mut pg_sys::Node) -> bool {
+    // SAFETY: expr is a valid expression node.
     unsafe {
-        same_encoding(column, value)
-            && !pg_sys::contain_vars_of_level(value, 0)
-            && !pg_sys::contain_volatile_functions(value)
-            && !pg_sys::expression_returns_set(value)
-            && !pg_sys::contain_subplans(value)
+        !pg_sys::contain_vars_of_level(expr, 0)
+            && !pg_sys::contain_volatile_functions(expr)
+            && !pg_sys::expression_returns_set(expr)
+            && !pg_sys::contain_subplans(expr)
     }
 }
 
-/// An array value usable beside `column`: elements hash like the column,
-/// and the same conditions as [`usable_value`].
+/// A value usable beside `column`: it hashes like the column and is fixed
+/// per execution.
+unsafe fn usable_value(column: *mut pg_sys::Node, value: *mut pg_sys::Node) -> bool {
+    // SAFETY: both are valid expression nodes.
+    unsafe { same_encoding(column, value) && fixed_per_execution(value) }
+}
+
+/// An array usable beside `column`: its elements hash like the column and
+/// it is fixed per execution.
 unsafe fn usable_array(column: *mut pg_sys::Node, array: *mut pg_sys::Node) -> bool {
     // SAFETY: both are valid expression nodes.
     unsafe {
         let element_type = pg_sys::get_element_type(pg_sys::exprType(array));
-        let column_type = pg_sys::exprType(column);
-        matches!((key_encoding_of(column_type), key_encoding_of(element_type)), (Some(a), Some(b)) if a == b)
-            && !pg_sys::contain_vars_of_level(array, 0)
-            && !pg_sys::contain_volatile_functions(array)
-            && !pg_sys::expression_returns_set(array)
-            && !pg_sys::contain_subplans(array)
+        same_key_types(pg_sys::exprType(column), element_type) && fixed_per_execution(array)
     }
 }
 
