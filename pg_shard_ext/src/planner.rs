@@ -693,42 +693,37 @@ unsafe fn range_table_entry(
 
 /// `pg_shard.keyspace_id(<copy of node>)`.
 unsafe fn keyspace_call(node: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
-    let function = keyspace_function()?;
-    // SAFETY: copying a valid node and building a FuncExpr around it.
-    unsafe {
-        let mut args = PgList::<pg_sys::Node>::new();
-        args.push(pg_sys::copyObjectImpl(node as *const std::ffi::c_void) as *mut pg_sys::Node);
-        Some(pg_sys::makeFuncExpr(
-            function,
-            pg_sys::INT8OID,
-            args.into_pg(),
-            pg_sys::InvalidOid,
-            pg_sys::InvalidOid,
-            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-        ) as *mut pg_sys::Node)
-    }
+    let function = lookup_function(&KEYSPACE_FUNCTION, "pg_shard.keyspace_id(anyelement)")?;
+    // SAFETY: node is a valid expression.
+    Some(unsafe { call_on_copy(function, pg_sys::INT8OID, node) })
 }
 
 /// `pg_shard.keyspace_ids(<copy of array>)`.
 unsafe fn array_keyspace_call(array: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
     let function = lookup_function(&KEYSPACES_FUNCTION, "pg_shard.keyspace_ids(anyarray)")?;
+    // SAFETY: array is a valid expression.
+    Some(unsafe { call_on_copy(function, pg_sys::INT8ARRAYOID, array) })
+}
+
+/// `function(<copy of node>)` returning `result_type`.
+unsafe fn call_on_copy(
+    function: pg_sys::Oid,
+    result_type: pg_sys::Oid,
+    node: *mut pg_sys::Node,
+) -> *mut pg_sys::Node {
     // SAFETY: copying a valid node and building a FuncExpr around it.
     unsafe {
         let mut args = PgList::<pg_sys::Node>::new();
-        args.push(pg_sys::copyObjectImpl(array as *const std::ffi::c_void) as *mut pg_sys::Node);
-        Some(pg_sys::makeFuncExpr(
+        args.push(pg_sys::copyObjectImpl(node as *const std::ffi::c_void) as *mut pg_sys::Node);
+        pg_sys::makeFuncExpr(
             function,
-            pg_sys::INT8ARRAYOID,
+            result_type,
             args.into_pg(),
             pg_sys::InvalidOid,
             pg_sys::InvalidOid,
             pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-        ) as *mut pg_sys::Node)
+        ) as *mut pg_sys::Node
     }
-}
-
-fn keyspace_function() -> Option<pg_sys::Oid> {
-    lookup_function(&KEYSPACE_FUNCTION, "pg_shard.keyspace_id(anyelement)")
 }
 
 /// The oid of a pg_shard function, looked up once per backend.
