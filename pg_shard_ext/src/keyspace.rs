@@ -29,14 +29,78 @@ fn keyspace_id_text(key: &str) -> i64 {
 }
 
 /// `pg_shard.keyspace_ids(anyarray) → bigint[]`: the keyspace id of every
-/// element (NULL for NULL). The planner hook uses it for `key = ANY($1)`.
+/// element (NULL for NULL). The planner hook uses it for `key = ANY(array)`
+/// with a constant array.
 #[pg_extern(schema = "pg_shard", immutable, strict, parallel_safe)]
 fn keyspace_ids(keys: pgrx::AnyArray) -> Vec<Option<i64>> {
-    // SAFETY: `keys` is a non-null array datum of type keys.oid(); it is
-    // detoasted and deconstructed with its element type's storage details.
+    // SAFETY: `keys` is a non-null array datum of type keys.oid().
+    unsafe { array_keyspace_ids(keys.datum(), keys.oid()) }
+}
+
+/// `pg_shard.nth_keyspace_id(anyarray, integer) → bigint`: the n-th
+/// smallest (from 1) distinct keyspace id of the array's non-null elements,
+/// NULL when there are fewer. The planner hook turns `key = ANY($1)` into
+/// `keyspace_id(key) = ANY (ARRAY[nth(1) … nth(S)]) OR keyspace_id(key) >=
+/// nth(S + 1)` for a table of S shards: a list of single values PostgreSQL
+/// can prune partitions with when a generic plan starts, where it cannot
+/// prune with an array parameter.
+#[pg_extern(schema = "pg_shard", immutable, strict, parallel_safe)]
+fn nth_keyspace_id(keys: pgrx::AnyArray, n: i32) -> Option<i64> {
+    if n < 1 {
+        return None;
+    }
+    // SAFETY: `keys` is a non-null array datum of type keys.oid().
+    let bytes = unsafe { array_bytes(keys.datum()) };
+    SORTED_IDS.with_borrow_mut(|cache| {
+        // One statement calls this once per shard with the same array: the
+        // ids are computed once and reused while the array is the same.
+        let fresh = !matches!(cache, Some((oid, cached, _)) if *oid == keys.oid() && cached.as_slice() == bytes);
+        if fresh {
+            // SAFETY: as above.
+            let mut ids: Vec<i64> = unsafe { array_keyspace_ids(keys.datum(), keys.oid()) }
+                .into_iter()
+                .flatten()
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            *cache = Some((keys.oid(), bytes.to_vec(), ids));
+        }
+        let (_, _, ids) = cache.as_ref()?;
+        ids.get(n as usize - 1).copied()
+    })
+}
+
+/// An array's type, its bytes and its sorted distinct keyspace ids.
+type SortedIds = (pg_sys::Oid, Vec<u8>, Vec<i64>);
+
+thread_local! {
+    /// The last array seen by nth_keyspace_id.
+    static SORTED_IDS: std::cell::RefCell<Option<SortedIds>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The bytes of an array datum (detoasted).
+///
+/// # Safety
+/// `datum` must be a non-null array datum.
+unsafe fn array_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    // SAFETY: a detoasted varlena is readable for its full size.
     unsafe {
-        let element_type = pg_sys::get_element_type(keys.oid());
-        let array = pg_sys::pg_detoast_datum(keys.datum().cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr());
+        pgrx::varlena::varlena_to_byte_slice(array)
+    }
+}
+
+/// The keyspace id of every element of an array (None for NULL elements).
+///
+/// # Safety
+/// `datum` must be a non-null array datum of type `array_type`.
+unsafe fn array_keyspace_ids(datum: pg_sys::Datum, array_type: pg_sys::Oid) -> Vec<Option<i64>> {
+    // SAFETY: the array is detoasted and deconstructed with its element
+    // type's storage details.
+    unsafe {
+        let element_type = pg_sys::get_element_type(array_type);
+        let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
         let (mut length, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
         pg_sys::get_typlenbyvalalign(element_type, &mut length, &mut by_value, &mut align);
         let mut elements: *mut pg_sys::Datum = std::ptr::null_mut();

@@ -7,8 +7,9 @@
 //!
 //! * `key = <expr>`  →  `keyspace_id(key) = keyspace_id(<expr>)`
 //! * `key IN (a, b)` →  `keyspace_id(key) = ANY (ARRAY[keyspace_id(a), keyspace_id(b)])`
-//! * `key = ANY(arr)` →  `keyspace_id(key) = ANY (keyspace_ids(arr))` (pruned
-//!   in custom plans, where a parameter is a constant)
+//! * `key = ANY(const)` →  `keyspace_id(key) = ANY (keyspace_ids(const))`
+//! * `key = ANY($1)` →  one keyspace id per shard picked from the array when
+//!   the plan starts (see [`any_of_array_value`])
 //!
 //! where `<expr>` refers to no column of the same query level and is not
 //! volatile. Constants fold at plan time (plan-time pruning); parameters of a
@@ -27,6 +28,8 @@ use std::ffi::CStr;
 const INT8_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(410);
 /// `int8 < int8`.
 const INT8_LESS_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(412);
+/// `int8 >= int8`.
+const INT8_GREATER_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(415);
 
 static mut PREVIOUS_PLANNER: pg_sys::planner_hook_type = None;
 
@@ -41,11 +44,14 @@ unsafe extern "C-unwind" {
         cursor_options: i32,
         bound_params: pg_sys::ParamListInfo,
     ) -> *mut pg_sys::PlannedStmt;
+    // Not among pgrx's bindings (pg_inherits.h).
+    fn find_inheritance_children(parent: pg_sys::Oid, lock_mode: i32) -> *mut pg_sys::List;
 }
 
 thread_local! {
     static KEYSPACE_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
     static KEYSPACES_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    static NTH_KEYSPACE_FUNCTION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
     // Set while the hook reads the catalog, whose own queries are planned too.
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
@@ -80,6 +86,7 @@ pub fn forget_cache() {
     // The extension may have been dropped and created again.
     KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
     KEYSPACES_FUNCTION.set(pg_sys::InvalidOid);
+    NTH_KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
 }
 
 /// # Safety
@@ -441,14 +448,20 @@ unsafe fn keyspace_condition(
                 if !is_distribution_column(query, column) {
                     return None;
                 }
-                if (*array).type_ != pg_sys::NodeTag::T_ArrayExpr {
-                    // `key = ANY($1)` or a constant array: map the whole array
-                    // (folded to a constant in custom plans, so pruned there).
+                if (*array).type_ == pg_sys::NodeTag::T_Const {
+                    // A constant array: its keyspace ids fold to a constant.
                     if !usable_array(column, array) {
                         return None;
                     }
                     let ids = array_keyspace_call(array)?;
                     return Some(equals_any(column_keyspace_call(query, column)?, ids));
+                }
+                if (*array).type_ != pg_sys::NodeTag::T_ArrayExpr {
+                    // `key = ANY($1)`: known only when the plan starts.
+                    if !usable_array(column, array) {
+                        return None;
+                    }
+                    return any_of_array_value(query, column, array);
                 }
                 if (*(array as *mut pg_sys::ArrayExpr)).multidims {
                     return None;
@@ -462,19 +475,102 @@ unsafe fn keyspace_condition(
                     }
                     ids.push(keyspace_call(element)?);
                 }
-                let mut id_array =
-                    PgBox::<pg_sys::ArrayExpr>::alloc_node(pg_sys::NodeTag::T_ArrayExpr);
-                id_array.array_typeid = pg_sys::INT8ARRAYOID;
-                id_array.element_typeid = pg_sys::INT8OID;
-                id_array.elements = ids.into_pg();
-                id_array.location = -1;
                 Some(equals_any(
                     column_keyspace_call(query, column)?,
-                    id_array.into_pg() as *mut pg_sys::Node,
+                    int8_array(ids),
                 ))
             }
             _ => None,
         }
+    }
+}
+
+/// Most shards a `key = ANY($1)` condition lists one by one; keys of
+/// further shards are covered by a range (correct, less pruning).
+const MOST_LISTED_SHARDS: i32 = 256;
+
+/// The keyspace condition for `key = ANY(array)` where the array is known
+/// only when the plan starts (a parameter of a generic plan):
+///
+/// `keyspace_id(key) = ANY (ARRAY[nth(array, 1), …, nth(array, S)])
+///  OR keyspace_id(key) >= nth(array, S + 1)`
+///
+/// with `nth` = pg_shard.nth_keyspace_id and S the table's shard count.
+/// PostgreSQL prunes partitions at plan start with a list of single values
+/// but not with an array value; since keys of at most S shards can match,
+/// listing S ids (NULL past the array's distinct ids) is exact, and the
+/// range after them keeps the condition implied when the array has more.
+unsafe fn any_of_array_value(
+    query: *mut pg_sys::Query,
+    column: *mut pg_sys::Node,
+    array: *mut pg_sys::Node,
+) -> Option<*mut pg_sys::Node> {
+    // SAFETY: column is a Var of a distributed table (checked by the
+    // caller); array is a valid expression, copied into every call.
+    unsafe {
+        let var = strip_relabel(column) as *mut pg_sys::Var;
+        let relid = (*range_table_entry(query, (*var).varno)?).relid;
+        let shards = pg_sys::list_length(find_inheritance_children(relid, pg_sys::NoLock as i32))
+            .clamp(1, MOST_LISTED_SHARDS);
+        let function = lookup_function(
+            &NTH_KEYSPACE_FUNCTION,
+            "pg_shard.nth_keyspace_id(anyarray, integer)",
+        )?;
+        let nth = |n: i32| {
+            let mut args = PgList::<pg_sys::Node>::new();
+            args.push(pg_sys::copyObjectImpl(array as *const std::ffi::c_void) as *mut pg_sys::Node);
+            args.push(pg_sys::makeConst(
+                pg_sys::INT4OID,
+                -1,
+                pg_sys::InvalidOid,
+                4,
+                pg_sys::Datum::from(n),
+                false,
+                true,
+            ) as *mut pg_sys::Node);
+            pg_sys::makeFuncExpr(
+                function,
+                pg_sys::INT8OID,
+                args.into_pg(),
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+            ) as *mut pg_sys::Node
+        };
+        let mut listed_ids = PgList::<pg_sys::Node>::new();
+        for n in 1..=shards {
+            listed_ids.push(nth(n));
+        }
+        let listed = equals_any(column_keyspace_call(query, column)?, int8_array(listed_ids));
+        let rest = pg_sys::make_opclause(
+            INT8_GREATER_EQUAL_OPERATOR,
+            pg_sys::BOOLOID,
+            false,
+            column_keyspace_call(query, column)? as *mut pg_sys::Expr,
+            nth(shards + 1) as *mut pg_sys::Expr,
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+        ) as *mut pg_sys::Node;
+        let mut arms = PgList::<pg_sys::Node>::new();
+        arms.push(listed);
+        arms.push(rest);
+        Some(
+            pg_sys::makeBoolExpr(pg_sys::BoolExprType::OR_EXPR, arms.into_pg(), -1)
+                as *mut pg_sys::Node,
+        )
+    }
+}
+
+/// `ARRAY[ids…]` over int8.
+unsafe fn int8_array(ids: PgList<pg_sys::Node>) -> *mut pg_sys::Node {
+    // SAFETY: builds a new node from valid int8 expression nodes.
+    unsafe {
+        let mut id_array = PgBox::<pg_sys::ArrayExpr>::alloc_node(pg_sys::NodeTag::T_ArrayExpr);
+        id_array.array_typeid = pg_sys::INT8ARRAYOID;
+        id_array.element_typeid = pg_sys::INT8OID;
+        id_array.elements = ids.into_pg();
+        id_array.location = -1;
+        id_array.into_pg() as *mut pg_sys::Node
     }
 }
 

@@ -1,8 +1,9 @@
 -- Differential corpus: each block (separated by blank lines) runs on a plain
 -- database and through the cluster's metadata node; results must agree.
 -- A block marked '-- no-compare' only has to run; one marked '-- both-fail'
--- must fail on both. Errors are compared by SQLSTATE. Results of blocks without
--- ORDER BY are compared as sets of rows.
+-- must fail on both; one marked '-- error' must fail with the same SQLSTATE
+-- (any other block failing on the plain database is a broken test). Results
+-- of blocks without ORDER BY are compared as sets of rows.
 
 SELECT * FROM orders WHERE customer_id = 1 ORDER BY order_id;
 
@@ -238,6 +239,16 @@ PREPARE by_array(bigint[]) AS SELECT count(*) FROM orders WHERE customer_id = AN
 
 EXECUTE by_array(ARRAY[75, 76, 77]::bigint[]);
 
+EXECUTE by_array(ARRAY[75, NULL, 75]::bigint[]);
+
+EXECUTE by_array('{}');
+
+EXECUTE by_array('{0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40,42,44,46,48,50,52,54,56,58,60,62,64,66,68,70,72,74,76,78,80,82,84,86,88,90,92,94,96,98,100,102,104,106,108,110,112,114,116,118,120,122,124,126,128,130,132,134,136,138,140,142,144,146,148,150,152,154,156,158,160,162,164,166,168,170,172,174,176,178,180,182,184,186,188,190,192,194,196,198,200,202,204,206,208,210,212,214,216,218,220,222,224,226,228,230,232,234,236,238,240,242,244,246,248,250,252,254,256,258,260,262,264,266,268,270,272,274,276,278,280,282,284,286,288,290,292,294,296,298}');
+
+PREPARE items_by_array(bigint[]) AS SELECT o.customer_id, count(*), sum(i.qty) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id = ANY ($1) GROUP BY 1;
+
+EXECUTE items_by_array('{3, 5, 8, 13, 21, 34}');
+
 RESET plan_cache_mode;
 
 DEALLOCATE ALL;
@@ -346,12 +357,15 @@ COPY (SELECT customer_id, order_id, total FROM orders WHERE customer_id = 94 ORD
 
 COPY countries TO stdout;
 
+-- error: division by zero (same SQLSTATE expected)
 SELECT 1 / (count(*) - count(*)) FROM orders;
 
+-- error: duplicate key: nothing inserted (same SQLSTATE expected)
 INSERT INTO orders VALUES (95, 9500, 1, 'x', now()), (95, 9500, 2, 'y', now());
 
 SELECT count(*) FROM orders WHERE customer_id = 95;
 
+-- error: invalid input for the key (same SQLSTATE expected)
 SELECT * FROM orders WHERE customer_id = 'abc';
 
 -- both-fail: a NULL key is refused (plain: not-null violation; cluster: no partition for the row)

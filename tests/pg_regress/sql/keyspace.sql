@@ -44,3 +44,12 @@ SELECT pg_shard.keyspace_id(NULL::bigint) IS NULL AS null_key;
 SELECT pg_shard.keyspace_id(1.5);
 SELECT pg_shard.keyspace_id(now());
 SELECT pg_shard.keyspace_id('c'::char(3));
+-- nth_keyspace_id: the n-th smallest distinct keyspace id of an array's
+-- non-null elements (used for `key = ANY($1)` in generic plans)
+SELECT n, pg_shard.nth_keyspace_id('{42, 1, NULL, 42}'::bigint[], n) IS NOT DISTINCT FROM
+       (SELECT id FROM (SELECT DISTINCT pg_shard.keyspace_id(k) AS id FROM unnest('{42, 1}'::bigint[]) AS k) AS ids
+        ORDER BY id OFFSET n - 1 LIMIT 1) AS agrees
+FROM generate_series(1, 3) AS n;
+SELECT pg_shard.nth_keyspace_id('{a, b}'::text[], 0) IS NULL AS zero,
+       pg_shard.nth_keyspace_id('{}'::text[], 1) IS NULL AS empty,
+       pg_shard.nth_keyspace_id('{a}'::text[], 1) = pg_shard.keyspace_id('a') AS text_key;

@@ -24,7 +24,28 @@ DEALLOCATE by_customer;
 PREPARE by_customers(bigint[]) AS SELECT customer_id, count(*) FROM orders WHERE customer_id = ANY ($1) GROUP BY 1 ORDER BY 1;
 EXPLAIN (COSTS OFF) EXECUTE by_customers('{1, 42}');
 EXECUTE by_customers('{1, 42, 7}');
+-- and in generic plans, when the plan starts
+SET plan_cache_mode = force_generic_plan;
+EXPLAIN (COSTS OFF) EXECUTE by_customers('{1, 42}');
+EXECUTE by_customers('{1, 42, 7}');
+-- duplicates, NULLs, an empty array, keys of every shard
+EXPLAIN (COSTS OFF) EXECUTE by_customers('{42, NULL, 42}');
+EXECUTE by_customers('{42, NULL, 42}');
+EXECUTE by_customers('{}');
+EXECUTE by_customers(NULL);
+RESET plan_cache_mode;
 DEALLOCATE by_customers;
+-- more keys than the table has shards: a generic plan stays correct
+PREPARE by_many(bigint[]) AS SELECT count(DISTINCT customer_id), count(*), sum(total) FROM orders WHERE customer_id = ANY ($1);
+SELECT array_agg(k) AS every_third FROM generate_series(0, 199, 3) AS k \gset
+SELECT array_agg(k) AS wide FROM generate_series(-5, 1000) AS k \gset
+SET plan_cache_mode = force_generic_plan;
+EXECUTE by_many(:'every_third');
+EXECUTE by_many(:'wide');
+RESET plan_cache_mode;
+SELECT count(DISTINCT customer_id), count(*), sum(total) FROM orders WHERE customer_id IN (SELECT generate_series(0, 199, 3));
+SELECT count(DISTINCT customer_id), count(*), sum(total) FROM orders;
+DEALLOCATE by_many;
 -- a join on the distribution column carries the condition to the other side
 EXPLAIN (COSTS OFF)
 SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE o.customer_id = 5;
