@@ -96,6 +96,18 @@ impl KeyEncoding {
             KeyEncoding::Bytes => "bytes",
         }
     }
+
+    /// The inverse of [`KeyEncoding::name`].
+    pub fn from_name(name: &str) -> Option<KeyEncoding> {
+        [
+            KeyEncoding::Integer,
+            KeyEncoding::Text,
+            KeyEncoding::Uuid,
+            KeyEncoding::Bytes,
+        ]
+        .into_iter()
+        .find(|encoding| encoding.name() == name)
+    }
 }
 
 /// Keyspace id of an integer key of any width.

@@ -1,0 +1,118 @@
+//! SHOW POOLS, SHOW STATS and SHOW SHARDS: the coordinator's own state,
+//! answered without a server (simple query protocol).
+
+use crate::cluster::{ClusterMap, TableKind};
+use crate::protocol;
+use crate::router::AdminCommand;
+use crate::Shared;
+use bytes::{BufMut, BytesMut};
+use std::sync::atomic::Ordering;
+
+pub fn reply(command: &AdminCommand, shared: &Shared, map: &ClusterMap, out: &mut BytesMut) {
+    let (columns, rows): (&[&str], Vec<Vec<String>>) = match command {
+        AdminCommand::Pools => (
+            &[
+                "database",
+                "user",
+                "server",
+                "size",
+                "active",
+                "idle",
+                "checkouts",
+                "connects",
+            ],
+            shared
+                .pools
+                .all()
+                .iter()
+                .map(|pool| {
+                    vec![
+                        pool.key.database.clone(),
+                        pool.key.user.clone(),
+                        pool.key.address.to_string(),
+                        pool.size().to_string(),
+                        pool.active_count().to_string(),
+                        pool.idle_count().to_string(),
+                        pool.checkouts.load(Ordering::Relaxed).to_string(),
+                        pool.connects.load(Ordering::Relaxed).to_string(),
+                    ]
+                })
+                .collect(),
+        ),
+        AdminCommand::Stats => (
+            &["server", "queries", "errors", "avg_latency_ms"],
+            shared
+                .metrics
+                .node_counts()
+                .into_iter()
+                .map(|(node, queries, errors, average)| {
+                    vec![
+                        node,
+                        queries.to_string(),
+                        errors.to_string(),
+                        format!("{:.3}", average * 1000.0),
+                    ]
+                })
+                .collect(),
+        ),
+        AdminCommand::Shards => {
+            let mut rows = Vec::new();
+            let mut tables: Vec<_> = map.tables.values().collect();
+            tables.sort_by(|a, b| (&a.schema, &a.name).cmp(&(&b.schema, &b.name)));
+            for table in tables {
+                if let TableKind::Distributed { shards, .. } = &table.kind {
+                    for (range, placement) in shards.entries() {
+                        rows.push(vec![
+                            format!("{}.{}", table.schema, table.name),
+                            placement.shard_id.to_string(),
+                            placement.node.to_string(),
+                            range.start.to_sql().to_string(),
+                            range.end.to_sql().to_string(),
+                            map.version.to_string(),
+                            shared.metrics.shard_queries(placement.shard_id).to_string(),
+                        ]);
+                    }
+                }
+            }
+            (
+                &[
+                    "table_name",
+                    "shard_id",
+                    "node_id",
+                    "range_start",
+                    "range_end",
+                    "map_version",
+                    "queries",
+                ],
+                rows,
+            )
+        }
+    };
+    row_description(out, columns);
+    for row in &rows {
+        let at = protocol::begin_message(out, b'D');
+        out.put_i16(row.len() as i16);
+        for value in row {
+            out.put_i32(value.len() as i32);
+            out.put_slice(value.as_bytes());
+        }
+        protocol::end_message(out, at);
+    }
+    protocol::command_complete(out, &format!("SHOW {}", rows.len()));
+}
+
+/// Text columns of type text.
+fn row_description(out: &mut BytesMut, columns: &[&str]) {
+    let at = protocol::begin_message(out, b'T');
+    out.put_i16(columns.len() as i16);
+    for name in columns {
+        protocol::put_cstr(out, name);
+        out.put_i32(0); // table oid
+        out.put_i16(0); // column number
+        out.put_u32(25); // text
+        out.put_i16(-1);
+        out.put_i32(-1);
+        out.put_i16(0); // text format
+    }
+    protocol::end_message(out, at);
+}

@@ -1,0 +1,271 @@
+//! One connection from the coordinator to a PostgreSQL server (the metadata
+//! node or a worker), spoken in raw protocol so that client messages can be
+//! forwarded without re-encoding.
+
+use crate::protocol::{self, ServerError};
+use crate::scram::{self, ClientExchange};
+use bytes::{Buf, Bytes, BytesMut};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Servers may send large rows; the limit only guards against garbage.
+const SERVER_MESSAGE_LIMIT: usize = 1 << 30;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Error)]
+pub enum BackendError {
+    #[error("cannot connect to {0}: {1}")]
+    Connect(String, std::io::Error),
+    #[error("connecting to {0} timed out")]
+    ConnectTimeout(String),
+    #[error("server connection lost: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server connection closed")]
+    Closed,
+    #[error("server sent a bad message: {0}")]
+    Protocol(#[from] protocol::ProtocolError),
+    #[error("server refused the connection: {}", .0.message)]
+    Refused(ServerError),
+    #[error("server {0} asks for a password; set server_password")]
+    PasswordNeeded(String),
+    #[error("server {0} asks for unsupported authentication (code {1})")]
+    UnsupportedAuth(String, i32),
+    #[error("SCRAM with server failed: {0}")]
+    Scram(#[from] scram::ScramError),
+}
+
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServerAddress {
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::fmt::Display for ServerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+pub struct ServerConnection {
+    pub address: ServerAddress,
+    stream: TcpStream,
+    input: BytesMut,
+    pub process_id: i32,
+    pub secret_key: i32,
+    /// ParameterStatus values the server reported.
+    pub parameters: HashMap<String, String>,
+    /// Names of the statements prepared on this connection.
+    pub prepared: HashSet<String>,
+    /// The map version declared with `SET pg_shard.map_version` (0: none).
+    pub declared_map_version: i64,
+    /// The client settings (SET statements) last applied.
+    pub session_settings: Vec<(String, String)>,
+    /// Transaction status of the last ReadyForQuery.
+    pub status: u8,
+    /// Set when the connection cannot be reused (I/O error, protocol
+    /// confusion, client vanished mid-statement).
+    pub broken: bool,
+}
+
+/// How the coordinator proves itself to a server.
+pub struct Credentials<'a> {
+    pub user: &'a str,
+    pub password: Option<&'a str>,
+}
+
+impl ServerConnection {
+    /// Opens a connection and runs startup up to the first ReadyForQuery.
+    pub async fn connect(
+        address: &ServerAddress,
+        database: &str,
+        credentials: &Credentials<'_>,
+        extra: &[(&str, &str)],
+    ) -> Result<ServerConnection, BackendError> {
+        let mut connection = ServerConnection::open(address).await?;
+        let mut parameters = vec![("user", credentials.user), ("database", database)];
+        parameters.extend_from_slice(extra);
+        let mut out = BytesMut::new();
+        protocol::startup(&mut out, &parameters);
+        connection.write(&out).await?;
+        loop {
+            let (tag, body) = connection.read().await?;
+            match tag {
+                b'R' => connection.authenticate(body, credentials).await?,
+                b'E' => return Err(BackendError::Refused(ServerError::parse(&body))),
+                _ => {
+                    if connection.finish_startup(tag, &body)? {
+                        return Ok(connection);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens the TCP connection only (startup is up to the caller).
+    pub async fn open(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
+        let target = address.to_string();
+        let stream = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            TcpStream::connect((address.host.as_str(), address.port)),
+        )
+        .await
+        .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
+        .map_err(|e| BackendError::Connect(target, e))?;
+        stream.set_nodelay(true)?;
+        Ok(ServerConnection {
+            address: address.clone(),
+            stream,
+            input: BytesMut::with_capacity(16 * 1024),
+            process_id: 0,
+            secret_key: 0,
+            parameters: HashMap::new(),
+            prepared: HashSet::new(),
+            declared_map_version: 0,
+            session_settings: Vec::new(),
+            status: b'I',
+            broken: false,
+        })
+    }
+
+    /// Handles a message that follows authentication; true at ReadyForQuery.
+    pub fn finish_startup(&mut self, tag: u8, body: &[u8]) -> Result<bool, BackendError> {
+        match tag {
+            b'S' => self.note_parameter(body),
+            b'K' if body.len() == 8 => {
+                self.process_id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+                self.secret_key = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
+            }
+            b'Z' => return Ok(true),
+            b'N' => {}
+            other => return Err(protocol::ProtocolError::UnexpectedType(other as char).into()),
+        }
+        Ok(false)
+    }
+
+    async fn authenticate(
+        &mut self,
+        mut body: Bytes,
+        credentials: &Credentials<'_>,
+    ) -> Result<(), BackendError> {
+        if body.len() < 4 {
+            return Err(protocol::ProtocolError::Malformed("Authentication").into());
+        }
+        let code = body.get_i32();
+        let password = || {
+            credentials
+                .password
+                .ok_or_else(|| BackendError::PasswordNeeded(self.address.to_string()))
+        };
+        let mut out = BytesMut::new();
+        match code {
+            0 => return Ok(()),
+            3 => {
+                let mut data = password()?.as_bytes().to_vec();
+                data.push(0);
+                protocol::password(&mut out, &data);
+            }
+            5 if body.len() == 4 => {
+                let mut data =
+                    scram::md5_response(credentials.user, password()?, &body[..4]).into_bytes();
+                data.push(0);
+                protocol::password(&mut out, &data);
+            }
+            10 => {
+                let (mut exchange, first) = ClientExchange::start(password()?);
+                let mut data = BytesMut::new();
+                protocol::put_cstr(&mut data, scram::MECHANISM);
+                data.extend_from_slice(&(first.len() as i32).to_be_bytes());
+                data.extend_from_slice(first.as_bytes());
+                protocol::password(&mut out, &data);
+                self.write(&out).await?;
+                out.clear();
+                let server_first = self.expect_auth(11).await?;
+                let client_final = exchange.respond(&server_first)?;
+                protocol::password(&mut out, client_final.as_bytes());
+                self.write(&out).await?;
+                let server_final = self.expect_auth(12).await?;
+                exchange.verify(&server_final)?;
+                return Ok(());
+            }
+            other => {
+                return Err(BackendError::UnsupportedAuth(
+                    self.address.to_string(),
+                    other,
+                ))
+            }
+        }
+        self.write(&out).await?;
+        Ok(())
+    }
+
+    async fn expect_auth(&mut self, code: i32) -> Result<Bytes, BackendError> {
+        let (tag, mut body) = self.read().await?;
+        match tag {
+            b'R' if body.len() >= 4 && body.get_i32() == code => Ok(body),
+            b'E' => Err(BackendError::Refused(ServerError::parse(&body))),
+            _ => Err(protocol::ProtocolError::Malformed("SASL").into()),
+        }
+    }
+
+    /// Records a ParameterStatus message.
+    pub fn note_parameter(&mut self, body: &[u8]) {
+        let mut parts = body.split(|b| *b == 0);
+        if let (Some(name), Some(value)) = (parts.next(), parts.next()) {
+            self.parameters.insert(
+                String::from_utf8_lossy(name).into_owned(),
+                String::from_utf8_lossy(value).into_owned(),
+            );
+        }
+    }
+
+    /// Reads one message: its tag and body.
+    pub async fn read(&mut self) -> Result<(u8, Bytes), BackendError> {
+        loop {
+            if let Some(message) = protocol::split_message(&mut self.input, SERVER_MESSAGE_LIMIT)? {
+                return Ok(message);
+            }
+            let read = match self.stream.read_buf(&mut self.input).await {
+                Ok(read) => read,
+                Err(e) => {
+                    self.broken = true;
+                    return Err(e.into());
+                }
+            };
+            if read == 0 {
+                self.broken = true;
+                return Err(BackendError::Closed);
+            }
+        }
+    }
+
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
+        if let Err(e) = self.stream.write_all(bytes).await {
+            self.broken = true;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Whether the connection can go back to its pool.
+    pub fn reusable(&self) -> bool {
+        !self.broken && self.status == b'I' && self.input.is_empty()
+    }
+
+    /// Sends a cancel request for whatever this connection is running.
+    pub async fn cancel(address: ServerAddress, process_id: i32, secret_key: i32) {
+        let Ok(mut connection) = ServerConnection::open(&address).await else {
+            return;
+        };
+        let mut out = BytesMut::new();
+        protocol::cancel_request(&mut out, process_id, secret_key);
+        let _ = connection.stream.write_all(&out).await;
+        // The server closes the connection when done; wait briefly for it.
+        let mut sink = [0u8; 16];
+        let _ =
+            tokio::time::timeout(Duration::from_secs(2), connection.stream.read(&mut sink)).await;
+    }
+}

@@ -1,0 +1,399 @@
+//! The coordinator's copy of one database's shard map: nodes, distributed
+//! and reference tables, and which node owns each range. Loaded from the
+//! metadata node's catalog at first use, reloaded on NOTIFY pg_shard_map and
+//! whenever a worker answers WrongShard.
+
+use crate::backend::ServerAddress;
+use crate::metrics::Metrics;
+use pg_shard_core::{KeyEncoding, KeyRange, KeyspaceId, ShardMap};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::Mutex as AsyncMutex;
+
+#[derive(Debug, Error)]
+pub enum MapError {
+    #[error("cannot read the shard map: {0}")]
+    Query(#[from] tokio_postgres::Error),
+    #[error("the shard map of table {0} is invalid: {1}")]
+    Invalid(String, pg_shard_core::ShardMapError),
+    #[error("table {0} has unknown key encoding {1:?}")]
+    Encoding(String, String),
+}
+
+pub type NodeId = i32;
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: NodeId,
+    pub address: ServerAddress,
+}
+
+/// Where one range of a table lives.
+#[derive(Debug, Clone)]
+pub struct ShardPlacement {
+    pub shard_id: i64,
+    /// Quoted `"schema"."table"` of the shard table on its worker.
+    pub qualified_name: String,
+    pub node: NodeId,
+    pub shard_group_id: i64,
+}
+
+#[derive(Debug, Clone)]
+pub enum TableKind {
+    Distributed {
+        column: String,
+        encoding: KeyEncoding,
+        shards: ShardMap<ShardPlacement>,
+    },
+    /// A copy on every node: shard table name per node.
+    Reference { copies: HashMap<NodeId, String> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub schema: String,
+    pub name: String,
+    pub colocation_id: i32,
+    pub kind: TableKind,
+    pub columns: Vec<String>,
+    /// Columns whose value the metadata node fills in when an INSERT omits
+    /// them (defaults, identity, generated): such INSERTs are not routed.
+    pub filled_columns: HashSet<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct ClusterMap {
+    pub version: i64,
+    pub nodes: HashMap<NodeId, Node>,
+    /// By (schema, name).
+    pub tables: HashMap<(String, String), Arc<Table>>,
+    /// Functions of pg_catalog: calls to them can run on any node.
+    pub catalog_functions: HashSet<String>,
+}
+
+impl ClusterMap {
+    /// A table by its name as written: qualified, or looked up along
+    /// `$user, public` (PostgreSQL's default search_path).
+    pub fn table(&self, schema: Option<&str>, name: &str, user: &str) -> Option<&Arc<Table>> {
+        match schema {
+            Some(schema) => self.tables.get(&(schema.to_owned(), name.to_owned())),
+            None => self
+                .tables
+                .get(&(user.to_owned(), name.to_owned()))
+                .or_else(|| self.tables.get(&("public".to_owned(), name.to_owned()))),
+        }
+    }
+}
+
+/// One database's map, swapped whole on reload.
+pub struct DatabaseMap {
+    pub database: String,
+    current: RwLock<Arc<ClusterMap>>,
+    reload_lock: AsyncMutex<()>,
+    metadata: ServerAddress,
+    user: String,
+    password: Option<String>,
+    metrics: Arc<Metrics>,
+}
+
+impl DatabaseMap {
+    pub fn current(&self) -> Arc<ClusterMap> {
+        self.current
+            .read()
+            .map(|map| map.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Reloads unless someone else already reloaded past `seen_version`.
+    pub async fn reload(&self, seen_version: i64) -> Result<Arc<ClusterMap>, MapError> {
+        let _guard = self.reload_lock.lock().await;
+        let current = self.current();
+        if current.version > seen_version {
+            return Ok(current);
+        }
+        let (client, connection) = tokio_postgres::Config::new()
+            .host(&self.metadata.host)
+            .port(self.metadata.port)
+            .user(&self.user)
+            .dbname(&self.database)
+            .application_name("pg_shard_coordinator map")
+            .password(self.password.clone().unwrap_or_default())
+            .connect_timeout(Duration::from_secs(10))
+            .connect(tokio_postgres::NoTls)
+            .await?;
+        let task = tokio::spawn(connection);
+        let loaded = load(&client).await;
+        drop(client);
+        let _ = task.await;
+        let map = Arc::new(loaded?);
+        self.metrics.map_reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(database = %self.database, version = map.version, tables = map.tables.len(), "shard map loaded");
+        if let Ok(mut current) = self.current.write() {
+            *current = map.clone();
+        }
+        Ok(map)
+    }
+}
+
+/// Maps of every database a client has used.
+pub struct Maps {
+    databases: std::sync::Mutex<HashMap<String, Arc<DatabaseMap>>>,
+    metadata: ServerAddress,
+    user: String,
+    password: Option<String>,
+    metrics: Arc<Metrics>,
+}
+
+impl Maps {
+    pub fn new(
+        metadata: ServerAddress,
+        user: String,
+        password: Option<String>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Maps> {
+        Arc::new(Maps {
+            databases: std::sync::Mutex::new(HashMap::new()),
+            metadata,
+            user,
+            password,
+            metrics,
+        })
+    }
+
+    pub fn loaded(&self) -> Vec<Arc<DatabaseMap>> {
+        self.databases
+            .lock()
+            .map(|d| d.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The map of `database`, loading it (and starting its listener) on
+    /// first use. A database without pg_shard gets an empty map: everything
+    /// then goes to the metadata node.
+    pub async fn get(self: &Arc<Maps>, database: &str) -> Arc<DatabaseMap> {
+        let (map, fresh) = {
+            let mut databases = self.databases.lock().unwrap_or_else(|e| e.into_inner());
+            match databases.get(database) {
+                Some(map) => (map.clone(), false),
+                None => {
+                    let map = Arc::new(DatabaseMap {
+                        database: database.to_owned(),
+                        current: RwLock::new(Arc::new(ClusterMap::default())),
+                        reload_lock: AsyncMutex::new(()),
+                        metadata: self.metadata.clone(),
+                        user: self.user.clone(),
+                        password: self.password.clone(),
+                        metrics: self.metrics.clone(),
+                    });
+                    databases.insert(database.to_owned(), map.clone());
+                    (map, true)
+                }
+            }
+        };
+        if fresh {
+            if let Err(e) = map.reload(0).await {
+                tracing::warn!(database, error = %e, "no shard map; statements go to the metadata node");
+            }
+            tokio::spawn(listen(map.clone()));
+        }
+        map
+    }
+}
+
+/// LISTEN pg_shard_map on the metadata node and reload on each change;
+/// reconnects (and reloads, changes may have been missed) after failures.
+async fn listen(map: Arc<DatabaseMap>) {
+    use futures_util::StreamExt;
+    loop {
+        let connected = tokio_postgres::Config::new()
+            .host(&map.metadata.host)
+            .port(map.metadata.port)
+            .user(&map.user)
+            .dbname(&map.database)
+            .application_name("pg_shard_coordinator listener")
+            .password(map.password.clone().unwrap_or_default())
+            .connect_timeout(Duration::from_secs(10))
+            .connect(tokio_postgres::NoTls)
+            .await;
+        if let Ok((client, mut connection)) = connected {
+            let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+            let pump = tokio::spawn(async move {
+                let mut messages =
+                    futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                while let Some(Ok(message)) = messages.next().await {
+                    if let tokio_postgres::AsyncMessage::Notification(note) = message {
+                        let _ = sender.send(note.payload().parse::<i64>().unwrap_or(i64::MAX));
+                    }
+                }
+            });
+            if client.batch_execute("LISTEN pg_shard_map").await.is_ok() {
+                // Changes made before LISTEN took effect are read now.
+                let _ = map.reload(map.current().version).await;
+                while let Some(version) = receiver.recv().await {
+                    if version > map.current().version {
+                        if let Err(e) = map.reload(map.current().version).await {
+                            tracing::warn!(database = %map.database, error = %e, "shard map reload failed");
+                        }
+                    }
+                }
+            }
+            pump.abort();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
+    let mut map = ClusterMap::default();
+    for row in client
+        .query(
+            "SELECT p.proname::text FROM pg_catalog.pg_proc p \
+             WHERE p.pronamespace = 'pg_catalog'::regnamespace",
+            &[],
+        )
+        .await?
+    {
+        map.catalog_functions.insert(row.get(0));
+    }
+    let installed = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'",
+            &[],
+        )
+        .await?;
+    if installed.is_none() {
+        return Ok(map);
+    }
+    // One snapshot for the whole map.
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await?;
+    map.version = client
+        .query_one("SELECT version FROM pg_shard.map_state", &[])
+        .await?
+        .get(0);
+    for row in client
+        .query(
+            "SELECT node_id, host, port FROM pg_shard.node WHERE state = 'active'",
+            &[],
+        )
+        .await?
+    {
+        let id: i32 = row.get(0);
+        let port: i32 = row.get(2);
+        map.nodes.insert(
+            id,
+            Node {
+                id,
+                address: ServerAddress {
+                    host: row.get(1),
+                    port: port as u16,
+                },
+            },
+        );
+    }
+    let tables = client
+        .query(
+            "SELECT t.table_rel::oid, n.nspname::text, c.relname::text, t.kind, t.dist_column, \
+                    t.colocation_id, g.key_encoding, \
+                    ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                          WHERE a.attrelid = t.table_rel AND a.attnum > 0 AND NOT a.attisdropped \
+                          ORDER BY a.attnum), \
+                    ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                          WHERE a.attrelid = t.table_rel AND a.attnum > 0 AND NOT a.attisdropped \
+                            AND (a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '')) \
+             FROM pg_shard.logical_table t \
+             JOIN pg_catalog.pg_class c ON c.oid = t.table_rel \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_shard.colocation_group g ON g.colocation_id = t.colocation_id",
+            &[],
+        )
+        .await?;
+    let placements = client
+        .query(
+            "SELECT s.table_rel::oid, s.shard_id, s.shard_schema, s.shard_name, \
+                    sg.range_start, sg.range_end, p.node_id, p.state, sg.shard_group_id \
+             FROM pg_shard.shard s \
+             JOIN pg_shard.shard_group sg ON sg.shard_group_id = s.shard_group_id \
+             JOIN pg_shard.placement p ON p.shard_group_id = s.shard_group_id \
+             WHERE p.state <> 'retired' \
+             ORDER BY p.state = 'active' DESC",
+            &[],
+        )
+        .await?;
+    client.batch_execute("COMMIT").await?;
+
+    type Ranges = Vec<(KeyRange, ShardPlacement)>;
+    let mut ranges: HashMap<u32, Ranges> = HashMap::new();
+    let mut copies: HashMap<u32, HashMap<NodeId, String>> = HashMap::new();
+    for row in &placements {
+        let table: u32 = row.get(0);
+        let name = format!(
+            "{}.{}",
+            quote_identifier(row.get(2)),
+            quote_identifier(row.get(3))
+        );
+        let node: i32 = row.get(6);
+        let start = KeyspaceId::from_sql(row.get(4));
+        let end = KeyspaceId::from_sql(row.get(5));
+        let placement = ShardPlacement {
+            shard_id: row.get(1),
+            qualified_name: name.clone(),
+            node,
+            shard_group_id: row.get(8),
+        };
+        copies.entry(table).or_default().insert(node, name);
+        let entries = ranges.entry(table).or_default();
+        // Active placements sort first: keep one placement per range.
+        if !entries.iter().any(|(range, _)| range.start == start) {
+            if let Ok(range) = KeyRange::new(start, end) {
+                entries.push((range, placement));
+            }
+        }
+    }
+    for row in tables {
+        let oid: u32 = row.get(0);
+        let schema: String = row.get(1);
+        let name: String = row.get(2);
+        let kind: String = row.get(3);
+        let columns: Vec<String> = row.get(7);
+        let filled: Vec<String> = row.get(8);
+        let kind = if kind == "distributed" {
+            let encoding_name: Option<String> = row.get(6);
+            let encoding_name = encoding_name.unwrap_or_default();
+            let encoding = KeyEncoding::from_name(&encoding_name)
+                .ok_or_else(|| MapError::Encoding(name.clone(), encoding_name.clone()))?;
+            let shards = ShardMap::new(map.version, ranges.remove(&oid).unwrap_or_default())
+                .map_err(|e| MapError::Invalid(name.clone(), e))?;
+            TableKind::Distributed {
+                column: row.get::<_, Option<String>>(4).unwrap_or_default(),
+                encoding,
+                shards,
+            }
+        } else {
+            TableKind::Reference {
+                copies: copies.remove(&oid).unwrap_or_default(),
+            }
+        };
+        map.tables.insert(
+            (schema.clone(), name.clone()),
+            Arc::new(Table {
+                schema,
+                name,
+                colocation_id: row.get(5),
+                kind,
+                columns,
+                filled_columns: filled.into_iter().collect(),
+            }),
+        );
+    }
+    Ok(map)
+}
+
+/// `"name"` with embedded quotes doubled.
+pub fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

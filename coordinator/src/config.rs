@@ -1,0 +1,279 @@
+//! Settings: defaults, then a TOML file, then environment variables, then
+//! command-line flags (each overrides the one before).
+
+use serde::Deserialize;
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("invalid config file {0}: {1}")]
+    Parse(PathBuf, toml::de::Error),
+    #[error("invalid value {value:?} for {name}: {reason}")]
+    Value {
+        name: String,
+        value: String,
+        reason: String,
+    },
+    #[error("unknown flag {0} (see --help)")]
+    UnknownFlag(String),
+    #[error("flag {0} needs a value")]
+    MissingValue(String),
+    #[error("auth = \"scram\" needs users_file")]
+    ScramWithoutUsers,
+}
+
+/// How clients prove who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// SCRAM-SHA-256 against the users file.
+    Scram,
+    /// The metadata node authenticates the client (its messages are relayed).
+    Passthrough,
+    /// Anyone may connect as anyone. Only when configured explicitly.
+    Trust,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address clients connect to.
+    pub listen: String,
+    /// The metadata node (host:port); workers are found in its catalog.
+    pub metadata: String,
+    pub auth: AuthMode,
+    /// `"user" "password-or-SCRAM-verifier"` lines (pgbouncer's userlist format).
+    pub users_file: Option<PathBuf>,
+    /// Password for server connections when the servers ask for one.
+    pub server_password: Option<String>,
+    /// The user that reads the shard map from the metadata node.
+    pub catalog_user: String,
+    /// Most server connections per node, database and user.
+    pub pool_size: usize,
+    /// Largest client message accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Address of the Prometheus /metrics endpoint ("" turns it off).
+    pub metrics_listen: String,
+    /// Tries of a statement rejected with WrongShard (the first included).
+    pub wrong_shard_tries: u32,
+    /// Parsed statements remembered (by text).
+    pub statement_cache_size: usize,
+    /// "text" or "json".
+    pub log_format: String,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: "127.0.0.1:6432".into(),
+            metadata: "127.0.0.1:54320".into(),
+            auth: AuthMode::Passthrough,
+            users_file: None,
+            server_password: None,
+            catalog_user: "postgres".into(),
+            pool_size: 20,
+            max_message_bytes: 64 << 20,
+            metrics_listen: "127.0.0.1:9932".into(),
+            wrong_shard_tries: 3,
+            statement_cache_size: 10_000,
+            log_format: "text".into(),
+        }
+    }
+}
+
+pub const USAGE: &str = "\
+pg_shard_coordinator: routes PostgreSQL clients to a pg_shard cluster
+
+Options (environment variable in brackets; a TOML config file takes the same
+names with underscores):
+  --config FILE            [PGSHARD_COORDINATOR_CONFIG]
+  --listen HOST:PORT       [PGSHARD_COORDINATOR_LISTEN]      default 127.0.0.1:6432
+  --metadata HOST:PORT     [PGSHARD_COORDINATOR_METADATA]    default 127.0.0.1:54320
+  --auth scram|passthrough|trust [PGSHARD_COORDINATOR_AUTH]  default passthrough
+  --users-file FILE        [PGSHARD_COORDINATOR_USERS_FILE]
+  --server-password PW     [PGSHARD_COORDINATOR_SERVER_PASSWORD]
+  --catalog-user NAME      [PGSHARD_COORDINATOR_CATALOG_USER] default postgres
+  --pool-size N            [PGSHARD_COORDINATOR_POOL_SIZE]   default 20
+  --max-message-bytes N    [PGSHARD_COORDINATOR_MAX_MESSAGE_BYTES]
+  --metrics-listen ADDR    [PGSHARD_COORDINATOR_METRICS_LISTEN] default 127.0.0.1:9932
+  --wrong-shard-tries N    [PGSHARD_COORDINATOR_WRONG_SHARD_TRIES] default 3
+  --statement-cache-size N [PGSHARD_COORDINATOR_STATEMENT_CACHE_SIZE]
+  --log-format text|json   [PGSHARD_COORDINATOR_LOG_FORMAT]
+";
+
+/// The settings names, as flags use them (without the leading dashes).
+const NAMES: [&str; 12] = [
+    "listen",
+    "metadata",
+    "auth",
+    "users-file",
+    "server-password",
+    "catalog-user",
+    "pool-size",
+    "max-message-bytes",
+    "metrics-listen",
+    "wrong-shard-tries",
+    "statement-cache-size",
+    "log-format",
+];
+
+impl Config {
+    /// Builds the settings from `args` (without the program name) and the
+    /// environment. `Ok(None)` means --help was asked for.
+    pub fn load(
+        args: &[String],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Config>, ConfigError> {
+        let mut flags = Vec::new();
+        let mut config_file = env("PGSHARD_COORDINATOR_CONFIG").map(PathBuf::from);
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            if arg == "--help" || arg == "-h" {
+                return Ok(None);
+            }
+            let (name, inline) = match arg.strip_prefix("--") {
+                Some(flag) => match flag.split_once('=') {
+                    Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
+                    None => (flag.to_owned(), None),
+                },
+                None => return Err(ConfigError::UnknownFlag(arg.clone())),
+            };
+            if name != "config" && !NAMES.contains(&name.as_str()) {
+                return Err(ConfigError::UnknownFlag(arg.clone()));
+            }
+            let value = match inline {
+                Some(value) => value,
+                None => rest
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| ConfigError::MissingValue(arg.clone()))?,
+            };
+            if name == "config" {
+                config_file = Some(PathBuf::from(value));
+            } else {
+                flags.push((name, value));
+            }
+        }
+        let mut config = match config_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| ConfigError::Read(path.clone(), e))?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse(path, e))?
+            }
+            None => Config::default(),
+        };
+        for name in NAMES {
+            let variable = format!(
+                "PGSHARD_COORDINATOR_{}",
+                name.replace('-', "_").to_uppercase()
+            );
+            if let Some(value) = env(&variable) {
+                config.set(name, &value)?;
+            }
+        }
+        for (name, value) in flags {
+            config.set(&name, &value)?;
+        }
+        if config.auth == AuthMode::Scram && config.users_file.is_none() {
+            return Err(ConfigError::ScramWithoutUsers);
+        }
+        Ok(Some(config))
+    }
+
+    fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |reason: &str| ConfigError::Value {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let number = || {
+            value
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad("expected a positive integer"))
+        };
+        match name {
+            "listen" => self.listen = value.to_owned(),
+            "metadata" => self.metadata = value.to_owned(),
+            "auth" => {
+                self.auth = match value {
+                    "scram" => AuthMode::Scram,
+                    "passthrough" => AuthMode::Passthrough,
+                    "trust" => AuthMode::Trust,
+                    _ => return Err(bad("expected scram, passthrough or trust")),
+                }
+            }
+            "users-file" => self.users_file = Some(PathBuf::from(value)),
+            "server-password" => self.server_password = Some(value.to_owned()),
+            "catalog-user" => self.catalog_user = value.to_owned(),
+            "pool-size" => self.pool_size = number()?,
+            "max-message-bytes" => self.max_message_bytes = number()?.max(1024),
+            "metrics-listen" => self.metrics_listen = value.to_owned(),
+            "wrong-shard-tries" => {
+                self.wrong_shard_tries = u32::try_from(number()?).map_err(|_| bad("too large"))?
+            }
+            "statement-cache-size" => self.statement_cache_size = number()?,
+            "log-format" => match value {
+                "text" | "json" => self.log_format = value.to_owned(),
+                _ => return Err(bad("expected text or json")),
+            },
+            _ => return Err(ConfigError::UnknownFlag(format!("--{name}"))),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_override_environment_override_defaults() {
+        let env = |name: &str| match name {
+            "PGSHARD_COORDINATOR_LISTEN" => Some("127.0.0.1:7000".to_string()),
+            "PGSHARD_COORDINATOR_POOL_SIZE" => Some("5".to_string()),
+            _ => None,
+        };
+        let config = Config::load(&args(&["--listen", "127.0.0.1:7001"]), &env)
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.listen, "127.0.0.1:7001");
+        assert_eq!(config.pool_size, 5);
+        assert_eq!(config.metadata, "127.0.0.1:54320");
+        assert_eq!(config.auth, AuthMode::Passthrough);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let none = |_: &str| None;
+        assert!(Config::load(&args(&["--pool-size", "0"]), &none).is_err());
+        assert!(Config::load(&args(&["--auth", "md5"]), &none).is_err());
+        assert!(Config::load(&args(&["--auth", "scram"]), &none).is_err());
+        assert!(Config::load(&args(&["--bogus", "1"]), &none).is_err());
+        assert!(Config::load(&args(&["--listen"]), &none).is_err());
+    }
+
+    #[test]
+    fn config_file_is_read() {
+        let dir = std::env::temp_dir().join(format!("pgshard-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("coordinator.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:7100\"\nauth = \"trust\"\n").unwrap();
+        let none = |_: &str| None;
+        let config = Config::load(&args(&["--config", file.to_str().unwrap()]), &none)
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.listen, "127.0.0.1:7100");
+        assert_eq!(config.auth, AuthMode::Trust);
+        std::fs::write(&file, "listen = 5\n").unwrap();
+        assert!(Config::load(&args(&["--config", file.to_str().unwrap()]), &none).is_err());
+    }
+}

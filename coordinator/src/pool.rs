@@ -1,0 +1,173 @@
+//! Server connection pools, one per (server, database, user): transaction
+//! pooling, so a connection serves one client transaction at a time and
+//! returns to its pool when the transaction ends.
+
+use crate::backend::{BackendError, Credentials, ServerAddress, ServerConnection};
+use crate::metrics::Metrics;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How long a client waits for a free server connection.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Idle connections kept per pool beyond which returned ones are closed.
+const MOST_PREPARED_PER_CONNECTION: usize = 2000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub address: ServerAddress,
+    pub database: String,
+    pub user: String,
+}
+
+pub struct Pool {
+    pub key: PoolKey,
+    idle: Mutex<Vec<ServerConnection>>,
+    permits: Arc<Semaphore>,
+    size: usize,
+    pub checkouts: AtomicU64,
+    pub connects: AtomicU64,
+}
+
+impl Pool {
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.size - self.permits.available_permits()
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+pub struct Pools {
+    pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
+    size: usize,
+    password: Option<String>,
+    metrics: Arc<Metrics>,
+}
+
+/// A server connection lent to one client; goes back to its pool when
+/// dropped if it is idle and healthy.
+pub struct Lease {
+    connection: Option<ServerConnection>,
+    pool: Arc<Pool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    pub fn connection(&mut self) -> &mut ServerConnection {
+        self.connection
+            .as_mut()
+            .expect("a lease holds its connection until dropped")
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            if connection.reusable() && connection.prepared.len() < MOST_PREPARED_PER_CONNECTION {
+                if let Ok(mut idle) = self.pool.idle.lock() {
+                    idle.push(connection);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("no free server connection to {0} within {1:?}")]
+    Exhausted(ServerAddress, Duration),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl Pools {
+    pub fn new(size: usize, password: Option<String>, metrics: Arc<Metrics>) -> Pools {
+        Pools {
+            pools: Mutex::new(HashMap::new()),
+            size,
+            password,
+            metrics,
+        }
+    }
+
+    pub fn all(&self) -> Vec<Arc<Pool>> {
+        self.pools
+            .lock()
+            .map(|pools| pools.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn pool(&self, key: &PoolKey) -> Arc<Pool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Pool {
+                    key: key.clone(),
+                    idle: Mutex::new(Vec::new()),
+                    permits: Arc::new(Semaphore::new(self.size)),
+                    size: self.size,
+                    checkouts: AtomicU64::new(0),
+                    connects: AtomicU64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// An idle connection from the pool, or a new one.
+    pub async fn checkout(&self, key: &PoolKey) -> Result<Lease, PoolError> {
+        let pool = self.pool(key);
+        let permit = tokio::time::timeout(CHECKOUT_TIMEOUT, pool.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| PoolError::Exhausted(key.address.clone(), CHECKOUT_TIMEOUT))?
+            .map_err(|_| PoolError::Exhausted(key.address.clone(), CHECKOUT_TIMEOUT))?;
+        pool.checkouts.fetch_add(1, Ordering::Relaxed);
+        let reused = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let connection = match reused {
+            Some(connection) => connection,
+            None => {
+                pool.connects.fetch_add(1, Ordering::Relaxed);
+                self.metrics.server_connects.fetch_add(1, Ordering::Relaxed);
+                ServerConnection::connect(
+                    &key.address,
+                    &key.database,
+                    &Credentials {
+                        user: &key.user,
+                        password: self.password.as_deref(),
+                    },
+                    &[("application_name", "pg_shard_coordinator")],
+                )
+                .await?
+            }
+        };
+        Ok(Lease {
+            connection: Some(connection),
+            pool,
+            _permit: permit,
+        })
+    }
+
+    /// Hands a connection made elsewhere (passthrough login) to the pool.
+    pub fn adopt(&self, key: &PoolKey, connection: ServerConnection) {
+        let pool = self.pool(key);
+        if connection.reusable() {
+            if let Ok(mut idle) = pool.idle.lock() {
+                if idle.len() < self.size {
+                    idle.push(connection);
+                }
+            }
+        }
+    }
+}

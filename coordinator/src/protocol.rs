@@ -1,0 +1,700 @@
+//! PostgreSQL protocol v3 framing: decoding what clients send, encoding what
+//! the coordinator says itself, and reading what servers answer.
+//!
+//! Messages a client sends are decoded only as far as routing needs; the
+//! rest of the bytes are kept and forwarded as they came.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use thiserror::Error;
+
+pub const PROTOCOL_V3: i32 = 196_608;
+pub const SSL_REQUEST: i32 = 80_877_103;
+pub const GSSENC_REQUEST: i32 = 80_877_104;
+pub const CANCEL_REQUEST: i32 = 80_877_102;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ProtocolError {
+    #[error("message of {0} bytes is larger than the limit of {1} bytes")]
+    TooLarge(usize, usize),
+    #[error("invalid message length {0}")]
+    BadLength(i32),
+    #[error("malformed {0} message")]
+    Malformed(&'static str),
+    #[error("unsupported protocol version {0}.{1}")]
+    UnsupportedVersion(i32, i32),
+    #[error("unexpected message type '{0}'")]
+    UnexpectedType(char),
+}
+
+/// The first message of a connection (untyped: length, then a code).
+#[derive(Debug, PartialEq, Eq)]
+pub enum StartupRequest {
+    Startup { parameters: Vec<(String, String)> },
+    Ssl,
+    GssEncryption,
+    Cancel { process_id: i32, secret_key: i32 },
+}
+
+/// A message a client sends after startup. Statement and portal names and
+/// texts are decoded; everything else stays in `raw` for forwarding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrontendMessage {
+    Query(String),
+    Parse {
+        name: String,
+        query: String,
+        parameter_types: Vec<u32>,
+    },
+    Bind(Bind),
+    Describe {
+        kind: u8,
+        name: String,
+    },
+    Execute {
+        portal: String,
+        max_rows: i32,
+    },
+    Close {
+        kind: u8,
+        name: String,
+    },
+    Sync,
+    Flush,
+    CopyData(Bytes),
+    CopyDone,
+    CopyFail(String),
+    Terminate,
+    /// PasswordMessage, SASLInitialResponse and SASLResponse share the tag.
+    Password(Bytes),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub portal: String,
+    pub statement: String,
+    pub parameter_formats: Vec<i16>,
+    /// None for NULL.
+    pub parameters: Vec<Option<Bytes>>,
+    pub result_formats: Vec<i16>,
+}
+
+impl Bind {
+    /// The format (0 text, 1 binary) of parameter `index`.
+    pub fn parameter_format(&self, index: usize) -> i16 {
+        match self.parameter_formats.len() {
+            0 => 0,
+            1 => self.parameter_formats[0],
+            _ => self.parameter_formats.get(index).copied().unwrap_or(0),
+        }
+    }
+
+    pub fn encode(&self, statement: &str, out: &mut BytesMut) {
+        let start = begin_message(out, b'B');
+        put_cstr(out, &self.portal);
+        put_cstr(out, statement);
+        out.put_i16(self.parameter_formats.len() as i16);
+        for format in &self.parameter_formats {
+            out.put_i16(*format);
+        }
+        out.put_i16(self.parameters.len() as i16);
+        for parameter in &self.parameters {
+            match parameter {
+                None => out.put_i32(-1),
+                Some(value) => {
+                    out.put_i32(value.len() as i32);
+                    out.put_slice(value);
+                }
+            }
+        }
+        out.put_i16(self.result_formats.len() as i16);
+        for format in &self.result_formats {
+            out.put_i16(*format);
+        }
+        end_message(out, start);
+    }
+}
+
+/// Splits the first untyped message off `buffer`, if it is complete.
+pub fn decode_startup(
+    buffer: &mut BytesMut,
+    limit: usize,
+) -> Result<Option<StartupRequest>, ProtocolError> {
+    if buffer.len() < 4 {
+        return Ok(None);
+    }
+    let length = i32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]);
+    if length < 8 {
+        return Err(ProtocolError::BadLength(length));
+    }
+    if length as usize > limit.min(MAX_STARTUP_PACKET) {
+        return Err(ProtocolError::TooLarge(
+            length as usize,
+            limit.min(MAX_STARTUP_PACKET),
+        ));
+    }
+    if buffer.len() < length as usize {
+        return Ok(None);
+    }
+    let mut body = buffer.split_to(length as usize).freeze();
+    body.advance(4);
+    let code = body.get_i32();
+    match code {
+        SSL_REQUEST => Ok(Some(StartupRequest::Ssl)),
+        GSSENC_REQUEST => Ok(Some(StartupRequest::GssEncryption)),
+        CANCEL_REQUEST => {
+            if body.remaining() != 8 {
+                return Err(ProtocolError::Malformed("CancelRequest"));
+            }
+            Ok(Some(StartupRequest::Cancel {
+                process_id: body.get_i32(),
+                secret_key: body.get_i32(),
+            }))
+        }
+        PROTOCOL_V3 => {
+            let mut parameters = Vec::new();
+            loop {
+                let name = get_cstr(&mut body, "StartupMessage")?;
+                if name.is_empty() {
+                    break;
+                }
+                let value = get_cstr(&mut body, "StartupMessage")?;
+                parameters.push((name, value));
+            }
+            if body.has_remaining() {
+                return Err(ProtocolError::Malformed("StartupMessage"));
+            }
+            Ok(Some(StartupRequest::Startup { parameters }))
+        }
+        other => Err(ProtocolError::UnsupportedVersion(
+            other >> 16,
+            other & 0xffff,
+        )),
+    }
+}
+
+/// PostgreSQL's own limit on a startup packet.
+const MAX_STARTUP_PACKET: usize = 10_000;
+
+/// Splits one typed message off `buffer`: its tag and body.
+pub fn split_message(
+    buffer: &mut BytesMut,
+    limit: usize,
+) -> Result<Option<(u8, Bytes)>, ProtocolError> {
+    if buffer.len() < 5 {
+        return Ok(None);
+    }
+    let length = i32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]);
+    if length < 4 {
+        return Err(ProtocolError::BadLength(length));
+    }
+    let total = length as usize + 1;
+    if total > limit {
+        return Err(ProtocolError::TooLarge(total, limit));
+    }
+    if buffer.len() < total {
+        buffer.reserve(total - buffer.len());
+        return Ok(None);
+    }
+    let mut message = buffer.split_to(total).freeze();
+    let tag = message[0];
+    message.advance(5);
+    Ok(Some((tag, message)))
+}
+
+/// Decodes one client message from `buffer`, if a whole one is there.
+pub fn decode_frontend(
+    buffer: &mut BytesMut,
+    limit: usize,
+) -> Result<Option<FrontendMessage>, ProtocolError> {
+    match split_message(buffer, limit)? {
+        None => Ok(None),
+        Some((tag, body)) => parse_frontend(tag, body).map(Some),
+    }
+}
+
+/// Decodes the body of a client message with tag `tag`.
+pub fn parse_frontend(tag: u8, mut body: Bytes) -> Result<FrontendMessage, ProtocolError> {
+    let message = match tag {
+        b'Q' => FrontendMessage::Query(get_cstr(&mut body, "Query")?),
+        b'P' => {
+            let name = get_cstr(&mut body, "Parse")?;
+            let query = get_cstr(&mut body, "Parse")?;
+            let count = get_i16(&mut body, "Parse")?;
+            if count < 0 {
+                return Err(ProtocolError::Malformed("Parse"));
+            }
+            let mut parameter_types = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                parameter_types.push(get_i32(&mut body, "Parse")? as u32);
+            }
+            FrontendMessage::Parse {
+                name,
+                query,
+                parameter_types,
+            }
+        }
+        b'B' => FrontendMessage::Bind(parse_bind(&mut body)?),
+        b'D' => {
+            let kind = get_u8(&mut body, "Describe")?;
+            if kind != b'S' && kind != b'P' {
+                return Err(ProtocolError::Malformed("Describe"));
+            }
+            FrontendMessage::Describe {
+                kind,
+                name: get_cstr(&mut body, "Describe")?,
+            }
+        }
+        b'E' => FrontendMessage::Execute {
+            portal: get_cstr(&mut body, "Execute")?,
+            max_rows: get_i32(&mut body, "Execute")?,
+        },
+        b'C' => {
+            let kind = get_u8(&mut body, "Close")?;
+            if kind != b'S' && kind != b'P' {
+                return Err(ProtocolError::Malformed("Close"));
+            }
+            FrontendMessage::Close {
+                kind,
+                name: get_cstr(&mut body, "Close")?,
+            }
+        }
+        b'S' => FrontendMessage::Sync,
+        b'H' => FrontendMessage::Flush,
+        b'd' => return Ok(FrontendMessage::CopyData(body)),
+        b'c' => FrontendMessage::CopyDone,
+        b'f' => FrontendMessage::CopyFail(get_cstr(&mut body, "CopyFail")?),
+        b'X' => FrontendMessage::Terminate,
+        b'p' => return Ok(FrontendMessage::Password(body)),
+        other => return Err(ProtocolError::UnexpectedType(other as char)),
+    };
+    if body.has_remaining() {
+        return Err(ProtocolError::Malformed(message_name(tag)));
+    }
+    Ok(message)
+}
+
+fn parse_bind(body: &mut Bytes) -> Result<Bind, ProtocolError> {
+    const NAME: &str = "Bind";
+    let portal = get_cstr(body, NAME)?;
+    let statement = get_cstr(body, NAME)?;
+    let format_count = get_i16(body, NAME)?;
+    if format_count < 0 {
+        return Err(ProtocolError::Malformed(NAME));
+    }
+    let mut parameter_formats = Vec::with_capacity(format_count as usize);
+    for _ in 0..format_count {
+        parameter_formats.push(get_i16(body, NAME)?);
+    }
+    let parameter_count = get_i16(body, NAME)?;
+    if parameter_count < 0 || (format_count > 1 && format_count != parameter_count) {
+        return Err(ProtocolError::Malformed(NAME));
+    }
+    let mut parameters = Vec::with_capacity(parameter_count as usize);
+    for _ in 0..parameter_count {
+        let length = get_i32(body, NAME)?;
+        if length == -1 {
+            parameters.push(None);
+        } else if length < 0 || length as usize > body.remaining() {
+            return Err(ProtocolError::Malformed(NAME));
+        } else {
+            parameters.push(Some(body.split_to(length as usize)));
+        }
+    }
+    let result_count = get_i16(body, NAME)?;
+    if result_count < 0 {
+        return Err(ProtocolError::Malformed(NAME));
+    }
+    let mut result_formats = Vec::with_capacity(result_count as usize);
+    for _ in 0..result_count {
+        result_formats.push(get_i16(body, NAME)?);
+    }
+    Ok(Bind {
+        portal,
+        statement,
+        parameter_formats,
+        parameters,
+        result_formats,
+    })
+}
+
+fn message_name(tag: u8) -> &'static str {
+    match tag {
+        b'Q' => "Query",
+        b'P' => "Parse",
+        b'B' => "Bind",
+        b'D' => "Describe",
+        b'E' => "Execute",
+        b'C' => "Close",
+        b'S' => "Sync",
+        b'H' => "Flush",
+        b'c' => "CopyDone",
+        b'f' => "CopyFail",
+        b'X' => "Terminate",
+        _ => "unknown",
+    }
+}
+
+fn get_u8(body: &mut Bytes, name: &'static str) -> Result<u8, ProtocolError> {
+    if body.remaining() < 1 {
+        return Err(ProtocolError::Malformed(name));
+    }
+    Ok(body.get_u8())
+}
+
+fn get_i16(body: &mut Bytes, name: &'static str) -> Result<i16, ProtocolError> {
+    if body.remaining() < 2 {
+        return Err(ProtocolError::Malformed(name));
+    }
+    Ok(body.get_i16())
+}
+
+fn get_i32(body: &mut Bytes, name: &'static str) -> Result<i32, ProtocolError> {
+    if body.remaining() < 4 {
+        return Err(ProtocolError::Malformed(name));
+    }
+    Ok(body.get_i32())
+}
+
+/// A NUL-terminated UTF-8 string.
+pub fn get_cstr(body: &mut Bytes, name: &'static str) -> Result<String, ProtocolError> {
+    let end = body
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or(ProtocolError::Malformed(name))?;
+    let text = std::str::from_utf8(&body[..end])
+        .map_err(|_| ProtocolError::Malformed(name))?
+        .to_owned();
+    body.advance(end + 1);
+    Ok(text)
+}
+
+// ---- encoding -------------------------------------------------------------
+
+/// Writes a tag and a length placeholder; returns where the length goes.
+pub fn begin_message(out: &mut BytesMut, tag: u8) -> usize {
+    out.put_u8(tag);
+    let at = out.len();
+    out.put_i32(0);
+    at
+}
+
+/// Fills in the length written by [`begin_message`].
+pub fn end_message(out: &mut BytesMut, at: usize) {
+    let length = (out.len() - at) as i32;
+    out[at..at + 4].copy_from_slice(&length.to_be_bytes());
+}
+
+pub fn put_cstr(out: &mut BytesMut, text: &str) {
+    out.put_slice(text.as_bytes());
+    out.put_u8(0);
+}
+
+pub fn query(out: &mut BytesMut, sql: &str) {
+    let at = begin_message(out, b'Q');
+    put_cstr(out, sql);
+    end_message(out, at);
+}
+
+pub fn parse(out: &mut BytesMut, name: &str, sql: &str, parameter_types: &[u32]) {
+    let at = begin_message(out, b'P');
+    put_cstr(out, name);
+    put_cstr(out, sql);
+    out.put_i16(parameter_types.len() as i16);
+    for oid in parameter_types {
+        out.put_u32(*oid);
+    }
+    end_message(out, at);
+}
+
+pub fn describe(out: &mut BytesMut, kind: u8, name: &str) {
+    let at = begin_message(out, b'D');
+    out.put_u8(kind);
+    put_cstr(out, name);
+    end_message(out, at);
+}
+
+pub fn execute(out: &mut BytesMut, portal: &str, max_rows: i32) {
+    let at = begin_message(out, b'E');
+    put_cstr(out, portal);
+    out.put_i32(max_rows);
+    end_message(out, at);
+}
+
+pub fn close(out: &mut BytesMut, kind: u8, name: &str) {
+    let at = begin_message(out, b'C');
+    out.put_u8(kind);
+    put_cstr(out, name);
+    end_message(out, at);
+}
+
+pub fn sync(out: &mut BytesMut) {
+    out.put_slice(&[b'S', 0, 0, 0, 4]);
+}
+
+/// A typed message with an empty body (ParseComplete, BindComplete, …).
+pub fn empty(out: &mut BytesMut, tag: u8) {
+    out.put_slice(&[tag, 0, 0, 0, 4]);
+}
+
+pub fn ready_for_query(out: &mut BytesMut, status: u8) {
+    out.put_slice(&[b'Z', 0, 0, 0, 5, status]);
+}
+
+pub fn command_complete(out: &mut BytesMut, tag: &str) {
+    let at = begin_message(out, b'C');
+    put_cstr(out, tag);
+    end_message(out, at);
+}
+
+pub fn parameter_status(out: &mut BytesMut, name: &str, value: &str) {
+    let at = begin_message(out, b'S');
+    put_cstr(out, name);
+    put_cstr(out, value);
+    end_message(out, at);
+}
+
+pub fn backend_key_data(out: &mut BytesMut, process_id: i32, secret_key: i32) {
+    let at = begin_message(out, b'K');
+    out.put_i32(process_id);
+    out.put_i32(secret_key);
+    end_message(out, at);
+}
+
+pub fn authentication(out: &mut BytesMut, code: i32, data: &[u8]) {
+    let at = begin_message(out, b'R');
+    out.put_i32(code);
+    out.put_slice(data);
+    end_message(out, at);
+}
+
+pub fn startup(out: &mut BytesMut, parameters: &[(&str, &str)]) {
+    let at = out.len();
+    out.put_i32(0);
+    out.put_i32(PROTOCOL_V3);
+    for (name, value) in parameters {
+        put_cstr(out, name);
+        put_cstr(out, value);
+    }
+    out.put_u8(0);
+    let length = (out.len() - at) as i32;
+    out[at..at + 4].copy_from_slice(&length.to_be_bytes());
+}
+
+pub fn cancel_request(out: &mut BytesMut, process_id: i32, secret_key: i32) {
+    out.put_i32(16);
+    out.put_i32(CANCEL_REQUEST);
+    out.put_i32(process_id);
+    out.put_i32(secret_key);
+}
+
+pub fn password(out: &mut BytesMut, data: &[u8]) {
+    let at = begin_message(out, b'p');
+    out.put_slice(data);
+    end_message(out, at);
+}
+
+/// An ErrorResponse (or NoticeResponse with tag 'N').
+pub fn error_response(out: &mut BytesMut, error: &ServerError) {
+    let at = begin_message(out, b'E');
+    for (field, value) in error.fields() {
+        out.put_u8(field);
+        put_cstr(out, value);
+    }
+    out.put_u8(0);
+    end_message(out, at);
+}
+
+/// The fields of an ErrorResponse the coordinator raises or inspects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError {
+    pub severity: String,
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl ServerError {
+    pub fn new(code: &str, message: impl Into<String>) -> ServerError {
+        ServerError {
+            severity: "ERROR".into(),
+            code: code.into(),
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    pub fn fatal(code: &str, message: impl Into<String>) -> ServerError {
+        ServerError {
+            severity: "FATAL".into(),
+            ..ServerError::new(code, message)
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> ServerError {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> ServerError {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    fn fields(&self) -> Vec<(u8, &str)> {
+        let mut fields = vec![
+            (b'S', self.severity.as_str()),
+            (b'V', self.severity.as_str()),
+            (b'C', self.code.as_str()),
+            (b'M', self.message.as_str()),
+        ];
+        if let Some(detail) = &self.detail {
+            fields.push((b'D', detail));
+        }
+        if let Some(hint) = &self.hint {
+            fields.push((b'H', hint));
+        }
+        fields
+    }
+
+    /// Reads the fields of an ErrorResponse body.
+    pub fn parse(body: &[u8]) -> ServerError {
+        let mut error = ServerError::new("XX000", "");
+        let mut fields = body.split(|b| *b == 0);
+        for field in fields.by_ref() {
+            let Some((&kind, value)) = field.split_first() else {
+                break;
+            };
+            let value = String::from_utf8_lossy(value).into_owned();
+            match kind {
+                b'S' => error.severity = value,
+                b'C' => error.code = value,
+                b'M' => error.message = value,
+                b'D' => error.detail = Some(value),
+                b'H' => error.hint = Some(value),
+                _ => {}
+            }
+        }
+        error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(tag: u8, body: &[u8]) -> BytesMut {
+        let mut out = BytesMut::new();
+        let at = begin_message(&mut out, tag);
+        out.put_slice(body);
+        end_message(&mut out, at);
+        out
+    }
+
+    #[test]
+    fn bind_round_trips() {
+        let bind = Bind {
+            portal: "p".into(),
+            statement: "s".into(),
+            parameter_formats: vec![1],
+            parameters: vec![Some(Bytes::from_static(b"\0\0\0\x2a")), None],
+            result_formats: vec![0, 1],
+        };
+        let mut out = BytesMut::new();
+        bind.encode("s", &mut out);
+        let decoded = decode_frontend(&mut out, 1 << 20).unwrap().unwrap();
+        assert_eq!(decoded, FrontendMessage::Bind(bind));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn partial_messages_wait_for_more() {
+        let mut whole = BytesMut::new();
+        query(&mut whole, "SELECT 1");
+        for cut in 0..whole.len() {
+            let mut part = BytesMut::from(&whole[..cut]);
+            assert_eq!(decode_frontend(&mut part, 1 << 20), Ok(None));
+        }
+    }
+
+    #[test]
+    fn oversized_and_malformed_messages_are_errors() {
+        let mut big = BytesMut::from(&[b'Q', 0x10, 0, 0, 0][..]);
+        assert!(matches!(
+            decode_frontend(&mut big, 1 << 20),
+            Err(ProtocolError::TooLarge(..))
+        ));
+        let mut short = BytesMut::from(&[b'Q', 0, 0, 0, 2][..]);
+        assert_eq!(
+            decode_frontend(&mut short, 1 << 20),
+            Err(ProtocolError::BadLength(2))
+        );
+        let mut unterminated = framed(b'Q', b"SELECT 1");
+        assert_eq!(
+            decode_frontend(&mut unterminated, 1 << 20),
+            Err(ProtocolError::Malformed("Query"))
+        );
+        let mut trailing = framed(b'S', b"x");
+        assert_eq!(
+            decode_frontend(&mut trailing, 1 << 20),
+            Err(ProtocolError::Malformed("Sync"))
+        );
+        let mut bad_bind = framed(b'B', b"\0\0\0\0\0\x01\0\0\0\x09ab\0\0");
+        assert_eq!(
+            decode_frontend(&mut bad_bind, 1 << 20),
+            Err(ProtocolError::Malformed("Bind"))
+        );
+    }
+
+    #[test]
+    fn startup_packets() {
+        let mut out = BytesMut::new();
+        startup(&mut out, &[("user", "alice"), ("database", "shop")]);
+        assert_eq!(
+            decode_startup(&mut out, 1 << 20),
+            Ok(Some(StartupRequest::Startup {
+                parameters: vec![
+                    ("user".into(), "alice".into()),
+                    ("database".into(), "shop".into())
+                ]
+            }))
+        );
+        let mut out = BytesMut::new();
+        cancel_request(&mut out, 7, 9);
+        assert_eq!(
+            decode_startup(&mut out, 1 << 20),
+            Ok(Some(StartupRequest::Cancel {
+                process_id: 7,
+                secret_key: 9
+            }))
+        );
+        let mut huge = BytesMut::from(&[0x7f, 0, 0, 0, 0, 3, 0, 0][..]);
+        assert!(decode_startup(&mut huge, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn error_fields_round_trip() {
+        let error = ServerError::new("PS001", "wrong shard").with_hint("retry");
+        let mut out = BytesMut::new();
+        error_response(&mut out, &error);
+        let (tag, body) = split_message(&mut out, 1 << 20).unwrap().unwrap();
+        assert_eq!(tag, b'E');
+        assert_eq!(ServerError::parse(&body), error);
+    }
+
+    proptest::proptest! {
+        // The decoder must never panic, whatever the bytes.
+        #[test]
+        fn decoder_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut buffer = BytesMut::from(&bytes[..]);
+            let _ = decode_startup(&mut buffer.clone(), 1 << 16);
+            while let Ok(Some(_)) = decode_frontend(&mut buffer, 1 << 16) {}
+        }
+
+        #[test]
+        fn typed_garbage_never_panics(tag in proptest::prelude::any::<u8>(), body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse_frontend(tag, Bytes::from(body));
+        }
+    }
+}

@@ -1,0 +1,1186 @@
+//! Where a statement runs. Each statement text is parsed once with
+//! pg_query into an [`Analysis`] that does not depend on the shard map (so
+//! it can be cached by text); [`route`] then combines it with the current
+//! map and the bound parameters into a [`Route`]: one worker, with the
+//! statement rewritten onto that worker's shard tables, or the metadata
+//! node with the statement unchanged.
+//!
+//! Routing is conservative: a statement goes to a worker only when every
+//! table it names is a distributed or reference table, every distributed
+//! table's key is fixed (by constants, parameters or equality with another
+//! fixed key) to values whose shards all live on one node, and nothing in
+//! it needs the metadata node (sequences, subqueries, CTEs, defaults…).
+
+use crate::cluster::{quote_identifier, ClusterMap, NodeId, TableKind};
+use pg_query::protobuf::{self, a_const, node::Node as N};
+use pg_shard_core::keyspace::{keyspace_id, keyspace_id_of_int, keyspace_id_of_text};
+use pg_shard_core::{KeyEncoding, KeyspaceId};
+use std::collections::HashMap;
+
+/// A transaction control statement the coordinator handles itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransactionCommand {
+    /// BEGIN / START TRANSACTION, with its text (isolation level, …).
+    Begin,
+    Commit,
+    Rollback,
+    /// SAVEPOINT, RELEASE, ROLLBACK TO, PREPARE TRANSACTION, …: forwarded.
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminCommand {
+    Pools,
+    Stats,
+    Shards,
+}
+
+#[derive(Debug)]
+pub enum Analysis {
+    Transaction(TransactionCommand),
+    /// SET/RESET search_path: unqualified names can no longer be resolved
+    /// by the coordinator.
+    SearchPath,
+    Admin(AdminCommand),
+    /// A statement that may go to one worker.
+    Routable(Shape),
+    /// Parsed, but always for the metadata node.
+    Other,
+    /// pg_query could not parse it: the metadata node will say why.
+    Unparsed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Select,
+    Insert,
+    Update,
+    Delete,
+}
+
+/// A table named in the statement.
+#[derive(Debug)]
+pub struct Relation {
+    pub schema: Option<String>,
+    pub name: String,
+    pub alias: Option<String>,
+    /// Byte range of the name in the statement text.
+    pub span: (usize, usize),
+}
+
+impl Relation {
+    /// How columns refer to it.
+    fn reference_name(&self) -> &str {
+        self.alias.as_deref().unwrap_or(&self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ColumnRef {
+    pub qualifier: Option<String>,
+    pub column: String,
+}
+
+/// A value fixed per execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Integer(i64),
+    /// A string literal; what it means depends on the key's type.
+    Text(String),
+    /// `$n` (0-based index here); cast says whether it was cast to a
+    /// key type, which makes a binary value's format known.
+    Param {
+        index: usize,
+        cast: Option<KeyEncoding>,
+    },
+}
+
+#[derive(Debug)]
+pub enum Fact {
+    Equal(ColumnRef, ColumnRef),
+    OneOf(ColumnRef, Vec<Value>),
+}
+
+#[derive(Debug)]
+pub struct InsertShape {
+    /// Named target columns; None: the table's columns in order.
+    pub columns: Option<Vec<String>>,
+    /// Each row's value expressions: Some for a fixed value.
+    pub rows: Vec<Vec<Option<Value>>>,
+}
+
+#[derive(Debug)]
+pub struct Shape {
+    pub kind: Kind,
+    pub relations: Vec<Relation>,
+    pub facts: Vec<Fact>,
+    pub insert: Option<InsertShape>,
+    /// Columns an UPDATE (or ON CONFLICT DO UPDATE) assigns.
+    pub assigned: Vec<String>,
+    /// Functions called: (schema, name).
+    pub functions: Vec<(Option<String>, String)>,
+}
+
+pub fn analyze(sql: &str) -> Analysis {
+    let Ok(parsed) = pg_query::parse(sql) else {
+        return Analysis::Unparsed;
+    };
+    let statements = &parsed.protobuf.stmts;
+    if statements.len() != 1 {
+        return Analysis::Other;
+    }
+    let Some(statement) = statements[0].stmt.as_ref().and_then(|s| s.node.as_ref()) else {
+        return Analysis::Other;
+    };
+    match statement {
+        N::TransactionStmt(t) => {
+            use protobuf::TransactionStmtKind as T;
+            Analysis::Transaction(match T::try_from(t.kind) {
+                Ok(T::TransStmtBegin | T::TransStmtStart) => TransactionCommand::Begin,
+                Ok(T::TransStmtCommit) if !t.chain => TransactionCommand::Commit,
+                Ok(T::TransStmtRollback) if !t.chain => TransactionCommand::Rollback,
+                _ => TransactionCommand::Other,
+            })
+        }
+        N::VariableSetStmt(set) if set.name == "search_path" || set.name.is_empty() => {
+            // `RESET ALL` has no name.
+            Analysis::SearchPath
+        }
+        N::VariableShowStmt(show) => match show.name.as_str() {
+            "pools" => Analysis::Admin(AdminCommand::Pools),
+            "stats" => Analysis::Admin(AdminCommand::Stats),
+            "shards" => Analysis::Admin(AdminCommand::Shards),
+            _ => Analysis::Other,
+        },
+        _ => match shape(&parsed, statement) {
+            Some(shape) => Analysis::Routable(shape),
+            None => Analysis::Other,
+        },
+    }
+}
+
+/// The routable shape of a single statement, or None.
+fn shape(parsed: &pg_query::ParseResult, statement: &N) -> Option<Shape> {
+    let mut relations = Vec::new();
+    let mut facts = Vec::new();
+    let mut assigned = Vec::new();
+    let mut insert = None;
+    let kind = match statement {
+        N::SelectStmt(select) => {
+            simple_select(select)?;
+            from_clause(&select.from_clause, &mut relations, &mut facts)?;
+            conjuncts(select.where_clause.as_deref(), &mut facts);
+            Kind::Select
+        }
+        N::InsertStmt(ins) => {
+            if ins.with_clause.is_some() {
+                return None;
+            }
+            relations.push(relation(ins.relation.as_ref()?)?);
+            let columns = if ins.cols.is_empty() {
+                None
+            } else {
+                Some(
+                    ins.cols
+                        .iter()
+                        .map(|c| match c.node.as_ref() {
+                            Some(N::ResTarget(t)) if t.indirection.is_empty() => {
+                                Some(t.name.clone())
+                            }
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()?,
+                )
+            };
+            let Some(N::SelectStmt(values)) = ins.select_stmt.as_ref()?.node.as_ref() else {
+                return None;
+            };
+            if values.values_lists.is_empty() || values.with_clause.is_some() {
+                return None; // INSERT … SELECT
+            }
+            let mut rows = Vec::new();
+            for row in &values.values_lists {
+                let Some(N::List(list)) = row.node.as_ref() else {
+                    return None;
+                };
+                rows.push(list.items.iter().map(value).collect());
+            }
+            if let Some(conflict) = &ins.on_conflict_clause {
+                for target in &conflict.target_list {
+                    if let Some(N::ResTarget(t)) = target.node.as_ref() {
+                        assigned.push(t.name.clone());
+                    }
+                }
+            }
+            insert = Some(InsertShape { columns, rows });
+            Kind::Insert
+        }
+        N::UpdateStmt(update) => {
+            if update.with_clause.is_some() {
+                return None;
+            }
+            relations.push(relation(update.relation.as_ref()?)?);
+            for target in &update.target_list {
+                if let Some(N::ResTarget(t)) = target.node.as_ref() {
+                    assigned.push(t.name.clone());
+                }
+            }
+            from_clause(&update.from_clause, &mut relations, &mut facts)?;
+            conjuncts(update.where_clause.as_deref(), &mut facts);
+            Kind::Update
+        }
+        N::DeleteStmt(delete) => {
+            if delete.with_clause.is_some() {
+                return None;
+            }
+            relations.push(relation(delete.relation.as_ref()?)?);
+            from_clause(&delete.using_clause, &mut relations, &mut facts)?;
+            conjuncts(delete.where_clause.as_deref(), &mut facts);
+            Kind::Delete
+        }
+        _ => return None,
+    };
+    // Every table must be one we found above (none in subqueries, CTEs,
+    // …), nothing may need a default, and column references must be
+    // unambiguous to us. The whole tree is walked (as JSON, which reaches
+    // every node); INSERT/UPDATE/DELETE targets are not Node-wrapped.
+    let tree = serde_json::to_value(&parsed.protobuf).ok()?;
+    let mut walk = TreeFacts::default();
+    walk.visit(&tree)?;
+    let range_vars = walk.range_vars + usize::from(kind != Kind::Select);
+    let functions = walk.functions;
+    if range_vars != relations.len() {
+        return None;
+    }
+    Some(Shape {
+        kind,
+        relations,
+        facts,
+        insert,
+        assigned,
+        functions,
+    })
+}
+
+/// What a walk over the whole parse tree finds.
+#[derive(Default)]
+struct TreeFacts {
+    range_vars: usize,
+    functions: Vec<(Option<String>, String)>,
+}
+
+impl TreeFacts {
+    /// None when the tree holds something that needs the metadata node.
+    fn visit(&mut self, value: &serde_json::Value) -> Option<()> {
+        match value {
+            serde_json::Value::Object(object) => {
+                for (key, inner) in object {
+                    match key.as_str() {
+                        "RangeVar" => self.range_vars += 1,
+                        "SubLink" | "RangeSubselect" | "SetToDefault" | "CommonTableExpr"
+                        | "IntoClause" | "RangeTableSample" | "RangeTableFunc" => return None,
+                        "ColumnRef" => {
+                            let fields = inner.get("fields")?.as_array()?;
+                            if fields.len() > 2 {
+                                return None;
+                            }
+                        }
+                        "FuncCall" => {
+                            let names: Vec<String> = inner
+                                .get("funcname")?
+                                .as_array()?
+                                .iter()
+                                .map(|n| {
+                                    n.pointer("/node/String/sval")
+                                        .and_then(|s| s.as_str())
+                                        .map(str::to_owned)
+                                })
+                                .collect::<Option<_>>()?;
+                            match names.as_slice() {
+                                [name] => self.functions.push((None, name.clone())),
+                                [schema, name] => {
+                                    self.functions.push((Some(schema.clone()), name.clone()))
+                                }
+                                _ => return None,
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.visit(inner)?;
+                }
+                Some(())
+            }
+            serde_json::Value::Array(items) => items.iter().try_for_each(|item| self.visit(item)),
+            _ => Some(()),
+        }
+    }
+}
+
+/// A plain SELECT (no set operation, INTO or WITH).
+fn simple_select(select: &protobuf::SelectStmt) -> Option<()> {
+    let plain = select.op == protobuf::SetOperation::SetopNone as i32
+        && select.into_clause.is_none()
+        && select.with_clause.is_none()
+        && select.values_lists.is_empty();
+    plain.then_some(())
+}
+
+fn relation(range_var: &protobuf::RangeVar) -> Option<Relation> {
+    if !range_var.catalogname.is_empty() || range_var.location < 0 {
+        return None;
+    }
+    Some(Relation {
+        schema: (!range_var.schemaname.is_empty()).then(|| range_var.schemaname.clone()),
+        name: range_var.relname.clone(),
+        alias: range_var.alias.as_ref().map(|a| a.aliasname.clone()),
+        span: (range_var.location as usize, range_var.location as usize),
+    })
+}
+
+/// Tables of a FROM list and the equalities of its inner joins.
+fn from_clause(
+    items: &[protobuf::Node],
+    relations: &mut Vec<Relation>,
+    facts: &mut Vec<Fact>,
+) -> Option<()> {
+    for item in items {
+        from_item(item.node.as_ref()?, relations, facts)?;
+    }
+    Some(())
+}
+
+/// Returns the indexes of the relations the item contributes.
+fn from_item(node: &N, relations: &mut Vec<Relation>, facts: &mut Vec<Fact>) -> Option<()> {
+    match node {
+        N::RangeVar(range_var) => {
+            relations.push(relation(range_var)?);
+            Some(())
+        }
+        N::RangeFunction(_) => Some(()),
+        N::JoinExpr(join) => {
+            if join.is_natural || join.alias.is_some() || join.join_using_alias.is_some() {
+                return None;
+            }
+            let first = relations.len();
+            from_item(join.larg.as_ref()?.node.as_ref()?, relations, facts)?;
+            let middle = relations.len();
+            from_item(join.rarg.as_ref()?.node.as_ref()?, relations, facts)?;
+            // Outer joins' conditions do not restrict the preserved side:
+            // only inner joins contribute facts.
+            if join.jointype == protobuf::JoinType::JoinInner as i32 {
+                conjuncts(join.quals.as_deref(), facts);
+                for using in &join.using_clause {
+                    let column = string_of(using)?;
+                    for left in first..middle {
+                        for right in middle..relations.len() {
+                            facts.push(Fact::Equal(
+                                ColumnRef {
+                                    qualifier: Some(relations[left].reference_name().to_owned()),
+                                    column: column.clone(),
+                                },
+                                ColumnRef {
+                                    qualifier: Some(relations[right].reference_name().to_owned()),
+                                    column: column.clone(),
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+            Some(())
+        }
+        _ => None,
+    }
+}
+
+/// Equalities among the AND-ed conditions of `condition`.
+fn conjuncts(condition: Option<&protobuf::Node>, facts: &mut Vec<Fact>) {
+    let Some(node) = condition.and_then(|c| c.node.as_ref()) else {
+        return;
+    };
+    match node {
+        N::BoolExpr(b) if b.boolop == protobuf::BoolExprType::AndExpr as i32 => {
+            for arg in &b.args {
+                conjuncts(Some(arg), facts);
+            }
+        }
+        N::AExpr(e) if is_equals(&e.name) => {
+            let (Some(left), Some(right)) = (e.lexpr.as_deref(), e.rexpr.as_deref()) else {
+                return;
+            };
+            if e.kind == protobuf::AExprKind::AexprOp as i32 {
+                match (column_ref(left), column_ref(right)) {
+                    (Some(a), Some(b)) => facts.push(Fact::Equal(a, b)),
+                    (Some(a), None) => {
+                        if let Some(v) = value(right) {
+                            facts.push(Fact::OneOf(a, vec![v]));
+                        }
+                    }
+                    (None, Some(b)) => {
+                        if let Some(v) = value(left) {
+                            facts.push(Fact::OneOf(b, vec![v]));
+                        }
+                    }
+                    _ => {}
+                }
+            } else if e.kind == protobuf::AExprKind::AexprIn as i32 {
+                if let (Some(column), Some(N::List(list))) = (column_ref(left), right.node.as_ref())
+                {
+                    if let Some(values) = list.items.iter().map(value).collect() {
+                        facts.push(Fact::OneOf(column, values));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_equals(name: &[protobuf::Node]) -> bool {
+    matches!(name, [only] if string_of(only).as_deref() == Some("="))
+}
+
+fn string_of(node: &protobuf::Node) -> Option<String> {
+    match node.node.as_ref()? {
+        N::String(s) => Some(s.sval.clone()),
+        _ => None,
+    }
+}
+
+fn column_ref(node: &protobuf::Node) -> Option<ColumnRef> {
+    let N::ColumnRef(c) = node.node.as_ref()? else {
+        return None;
+    };
+    match c.fields.as_slice() {
+        [column] => Some(ColumnRef {
+            qualifier: None,
+            column: string_of(column)?,
+        }),
+        [qualifier, column] => Some(ColumnRef {
+            qualifier: Some(string_of(qualifier)?),
+            column: string_of(column)?,
+        }),
+        _ => None,
+    }
+}
+
+/// A constant or parameter, possibly cast to a key type.
+fn value(node: &protobuf::Node) -> Option<Value> {
+    match node.node.as_ref()? {
+        N::AConst(c) => match c.val.as_ref()? {
+            a_const::Val::Ival(i) => Some(Value::Integer(i.ival as i64)),
+            // Integers beyond int4 arrive as "float" literals.
+            a_const::Val::Fval(f) => f.fval.parse::<i64>().ok().map(Value::Integer),
+            a_const::Val::Sval(s) => Some(Value::Text(s.sval.clone())),
+            _ => None,
+        },
+        N::ParamRef(p) if p.number >= 1 => Some(Value::Param {
+            index: p.number as usize - 1,
+            cast: None,
+        }),
+        N::TypeCast(cast) => {
+            let names: Vec<String> = cast
+                .type_name
+                .as_ref()?
+                .names
+                .iter()
+                .filter_map(string_of)
+                .collect();
+            let type_name = match names.as_slice() {
+                [name] => name.as_str(),
+                [schema, name] if schema == "pg_catalog" => name.as_str(),
+                _ => return None,
+            };
+            if !cast.type_name.as_ref()?.array_bounds.is_empty() {
+                return None;
+            }
+            let encoding = KeyEncoding::for_type_name(type_name)?;
+            match value(cast.arg.as_deref()?)? {
+                Value::Param { index, .. } => Some(Value::Param {
+                    index,
+                    cast: Some(encoding),
+                }),
+                Value::Integer(i) if encoding == KeyEncoding::Integer => Some(Value::Integer(i)),
+                Value::Integer(_) => None,
+                text => Some(text),
+            }
+        }
+        _ => None,
+    }
+}
+
+// ---- routing ----------------------------------------------------------------
+
+/// Parameters bound for one execution.
+pub struct Parameters<'a> {
+    pub values: &'a [Option<bytes::Bytes>],
+    pub formats: &'a dyn Fn(usize) -> i16,
+    /// Types declared at Parse (0: inferred by the server).
+    pub declared_types: &'a [u32],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Everything on one worker: the rewritten statement.
+    Worker {
+        node: NodeId,
+        sql: String,
+        /// Shards touched (for metrics).
+        shard: Option<i64>,
+        writes: bool,
+    },
+    /// Only reference tables are read: any node with copies can answer;
+    /// `rewrites` gives the text per node.
+    ReferenceOnly {
+        rewrites: HashMap<NodeId, String>,
+    },
+    Metadata,
+}
+
+/// Context of the client session that routing depends on.
+pub struct Session<'a> {
+    pub user: &'a str,
+    /// The client changed search_path: unqualified names are not resolved.
+    pub search_path_changed: bool,
+}
+
+/// Functions that must run where their state lives (the metadata node).
+const METADATA_FUNCTIONS: [&str; 4] = ["nextval", "currval", "setval", "lastval"];
+
+pub fn route(
+    shape: &Shape,
+    sql: &str,
+    map: &ClusterMap,
+    session: &Session<'_>,
+    parameters: Option<&Parameters<'_>>,
+) -> Route {
+    route_inner(shape, sql, map, session, parameters).unwrap_or(Route::Metadata)
+}
+
+fn route_inner(
+    shape: &Shape,
+    sql: &str,
+    map: &ClusterMap,
+    session: &Session<'_>,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<Route> {
+    for (schema, name) in &shape.functions {
+        let catalog = matches!(schema.as_deref(), None | Some("pg_catalog"));
+        if !catalog
+            || !map.catalog_functions.contains(name)
+            || METADATA_FUNCTIONS.contains(&name.as_str())
+        {
+            return None;
+        }
+    }
+    let mut tables = Vec::with_capacity(shape.relations.len());
+    for relation in &shape.relations {
+        if relation.schema.is_none() && session.search_path_changed {
+            return None;
+        }
+        tables.push(map.table(relation.schema.as_deref(), &relation.name, session.user)?);
+    }
+    let writes = shape.kind != Kind::Select;
+    if writes && !matches!(tables[0].kind, TableKind::Distributed { .. }) {
+        return None;
+    }
+    // Which relation each column reference means.
+    let resolve = |column: &ColumnRef| -> Option<usize> {
+        match &column.qualifier {
+            Some(qualifier) => {
+                let mut found = shape
+                    .relations
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.reference_name() == qualifier);
+                let first = found.next()?;
+                found.next().is_none().then_some(first.0)
+            }
+            None => {
+                let mut found = tables.iter().enumerate().filter(|(_, t)| {
+                    matches!(&t.kind, TableKind::Distributed { column: c, .. } if *c == column.column)
+                });
+                let first = found.next()?;
+                found.next().is_none().then_some(first.0)
+            }
+        }
+    };
+    // Union-find over (relation, column).
+    let mut classes: HashMap<(usize, String), usize> = HashMap::new();
+    let mut parent: Vec<usize> = Vec::new();
+    let mut class_of = |key: (usize, String), parent: &mut Vec<usize>| -> usize {
+        *classes.entry(key).or_insert_with(|| {
+            parent.push(parent.len());
+            parent.len() - 1
+        })
+    };
+    fn find(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut bound: Vec<(usize, &Vec<Value>)> = Vec::new();
+    for fact in &shape.facts {
+        match fact {
+            Fact::Equal(a, b) => {
+                let (Some(ra), Some(rb)) = (resolve(a), resolve(b)) else {
+                    continue;
+                };
+                let ca = class_of((ra, a.column.clone()), &mut parent);
+                let cb = class_of((rb, b.column.clone()), &mut parent);
+                let (ra, rb) = (find(&mut parent, ca), find(&mut parent, cb));
+                parent[ra] = rb;
+            }
+            Fact::OneOf(column, values) => {
+                if let Some(r) = resolve(column) {
+                    let class = class_of((r, column.column.clone()), &mut parent);
+                    bound.push((class, values));
+                }
+            }
+        }
+    }
+    let mut node: Option<NodeId> = None;
+    let mut shard_of: Vec<Option<String>> = vec![None; shape.relations.len()];
+    let mut first_shard = None;
+    let mut any_distributed = false;
+    for (index, table) in tables.iter().enumerate() {
+        let TableKind::Distributed {
+            column,
+            encoding,
+            shards,
+        } = &table.kind
+        else {
+            continue;
+        };
+        any_distributed = true;
+        let values: Vec<&Value> = if index == 0 && shape.kind == Kind::Insert {
+            insert_keys(shape.insert.as_ref()?, table, column)?
+        } else {
+            let own = class_of((index, column.clone()), &mut parent);
+            let class = find(&mut parent, own);
+            let candidates = bound
+                .iter()
+                .filter(|(c, _)| find(&mut parent, *c) == class)
+                .map(|(_, values)| *values)
+                .min_by_key(|values| values.len())?;
+            candidates.iter().collect()
+        };
+        let mut placement = None;
+        for value in values {
+            let id = key_id(value, *encoding, parameters)?;
+            let (_, found) = shards.lookup(id);
+            match placement {
+                None => placement = Some(found),
+                Some(p) if p.shard_id == found.shard_id => {}
+                Some(_) => return None,
+            }
+        }
+        let placement = placement?;
+        if *node.get_or_insert(placement.node) != placement.node {
+            return None;
+        }
+        first_shard.get_or_insert(placement.shard_id);
+        shard_of[index] = Some(placement.qualified_name.clone());
+    }
+    // A write must not move a row: the key is not assigned.
+    if writes {
+        if let TableKind::Distributed { column, .. } = &tables[0].kind {
+            if shape.assigned.iter().any(|c| c == column) {
+                return None;
+            }
+        }
+    }
+    if !any_distributed {
+        let mut rewrites = HashMap::new();
+        for node in map.nodes.keys() {
+            let mut names = Vec::new();
+            for table in &tables {
+                let TableKind::Reference { copies } = &table.kind else {
+                    return None;
+                };
+                names.push(copies.get(node)?.clone());
+            }
+            rewrites.insert(*node, rewrite(sql, &shape.relations, &names)?);
+        }
+        return Some(Route::ReferenceOnly { rewrites });
+    }
+    let node = node?;
+    let mut names = Vec::with_capacity(tables.len());
+    for (index, table) in tables.iter().enumerate() {
+        match &table.kind {
+            TableKind::Distributed { .. } => names.push(shard_of[index].clone()?),
+            TableKind::Reference { copies } => names.push(copies.get(&node)?.clone()),
+        }
+    }
+    Some(Route::Worker {
+        node,
+        sql: rewrite(sql, &shape.relations, &names)?,
+        shard: first_shard,
+        writes,
+    })
+}
+
+/// The key values of the rows an INSERT writes, if every row's key is
+/// fixed and no column the metadata node would fill in is left out.
+fn insert_keys<'a>(
+    insert: &'a InsertShape,
+    table: &crate::cluster::Table,
+    key_column: &str,
+) -> Option<Vec<&'a Value>> {
+    let columns: Vec<&str> = match &insert.columns {
+        Some(columns) => columns.iter().map(String::as_str).collect(),
+        None => table.columns.iter().map(String::as_str).collect(),
+    };
+    if table
+        .filled_columns
+        .iter()
+        .any(|c| !columns.contains(&c.as_str()))
+    {
+        return None;
+    }
+    let position = columns.iter().position(|c| *c == key_column)?;
+    insert
+        .rows
+        .iter()
+        .map(|row| {
+            if row.len() > columns.len() {
+                return None;
+            }
+            row.get(position)?.as_ref()
+        })
+        .collect()
+}
+
+/// The keyspace id of a value as a key of `encoding`; None when it cannot
+/// be known exactly (the statement then goes to the metadata node).
+fn key_id(
+    value: &Value,
+    encoding: KeyEncoding,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<KeyspaceId> {
+    match value {
+        Value::Integer(i) => (encoding == KeyEncoding::Integer).then(|| keyspace_id_of_int(*i)),
+        Value::Text(text) => text_key(text, encoding),
+        Value::Param { index, cast } => {
+            if cast.is_some_and(|c| c != encoding) {
+                return None;
+            }
+            let parameters = parameters?;
+            let bytes = parameters.values.get(*index)?.as_ref()?;
+            if (parameters.formats)(*index) == 0 {
+                text_key(std::str::from_utf8(bytes).ok()?, encoding)
+            } else {
+                let declared = parameters.declared_types.get(*index).copied().unwrap_or(0);
+                if declared == 0 && cast.is_none() {
+                    // Inferred from the key column, so it has the key's type.
+                } else if declared != 0 && !declared_type_matches(declared, encoding) {
+                    return None;
+                }
+                binary_key(bytes, encoding)
+            }
+        }
+    }
+}
+
+/// Type oids whose binary form the key encoding reads.
+fn declared_type_matches(oid: u32, encoding: KeyEncoding) -> bool {
+    match encoding {
+        KeyEncoding::Integer => matches!(oid, 20 | 21 | 23),
+        KeyEncoding::Text => matches!(oid, 25 | 1043),
+        KeyEncoding::Uuid => oid == 2950,
+        KeyEncoding::Bytes => oid == 17,
+    }
+}
+
+fn text_key(text: &str, encoding: KeyEncoding) -> Option<KeyspaceId> {
+    match encoding {
+        KeyEncoding::Integer => text.trim().parse::<i64>().ok().map(keyspace_id_of_int),
+        KeyEncoding::Text => Some(keyspace_id_of_text(text)),
+        KeyEncoding::Uuid => parse_uuid(text).map(|u| keyspace_id(&u)),
+        KeyEncoding::Bytes => {
+            let hex = text.strip_prefix("\\x")?;
+            decode_hex(hex).map(|b| keyspace_id(&b))
+        }
+    }
+}
+
+fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
+    match encoding {
+        KeyEncoding::Integer => {
+            let value = match bytes.len() {
+                2 => i16::from_be_bytes(bytes.try_into().ok()?) as i64,
+                4 => i32::from_be_bytes(bytes.try_into().ok()?) as i64,
+                8 => i64::from_be_bytes(bytes.try_into().ok()?),
+                _ => return None,
+            };
+            Some(keyspace_id_of_int(value))
+        }
+        KeyEncoding::Text => std::str::from_utf8(bytes).ok().map(keyspace_id_of_text),
+        KeyEncoding::Uuid => (bytes.len() == 16).then(|| keyspace_id(bytes)),
+        KeyEncoding::Bytes => Some(keyspace_id(bytes)),
+    }
+}
+
+/// PostgreSQL's uuid input: hex digits, optional braces, optional hyphen
+/// after any group of four digits.
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let text = text.trim();
+    let inner = text
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or(text);
+    let digits: String = inner.chars().filter(|c| *c != '-').collect();
+    if digits.len() != 32 || inner.starts_with('-') || inner.ends_with('-') || inner.contains("--")
+    {
+        return None;
+    }
+    decode_hex(&digits)?.try_into().ok()
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The statement with each relation's name replaced by `names[i]`, keeping
+/// the name the rest of the statement uses for it as an alias.
+fn rewrite(sql: &str, relations: &[Relation], names: &[String]) -> Option<String> {
+    let tokens = pg_query::scan(sql).ok()?.tokens;
+    let mut edits: Vec<(usize, usize, String)> = Vec::with_capacity(relations.len());
+    for (relation, name) in relations.iter().zip(names) {
+        let start = relation.span.0;
+        let first = tokens.iter().position(|t| t.start as usize == start)?;
+        let mut end = tokens[first].end as usize;
+        // schema . name
+        if relation.schema.is_some() {
+            let dot = tokens.get(first + 1)?;
+            let last = tokens.get(first + 2)?;
+            if sql.get(dot.start as usize..dot.end as usize)? != "." {
+                return None;
+            }
+            end = last.end as usize;
+        }
+        let replacement = match &relation.alias {
+            Some(_) => name.clone(),
+            None => format!("{name} AS {}", quote_identifier(&relation.name)),
+        };
+        edits.push((start, end, replacement));
+    }
+    edits.sort_by_key(|(start, _, _)| *start);
+    let mut out = String::with_capacity(sql.len() + 64);
+    let mut at = 0;
+    for (start, end, replacement) in edits {
+        if start < at {
+            return None;
+        }
+        out.push_str(sql.get(at..start)?);
+        out.push_str(&replacement);
+        at = end;
+    }
+    out.push_str(sql.get(at..)?);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ServerAddress;
+    use crate::cluster::{Node, ShardPlacement, Table};
+    use pg_shard_core::range::equal_ranges;
+    use pg_shard_core::ShardMap;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    /// Two workers; `accounts` and `history` co-located (4 shards,
+    /// alternating nodes), `branches` a reference table.
+    fn cluster() -> ClusterMap {
+        let mut map = ClusterMap {
+            version: 7,
+            ..Default::default()
+        };
+        for id in [1, 2] {
+            map.nodes.insert(
+                id,
+                Node {
+                    id,
+                    address: ServerAddress {
+                        host: "127.0.0.1".into(),
+                        port: 54320 + id as u16,
+                    },
+                },
+            );
+        }
+        let distributed = |name: &str, base: i64, filled: &[&str]| {
+            let entries = equal_ranges(4)
+                .unwrap()
+                .into_iter()
+                .enumerate()
+                .map(|(i, range)| {
+                    (
+                        range,
+                        ShardPlacement {
+                            shard_id: base + i as i64,
+                            qualified_name: format!("\"public\".\"{name}_{}\"", base + i as i64),
+                            node: 1 + (i as i32 % 2),
+                            shard_group_id: i as i64,
+                        },
+                    )
+                })
+                .collect();
+            Arc::new(Table {
+                schema: "public".into(),
+                name: name.into(),
+                colocation_id: 1,
+                kind: TableKind::Distributed {
+                    column: "aid".into(),
+                    encoding: KeyEncoding::Integer,
+                    shards: ShardMap::new(7, entries).unwrap(),
+                },
+                columns: vec!["aid".into(), "bid".into(), "abalance".into()],
+                filled_columns: filled.iter().map(|s| s.to_string()).collect(),
+            })
+        };
+        map.tables.insert(
+            ("public".into(), "accounts".into()),
+            distributed("accounts", 100, &[]),
+        );
+        map.tables.insert(
+            ("public".into(), "history".into()),
+            distributed("history", 200, &["mtime"]),
+        );
+        map.tables.insert(
+            ("public".into(), "branches".into()),
+            Arc::new(Table {
+                schema: "public".into(),
+                name: "branches".into(),
+                colocation_id: 2,
+                kind: TableKind::Reference {
+                    copies: [
+                        (1, "\"public\".\"branches_300\"".to_string()),
+                        (2, "\"public\".\"branches_300\"".to_string()),
+                    ]
+                    .into_iter()
+                    .collect(),
+                },
+                columns: vec!["bid".into()],
+                filled_columns: HashSet::new(),
+            }),
+        );
+        map.catalog_functions = ["now", "lower", "nextval", "count"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        map
+    }
+
+    fn route_text(sql: &str) -> Route {
+        let map = cluster();
+        let session = Session {
+            user: "app",
+            search_path_changed: false,
+        };
+        match analyze(sql) {
+            Analysis::Routable(shape) => route(&shape, sql, &map, &session, None),
+            _ => Route::Metadata,
+        }
+    }
+
+    fn shard_of(aid: i64) -> (i32, i64) {
+        let map = cluster();
+        let TableKind::Distributed { shards, .. } =
+            &map.tables[&("public".into(), "accounts".into())].kind
+        else {
+            unreachable!()
+        };
+        let (_, p) = shards.lookup(keyspace_id_of_int(aid));
+        (p.node, p.shard_id)
+    }
+
+    #[test]
+    fn point_select_goes_to_the_owner_with_the_shard_name() {
+        let (node, shard) = shard_of(42);
+        assert_eq!(
+            route_text("SELECT abalance FROM accounts WHERE aid = 42"),
+            Route::Worker {
+                node,
+                sql: format!("SELECT abalance FROM \"public\".\"accounts_{shard}\" AS \"accounts\" WHERE aid = 42"),
+                shard: Some(shard),
+                writes: false,
+            }
+        );
+    }
+
+    #[test]
+    fn aliases_and_qualified_names_are_kept() {
+        let (node, shard) = shard_of(7);
+        let Route::Worker { node: n, sql, .. } =
+            route_text("select a.abalance from public.accounts a where a.aid = '7'")
+        else {
+            panic!("not routed");
+        };
+        assert_eq!(n, node);
+        assert_eq!(
+            sql,
+            format!("select a.abalance from \"public\".\"accounts_{shard}\" a where a.aid = '7'")
+        );
+    }
+
+    #[test]
+    fn co_located_join_and_reference_table() {
+        let sql = "SELECT * FROM accounts a JOIN history h ON a.aid = h.aid JOIN branches b ON b.bid = a.bid WHERE h.aid = 5";
+        let Route::Worker { sql: rewritten, .. } = route_text(sql) else {
+            panic!("not routed");
+        };
+        assert!(rewritten.contains("branches_300"));
+        assert!(rewritten.contains("history_2"));
+    }
+
+    #[test]
+    fn what_goes_to_the_metadata_node() {
+        for sql in [
+            "SELECT * FROM accounts",                                   // no key
+            "SELECT * FROM accounts WHERE aid = 1 OR aid = 2",          // OR
+            "SELECT * FROM accounts WHERE aid > 5",                     // range
+            "SELECT * FROM accounts a LEFT JOIN history h ON a.aid = h.aid WHERE a.aid = 1", // outer join
+            "SELECT * FROM accounts WHERE aid = (SELECT 1)",            // subquery
+            "WITH x AS (SELECT 1) SELECT * FROM accounts WHERE aid = 1", // CTE
+            "SELECT * FROM local_table WHERE aid = 1",                  // unknown table
+            "SELECT nextval('s') FROM accounts WHERE aid = 1",          // sequence
+            "SELECT my_function() FROM accounts WHERE aid = 1",         // not pg_catalog
+            "UPDATE accounts SET aid = 2 WHERE aid = 1",                // moves a row
+            "INSERT INTO accounts VALUES (1, 1, 0), (2, 1, 0), (3, 1, 0), (4, 1, 0), (5, 1, 0), (6, 1, 0)", // many shards
+            "INSERT INTO history (aid, bid) VALUES (1, 1)",             // mtime default left out
+            "INSERT INTO accounts SELECT * FROM accounts WHERE aid = 1", // INSERT … SELECT
+            "INSERT INTO accounts VALUES (DEFAULT, 1, 0)",
+            "UPDATE branches SET bid = 1",                              // reference write
+            "SELECT * FROM accounts WHERE aid = 1.5",                   // not an integer
+            "SELECT * FROM accounts WHERE aid = 1::numeric",
+            "SELECT * FROM accounts WHERE aid = 1; SELECT 1",
+            "SELECT * FROM accounts a, accounts b WHERE a.aid = 1",     // b not fixed
+            "SELECT * FROM accounts WHERE aid IN (1, 2, 3, 4, 5, 6, 7, 8)",
+            "SELECT * INTO copy FROM accounts WHERE aid = 1",
+            "SELECT 1 FROM accounts WHERE aid = 1 UNION SELECT 2",
+        ] {
+            assert_eq!(route_text(sql), Route::Metadata, "{sql}");
+        }
+    }
+
+    #[test]
+    fn writes_by_key_are_routed() {
+        for sql in [
+            "UPDATE accounts SET abalance = abalance + 5 WHERE aid = 3",
+            "DELETE FROM accounts WHERE aid = 3 RETURNING *",
+            "INSERT INTO accounts (aid, bid, abalance) VALUES (3, 1, 0) ON CONFLICT (aid) DO UPDATE SET abalance = 1",
+            "INSERT INTO accounts VALUES (3, 1, 0)",
+            "INSERT INTO history (aid, bid, mtime) VALUES (3, 1, now())",
+        ] {
+            assert!(matches!(route_text(sql), Route::Worker { writes: true, .. }), "{sql}");
+        }
+    }
+
+    #[test]
+    fn reference_only_reads_can_go_anywhere() {
+        assert!(matches!(
+            route_text("SELECT * FROM branches"),
+            Route::ReferenceOnly { .. }
+        ));
+    }
+
+    #[test]
+    fn parameters_route_by_their_values() {
+        let sql = "SELECT abalance FROM accounts WHERE aid = $1";
+        let Analysis::Routable(shape) = analyze(sql) else {
+            panic!()
+        };
+        let map = cluster();
+        let session = Session {
+            user: "app",
+            search_path_changed: false,
+        };
+        let (node, shard) = shard_of(99);
+        let text_value = [Some(bytes::Bytes::from_static(b"99"))];
+        let text = Parameters {
+            values: &text_value,
+            formats: &|_| 0,
+            declared_types: &[],
+        };
+        let binary_value = [Some(bytes::Bytes::copy_from_slice(&99i32.to_be_bytes()))];
+        let binary = Parameters {
+            values: &binary_value,
+            formats: &|_| 1,
+            declared_types: &[23],
+        };
+        for parameters in [&text, &binary] {
+            assert!(matches!(
+                route(&shape, sql, &map, &session, Some(parameters)),
+                Route::Worker { node: n, shard: Some(s), .. } if n == node && s == shard
+            ));
+        }
+        // A binary numeric is not read as an integer.
+        let numeric = Parameters {
+            values: &binary_value,
+            formats: &|_| 1,
+            declared_types: &[1700],
+        };
+        assert_eq!(
+            route(&shape, sql, &map, &session, Some(&numeric)),
+            Route::Metadata
+        );
+        // No parameters (Describe before Bind), a NULL: the metadata node.
+        assert_eq!(route(&shape, sql, &map, &session, None), Route::Metadata);
+        let null = Parameters {
+            values: &[None],
+            formats: &|_| 0,
+            declared_types: &[],
+        };
+        assert_eq!(
+            route(&shape, sql, &map, &session, Some(&null)),
+            Route::Metadata
+        );
+    }
+
+    #[test]
+    fn transaction_and_admin_statements() {
+        assert!(matches!(
+            analyze("begin"),
+            Analysis::Transaction(TransactionCommand::Begin)
+        ));
+        assert!(matches!(
+            analyze("START TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+            Analysis::Transaction(TransactionCommand::Begin)
+        ));
+        assert!(matches!(
+            analyze("END"),
+            Analysis::Transaction(TransactionCommand::Commit)
+        ));
+        assert!(matches!(
+            analyze("COMMIT AND CHAIN"),
+            Analysis::Transaction(TransactionCommand::Other)
+        ));
+        assert!(matches!(
+            analyze("SHOW POOLS"),
+            Analysis::Admin(AdminCommand::Pools)
+        ));
+        assert!(matches!(
+            analyze("set search_path = x"),
+            Analysis::SearchPath
+        ));
+        assert!(matches!(analyze("SELEC 1"), Analysis::Unparsed));
+    }
+
+    #[test]
+    fn uuid_and_hex_inputs() {
+        let a = parse_uuid("123e4567-e89b-12d3-a456-426614174000").unwrap();
+        assert_eq!(parse_uuid("{123e4567e89b12d3a456426614174000}"), Some(a));
+        assert_eq!(parse_uuid("123e4567-e89b-12d3-a456-42661417400"), None);
+        assert_eq!(decode_hex("0aff"), Some(vec![10, 255]));
+        assert_eq!(decode_hex("0g"), None);
+    }
+}

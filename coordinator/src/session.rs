@@ -1,0 +1,1784 @@
+//! One client connection: startup and authentication, then statements —
+//! simple and extended protocol — each routed to one worker or to the
+//! metadata node over pooled server connections.
+//!
+//! Transactions: BEGIN is answered by the coordinator and sent on with the
+//! transaction's first statement, which picks the node; the transaction
+//! then stays on that node (one server connection) until it ends. A later
+//! statement that would need another node fails before anything commits
+//! and the transaction is rolled back.
+
+use crate::admin;
+use crate::backend::{ServerAddress, ServerConnection};
+use crate::cluster::{ClusterMap, DatabaseMap, NodeId};
+use crate::config::AuthMode;
+use crate::pool::{Lease, PoolKey};
+use crate::protocol::{self, Bind, FrontendMessage, ServerError, StartupRequest};
+use crate::router::{self, Analysis, Route, TransactionCommand};
+use crate::scram::{self, ServerExchange};
+use crate::Shared;
+use bytes::{BufMut, Bytes, BytesMut};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The foundation's WrongShard SQLSTATE.
+const WRONG_SHARD: &str = "PS001";
+/// Output is sent to the client at ReadyForQuery or when this much is queued.
+const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error("client went away")]
+    ClientGone,
+    #[error("client protocol violation: {0}")]
+    Protocol(#[from] protocol::ProtocolError),
+    #[error("client I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where a statement runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    Metadata,
+    Worker(NodeId),
+}
+
+/// A client's prepared statement.
+struct Prepared {
+    sql: String,
+    parameter_types: Vec<u32>,
+    analysis: Arc<Analysis>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TxState {
+    Idle,
+    Open,
+    Failed,
+}
+
+struct Transaction {
+    state: TxState,
+    /// The BEGIN text, sent with the first statement.
+    begin: Option<String>,
+    /// The node and connection the transaction runs on, once it has begun.
+    pinned: Option<(Target, Lease)>,
+}
+
+/// Cancel keys of running statements, by the key the client was given.
+#[derive(Default)]
+pub struct CancelRegistry {
+    slots: Mutex<HashMap<(i32, i32), Arc<Mutex<Option<(ServerAddress, i32, i32)>>>>>,
+}
+
+impl CancelRegistry {
+    fn register(&self, key: (i32, i32)) -> Arc<Mutex<Option<(ServerAddress, i32, i32)>>> {
+        let slot = Arc::new(Mutex::new(None));
+        if let Ok(mut slots) = self.slots.lock() {
+            slots.insert(key, slot.clone());
+        }
+        slot
+    }
+
+    fn unregister(&self, key: (i32, i32)) {
+        if let Ok(mut slots) = self.slots.lock() {
+            slots.remove(&key);
+        }
+    }
+
+    async fn cancel(&self, key: (i32, i32)) {
+        let target = self
+            .slots
+            .lock()
+            .ok()
+            .and_then(|slots| slots.get(&key).cloned())
+            .and_then(|slot| slot.lock().ok().and_then(|s| s.clone()));
+        if let Some((address, process_id, secret_key)) = target {
+            ServerConnection::cancel(address, process_id, secret_key).await;
+        }
+    }
+}
+
+pub struct Session {
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    input: BytesMut,
+    output: BytesMut,
+    user: String,
+    database: String,
+    map: Arc<DatabaseMap>,
+    /// SET statements that make up the client's session state, by name,
+    /// replayed on each server connection it uses.
+    settings: Vec<(String, String)>,
+    search_path_changed: bool,
+    tx: Transaction,
+    statements: HashMap<String, Prepared>,
+    /// Named portals' nodes (portals live until their transaction ends).
+    portals: HashMap<String, Target>,
+    batch: Vec<FrontendMessage>,
+    /// Connection held between Flush and Sync outside a transaction.
+    held: Option<(Target, Lease)>,
+    cancel_key: (i32, i32),
+    cancel_slot: Arc<Mutex<Option<(ServerAddress, i32, i32)>>>,
+    /// Output bytes were sent to the client since the current statement began.
+    flushed_in_statement: bool,
+}
+
+/// Serves one client connection to its end.
+pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    shared
+        .metrics
+        .client_connections
+        .fetch_add(1, Ordering::Relaxed);
+    shared
+        .metrics
+        .clients_active
+        .fetch_add(1, Ordering::Relaxed);
+    let peer = stream.peer_addr().ok();
+    match start(stream, shared.clone()).await {
+        Ok(Some(mut session)) => {
+            let result = session.run().await;
+            shared.cancels.unregister(session.cancel_key);
+            if let Err(e) = result {
+                if matches!(e, SessionError::Protocol(_)) {
+                    shared
+                        .metrics
+                        .protocol_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::info!(peer = ?peer, user = %session.user, error = %e, "client connection closed");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            if matches!(e, SessionError::Protocol(_)) {
+                shared
+                    .metrics
+                    .protocol_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::info!(peer = ?peer, error = %e, "client startup failed");
+        }
+    }
+    shared
+        .metrics
+        .clients_active
+        .fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Startup and authentication; None when the connection was a cancel
+/// request or was refused (the client has been told why).
+async fn start(
+    mut stream: TcpStream,
+    shared: Arc<Shared>,
+) -> Result<Option<Session>, SessionError> {
+    let mut input = BytesMut::with_capacity(8192);
+    let parameters = loop {
+        let request = loop {
+            if let Some(request) =
+                protocol::decode_startup(&mut input, shared.config.max_message_bytes)?
+            {
+                break request;
+            }
+            if stream.read_buf(&mut input).await? == 0 {
+                return Err(SessionError::ClientGone);
+            }
+        };
+        match request {
+            StartupRequest::Ssl | StartupRequest::GssEncryption => {
+                stream.write_all(b"N").await?;
+            }
+            StartupRequest::Cancel {
+                process_id,
+                secret_key,
+            } => {
+                shared.cancels.cancel((process_id, secret_key)).await;
+                return Ok(None);
+            }
+            StartupRequest::Startup { parameters } => break parameters,
+        }
+    };
+    let parameter = |name: &str| {
+        parameters
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let Some(user) = parameter("user").filter(|u| !u.is_empty()) else {
+        refuse(
+            &mut stream,
+            ServerError::fatal(
+                "28000",
+                "no PostgreSQL user name specified in startup packet",
+            ),
+        )
+        .await;
+        return Ok(None);
+    };
+    let database = parameter("database")
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| user.clone());
+    let mut out = BytesMut::new();
+    let metadata_key = PoolKey {
+        address: shared.metadata.clone(),
+        database: database.clone(),
+        user: user.clone(),
+    };
+    match shared.config.auth {
+        AuthMode::Trust => {}
+        AuthMode::Scram => {
+            if !scram_login(&mut stream, &mut input, &shared, &user).await? {
+                return Ok(None);
+            }
+        }
+        AuthMode::Passthrough => {
+            match passthrough_login(&mut stream, &mut input, &shared, &user, &database).await? {
+                Some(connection) => shared.pools.adopt(&metadata_key, connection),
+                None => return Ok(None),
+            }
+        }
+    }
+    // The metadata node must accept this user and database; its settings
+    // are the ones the client is told about.
+    let mut lease = match shared.pools.checkout(&metadata_key).await {
+        Ok(lease) => lease,
+        Err(e) => {
+            let error = match e {
+                crate::pool::PoolError::Backend(crate::backend::BackendError::Refused(
+                    mut error,
+                )) => {
+                    error.severity = "FATAL".into();
+                    error
+                }
+                other => ServerError::fatal("08006", other.to_string()),
+            };
+            refuse(&mut stream, error).await;
+            return Ok(None);
+        }
+    };
+    protocol::authentication(&mut out, 0, &[]);
+    let mut reported: Vec<(String, String)> = lease
+        .connection()
+        .parameters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    reported.sort();
+    drop(lease);
+    // Startup options the client asked for become session settings.
+    let mut settings = Vec::new();
+    let mut search_path_changed = false;
+    for (name, value) in &parameters {
+        match name.as_str() {
+            "user" | "database" | "replication" | "options" => {}
+            _ => {
+                if name == "search_path" {
+                    search_path_changed = true;
+                }
+                settings.push((
+                    name.clone(),
+                    format!(
+                        "SET {} = {}",
+                        crate::cluster::quote_identifier(name),
+                        quote_literal(value)
+                    ),
+                ));
+                if let Some(entry) = reported.iter_mut().find(|(k, _)| k == name) {
+                    entry.1 = value.clone();
+                }
+            }
+        }
+    }
+    if parameter("options").is_some_and(|o| !o.trim().is_empty()) {
+        refuse(
+            &mut stream,
+            ServerError::fatal(
+                "0A000",
+                "pg_shard coordinator does not accept command-line options in the startup packet",
+            )
+            .with_hint("Set the parameters with SET after connecting, or as startup parameters."),
+        )
+        .await;
+        return Ok(None);
+    }
+    for (name, value) in &reported {
+        protocol::parameter_status(&mut out, name, value);
+    }
+    let cancel_key = (rand::random::<i32>() & 0x7fff_ffff, rand::random::<i32>());
+    protocol::backend_key_data(&mut out, cancel_key.0, cancel_key.1);
+    protocol::ready_for_query(&mut out, b'I');
+    stream.write_all(&out).await?;
+    let map = shared.maps.get(&database).await;
+    let cancel_slot = shared.cancels.register(cancel_key);
+    tracing::debug!(user = %user, database = %database, "client connected");
+    Ok(Some(Session {
+        shared,
+        stream,
+        input,
+        output: BytesMut::with_capacity(OUTPUT_FLUSH_BYTES),
+        user,
+        database,
+        map,
+        settings,
+        search_path_changed,
+        tx: Transaction {
+            state: TxState::Idle,
+            begin: None,
+            pinned: None,
+        },
+        statements: HashMap::new(),
+        portals: HashMap::new(),
+        batch: Vec::new(),
+        held: None,
+        cancel_key,
+        cancel_slot,
+        flushed_in_statement: false,
+    }))
+}
+
+async fn refuse(stream: &mut TcpStream, error: ServerError) {
+    let mut out = BytesMut::new();
+    protocol::error_response(&mut out, &error);
+    let _ = stream.write_all(&out).await;
+}
+
+/// Reads one client message during authentication.
+async fn read_auth_message(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    limit: usize,
+) -> Result<Bytes, SessionError> {
+    loop {
+        if let Some((tag, body)) = protocol::split_message(input, limit)? {
+            if tag != b'p' {
+                return Err(protocol::ProtocolError::UnexpectedType(tag as char).into());
+            }
+            return Ok(body);
+        }
+        if stream.read_buf(input).await? == 0 {
+            return Err(SessionError::ClientGone);
+        }
+    }
+}
+
+async fn scram_login(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    shared: &Shared,
+    user: &str,
+) -> Result<bool, SessionError> {
+    let failed = || {
+        ServerError::fatal(
+            "28P01",
+            format!("password authentication failed for user \"{user}\""),
+        )
+    };
+    let mut out = BytesMut::new();
+    let mut mechanisms = BytesMut::new();
+    protocol::put_cstr(&mut mechanisms, scram::MECHANISM);
+    mechanisms.put_u8(0);
+    protocol::authentication(&mut out, 10, &mechanisms);
+    stream.write_all(&out).await?;
+    let mut first = read_auth_message(stream, input, 8192).await?;
+    let mechanism = protocol::get_cstr(&mut first, "SASLInitialResponse")?;
+    if mechanism != scram::MECHANISM || first.len() < 4 {
+        refuse(stream, failed()).await;
+        return Ok(false);
+    }
+    let client_first = first.slice(4..);
+    // Unknown users get a made-up verifier so the exchange looks the same.
+    let verifier = shared
+        .users
+        .as_ref()
+        .and_then(|users| users.verifier(user).cloned());
+    let known = verifier.is_some();
+    let verifier = verifier
+        .unwrap_or_else(|| scram::Verifier::from_password(&rand::random::<u64>().to_string()));
+    let (exchange, server_first) = match ServerExchange::start(verifier, &client_first) {
+        Ok(started) => started,
+        Err(e) => {
+            refuse(stream, ServerError::fatal("28000", e.to_string())).await;
+            return Ok(false);
+        }
+    };
+    out.clear();
+    protocol::authentication(&mut out, 11, server_first.as_bytes());
+    stream.write_all(&out).await?;
+    let client_final = read_auth_message(stream, input, 8192).await?;
+    match exchange.finish(&client_final) {
+        Ok(server_final) if known => {
+            out.clear();
+            protocol::authentication(&mut out, 12, server_final.as_bytes());
+            stream.write_all(&out).await?;
+            Ok(true)
+        }
+        _ => {
+            refuse(stream, failed()).await;
+            Ok(false)
+        }
+    }
+}
+
+/// Lets the metadata node authenticate the client by relaying the
+/// exchange; returns the logged-in server connection.
+async fn passthrough_login(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    shared: &Shared,
+    user: &str,
+    database: &str,
+) -> Result<Option<ServerConnection>, SessionError> {
+    let mut server = match ServerConnection::open(&shared.metadata).await {
+        Ok(server) => server,
+        Err(e) => {
+            refuse(stream, ServerError::fatal("08006", e.to_string())).await;
+            return Ok(None);
+        }
+    };
+    let mut out = BytesMut::new();
+    protocol::startup(
+        &mut out,
+        &[
+            ("user", user),
+            ("database", database),
+            ("application_name", "pg_shard_coordinator"),
+        ],
+    );
+    let relay = async {
+        server.write(&out).await?;
+        loop {
+            let (tag, body) = server.read().await?;
+            match tag {
+                b'R' => {
+                    let code = body
+                        .get(..4)
+                        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                        .unwrap_or(-1);
+                    if code == 0 {
+                        break;
+                    }
+                    let mut message = BytesMut::new();
+                    let at = protocol::begin_message(&mut message, b'R');
+                    message.put_slice(&body);
+                    protocol::end_message(&mut message, at);
+                    stream.write_all(&message).await?;
+                    if matches!(code, 3 | 5 | 10 | 11) {
+                        let answer = read_auth_message(stream, input, 8192)
+                            .await
+                            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                        let mut message = BytesMut::new();
+                        protocol::password(&mut message, &answer);
+                        server.write(&message).await?;
+                    }
+                }
+                b'E' => {
+                    let mut error = ServerError::parse(&body);
+                    error.severity = "FATAL".into();
+                    return Ok::<_, crate::backend::BackendError>(Some(error));
+                }
+                _ => return Err(protocol::ProtocolError::UnexpectedType(tag as char).into()),
+            }
+        }
+        loop {
+            let (tag, body) = server.read().await?;
+            if tag == b'E' {
+                return Ok(Some(ServerError::parse(&body)));
+            }
+            if server.finish_startup(tag, &body)? {
+                return Ok(None);
+            }
+        }
+    };
+    match relay.await {
+        Ok(None) => Ok(Some(server)),
+        Ok(Some(error)) => {
+            refuse(stream, error).await;
+            Ok(None)
+        }
+        Err(e) => {
+            refuse(stream, ServerError::fatal("08006", e.to_string())).await;
+            Ok(None)
+        }
+    }
+}
+
+/// `'text'` with quotes doubled (standard_conforming_strings is on).
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// What the coordinator expects back for each message it sent, in order.
+enum Expect {
+    /// A prelude sent as a simple Query: swallowed up to its ReadyForQuery
+    /// (errors are passed on).
+    Hidden,
+    ParseComplete {
+        visible: bool,
+        name: Option<String>,
+    },
+    BindComplete,
+    CloseComplete,
+    DescribeStatement,
+    DescribePortal,
+    Execute,
+    /// A simple Query: everything up to ReadyForQuery.
+    Query,
+    Sync,
+    /// Not sent: the coordinator answers this message itself.
+    Synthetic(Bytes),
+}
+
+/// How one round trip ended.
+enum Outcome {
+    Done,
+    /// The worker refused with WrongShard and nothing was passed on yet.
+    WrongShard(ServerError),
+}
+
+impl Session {
+    async fn run(&mut self) -> Result<(), SessionError> {
+        loop {
+            let message = self.read_message().await?;
+            match message {
+                FrontendMessage::Query(sql) => self.simple_query(sql).await?,
+                FrontendMessage::Terminate => return Ok(()),
+                FrontendMessage::Sync | FrontendMessage::Flush => {
+                    self.batch.push(message);
+                    self.extended_batch().await?;
+                }
+                FrontendMessage::Parse { .. }
+                | FrontendMessage::Bind(_)
+                | FrontendMessage::Describe { .. }
+                | FrontendMessage::Execute { .. }
+                | FrontendMessage::Close { .. } => self.batch.push(message),
+                // Copy data outside COPY is ignored, as PostgreSQL does.
+                FrontendMessage::CopyData(_)
+                | FrontendMessage::CopyDone
+                | FrontendMessage::CopyFail(_) => {}
+                FrontendMessage::Password(_) => {
+                    return Err(protocol::ProtocolError::UnexpectedType('p').into())
+                }
+            }
+        }
+    }
+
+    async fn read_message(&mut self) -> Result<FrontendMessage, SessionError> {
+        loop {
+            if let Some(message) =
+                protocol::decode_frontend(&mut self.input, self.shared.config.max_message_bytes)?
+            {
+                return Ok(message);
+            }
+            if self.stream.read_buf(&mut self.input).await? == 0 {
+                return Err(SessionError::ClientGone);
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), SessionError> {
+        if !self.output.is_empty() {
+            let result = self.stream.write_all(&self.output).await;
+            self.output.clear();
+            self.flushed_in_statement = true;
+            result.map_err(|_| SessionError::ClientGone)?;
+        }
+        Ok(())
+    }
+
+    fn status_byte(&self) -> u8 {
+        match self.tx.state {
+            TxState::Idle => b'I',
+            TxState::Open => b'T',
+            TxState::Failed => b'E',
+        }
+    }
+
+    fn analysis(&self, sql: &str) -> Arc<Analysis> {
+        self.shared.statements.get(sql)
+    }
+
+    // ---- simple query ---------------------------------------------------
+
+    async fn simple_query(&mut self, sql: String) -> Result<(), SessionError> {
+        let analysis = self.analysis(&sql);
+        if self.tx.state == TxState::Failed
+            && !matches!(
+                *analysis,
+                Analysis::Transaction(TransactionCommand::Commit | TransactionCommand::Rollback)
+            )
+        {
+            self.reply_error(aborted_error());
+            return self.finish_reply().await;
+        }
+        match &*analysis {
+            Analysis::Admin(command) => {
+                admin::reply(command, &self.shared, &self.map.current(), &mut self.output);
+                return self.finish_reply().await;
+            }
+            Analysis::Transaction(TransactionCommand::Begin) if self.tx.state == TxState::Idle => {
+                self.tx.state = TxState::Open;
+                self.tx.begin = Some(sql);
+                protocol::command_complete(&mut self.output, "BEGIN");
+                return self.finish_reply().await;
+            }
+            Analysis::Transaction(
+                command @ (TransactionCommand::Commit | TransactionCommand::Rollback),
+            ) if self.tx.state != TxState::Idle && self.tx.pinned.is_none() => {
+                // Nothing was sent anywhere: the transaction ends here.
+                let tag =
+                    if *command == TransactionCommand::Commit && self.tx.state == TxState::Open {
+                        "COMMIT"
+                    } else {
+                        "ROLLBACK"
+                    };
+                self.end_transaction();
+                protocol::command_complete(&mut self.output, tag);
+                return self.finish_reply().await;
+            }
+            Analysis::SearchPath => self.search_path_changed = true,
+            _ => {}
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let map = self.map.current();
+            let (target, text, shard) = match self.choose_simple(&analysis, &sql, &map) {
+                Ok(choice) => choice,
+                Err(error) => {
+                    self.abort_pinned(error).await;
+                    return self.finish_reply().await;
+                }
+            };
+            let retryable = self.may_retry(target) && tries < self.shared.config.wrong_shard_tries;
+            let Some(lease) = self.acquire(target, &map, shard, false).await? else {
+                return Ok(());
+            };
+            let mut request = BytesMut::new();
+            protocol::query(&mut request, &text);
+            match self
+                .exchange(
+                    lease,
+                    target,
+                    &map,
+                    shard,
+                    retryable,
+                    false,
+                    true,
+                    request,
+                    vec![Expect::Query],
+                )
+                .await?
+            {
+                Outcome::Done => break,
+                Outcome::WrongShard(error) => {
+                    self.note_wrong_shard(&map, &error).await;
+                }
+            }
+        }
+        if let Analysis::SearchPath | Analysis::Other = &*analysis {
+            self.remember_setting(&sql, &analysis);
+        }
+        Ok(())
+    }
+
+    /// The node and text for a simple-query statement.
+    fn choose_simple(
+        &self,
+        analysis: &Analysis,
+        sql: &str,
+        map: &ClusterMap,
+    ) -> Result<(Target, String, Option<i64>), ServerError> {
+        let route = match analysis {
+            Analysis::Routable(shape) => router::route(
+                shape,
+                sql,
+                map,
+                &router::Session {
+                    user: &self.user,
+                    search_path_changed: self.search_path_changed,
+                },
+                None,
+            ),
+            _ => Route::Metadata,
+        };
+        self.place(route, analysis, sql)
+    }
+
+    /// Fits a route to the transaction's node.
+    fn place(
+        &self,
+        route: Route,
+        analysis: &Analysis,
+        sql: &str,
+    ) -> Result<(Target, String, Option<i64>), ServerError> {
+        let pinned = self.tx.pinned.as_ref().map(|(target, _)| *target);
+        match (route, pinned) {
+            (
+                Route::Worker {
+                    node, sql, shard, ..
+                },
+                None,
+            ) => Ok((Target::Worker(node), sql, shard)),
+            (
+                Route::Worker {
+                    node, sql, shard, ..
+                },
+                Some(Target::Worker(p)),
+            ) if p == node => Ok((Target::Worker(node), sql, shard)),
+            // The metadata node can run anything, including statements on
+            // distributed tables, in the same transaction.
+            (_, Some(Target::Metadata)) => Ok((Target::Metadata, sql.to_owned(), None)),
+            (Route::ReferenceOnly { rewrites }, Some(Target::Worker(p))) => {
+                match rewrites.get(&p) {
+                    Some(text) => Ok((Target::Worker(p), text.clone(), None)),
+                    None => Err(spans_nodes(p)),
+                }
+            }
+            (Route::ReferenceOnly { .. }, None) | (Route::Metadata, None) => {
+                Ok((Target::Metadata, sql.to_owned(), None))
+            }
+            (Route::Worker { .. }, Some(Target::Worker(p))) => Err(spans_nodes(p)),
+            (Route::Metadata, Some(Target::Worker(p))) => match analysis {
+                // Statements that name no table (SET LOCAL, SELECT now(), …)
+                // and transaction control run where the transaction is.
+                Analysis::Routable(_) => Err(spans_nodes(p)),
+                _ => Ok((Target::Worker(p), sql.to_owned(), None)),
+            },
+        }
+    }
+
+    /// A WrongShard answer may be retried when nothing of the transaction
+    /// has run yet: autocommit, or the transaction's first statement.
+    fn may_retry(&self, target: Target) -> bool {
+        matches!(target, Target::Worker(_))
+            && self.tx.pinned.is_none()
+            && self.tx.state != TxState::Failed
+    }
+
+    async fn note_wrong_shard(&mut self, map: &ClusterMap, error: &ServerError) {
+        self.shared
+            .metrics
+            .wrong_shard_retries
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(database = %self.database, version = map.version, message = %error.message, "WrongShard: reloading the shard map and retrying");
+        if let Err(e) = self.map.reload(map.version).await {
+            tracing::warn!(error = %e, "shard map reload failed");
+        }
+    }
+
+    fn remember_setting(&mut self, sql: &str, analysis: &Analysis) {
+        // Session-level SET / RESET outside a failed transaction: replayed
+        // on every server connection this client uses from now on.
+        let Ok(parsed) = pg_query::parse(sql) else {
+            return;
+        };
+        let Some(pg_query::NodeEnum::VariableSetStmt(set)) = parsed
+            .protobuf
+            .stmts
+            .first()
+            .and_then(|s| s.stmt.as_ref())
+            .and_then(|s| s.node.as_ref())
+        else {
+            return;
+        };
+        if set.is_local || self.tx.state == TxState::Failed {
+            return;
+        }
+        use pg_query::protobuf::VariableSetKind as K;
+        match K::try_from(set.kind) {
+            Ok(K::VarResetAll) => {
+                self.settings.clear();
+                self.search_path_changed = false;
+            }
+            Ok(K::VarReset | K::VarSetDefault) => {
+                self.settings.retain(|(name, _)| *name != set.name);
+                if set.name == "search_path" {
+                    self.search_path_changed = false;
+                }
+            }
+            Ok(K::VarSetValue | K::VarSetCurrent) => {
+                self.settings.retain(|(name, _)| *name != set.name);
+                self.settings.push((set.name.clone(), sql.to_owned()));
+            }
+            _ => {}
+        }
+        let _ = analysis;
+    }
+
+    fn reply_error(&mut self, error: ServerError) {
+        protocol::error_response(&mut self.output, &error);
+    }
+
+    /// Ends a reply the coordinator made itself.
+    async fn finish_reply(&mut self) -> Result<(), SessionError> {
+        let status = self.status_byte();
+        protocol::ready_for_query(&mut self.output, status);
+        self.flush().await
+    }
+
+    fn end_transaction(&mut self) {
+        self.tx.state = TxState::Idle;
+        self.tx.begin = None;
+        self.tx.pinned = None;
+        self.portals.clear();
+    }
+
+    /// A statement needs another node than the transaction's: report it,
+    /// roll the transaction back on its node, and fail it for the client.
+    async fn abort_pinned(&mut self, error: ServerError) {
+        self.reply_error(error);
+        if let Some((_, mut lease)) = self.tx.pinned.take() {
+            let connection = lease.connection();
+            let mut out = BytesMut::new();
+            protocol::query(&mut out, "ROLLBACK");
+            let rolled_back = async {
+                connection.write(&out).await?;
+                loop {
+                    let (tag, body) = connection.read().await?;
+                    if tag == b'Z' {
+                        connection.status = body.first().copied().unwrap_or(b'E');
+                        return Ok::<_, crate::backend::BackendError>(());
+                    }
+                }
+            }
+            .await;
+            if rolled_back.is_err() {
+                connection.broken = true;
+            }
+        }
+        self.tx.state = if self.tx.state == TxState::Idle {
+            TxState::Idle
+        } else {
+            TxState::Failed
+        };
+        self.tx.begin = None;
+    }
+
+    // ---- extended query -------------------------------------------------
+
+    async fn extended_batch(&mut self) -> Result<(), SessionError> {
+        let batch = std::mem::take(&mut self.batch);
+        // Statements are defined as their Parse messages arrive.
+        for message in &batch {
+            if let FrontendMessage::Parse {
+                name,
+                query,
+                parameter_types,
+            } = message
+            {
+                let analysis = self.analysis(query);
+                self.statements.insert(
+                    name.clone(),
+                    Prepared {
+                        sql: query.clone(),
+                        parameter_types: parameter_types.clone(),
+                        analysis,
+                    },
+                );
+            }
+        }
+        let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
+        if self.tx.state == TxState::Failed
+            && batch
+                .iter()
+                .any(|m| !matches!(m, FrontendMessage::Sync | FrontendMessage::Flush))
+        {
+            self.reply_error(aborted_error());
+            if synced {
+                return self.finish_reply().await;
+            }
+            return self.flush().await;
+        }
+        // Names must exist before anything is sent.
+        for message in &batch {
+            let missing = match message {
+                FrontendMessage::Bind(bind) if !self.statements.contains_key(&bind.statement) => {
+                    Some(ServerError::new(
+                        "26000",
+                        format!("prepared statement \"{}\" does not exist", bind.statement),
+                    ))
+                }
+                FrontendMessage::Describe { kind: b'S', name }
+                    if !self.statements.contains_key(name) =>
+                {
+                    Some(ServerError::new(
+                        "26000",
+                        format!("prepared statement \"{name}\" does not exist"),
+                    ))
+                }
+                _ => None,
+            };
+            if let Some(error) = missing {
+                self.reply_error(error);
+                if synced {
+                    return self.finish_reply().await;
+                }
+                return self.flush().await;
+            }
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let map = self.map.current();
+            let plan = match self.plan_batch(&batch, &map) {
+                Ok(plan) => plan,
+                Err(error) => {
+                    self.abort_pinned(error).await;
+                    if synced {
+                        return self.finish_reply().await;
+                    }
+                    return self.flush().await;
+                }
+            };
+            let retryable = synced
+                && self.may_retry(plan.target)
+                && tries < self.shared.config.wrong_shard_tries;
+            match self.send_batch(&batch, &plan, &map, retryable).await? {
+                Outcome::Done => return Ok(()),
+                Outcome::WrongShard(error) => self.note_wrong_shard(&map, &error).await,
+            }
+        }
+    }
+
+    /// Picks the batch's node and each bound statement's text there.
+    fn plan_batch(
+        &self,
+        batch: &[FrontendMessage],
+        map: &ClusterMap,
+    ) -> Result<BatchPlan, ServerError> {
+        let pinned = self
+            .tx
+            .pinned
+            .as_ref()
+            .or(self.held.as_ref())
+            .map(|(target, _)| *target);
+        let session = router::Session {
+            user: &self.user,
+            search_path_changed: self.search_path_changed,
+        };
+        let mut routes: Vec<(usize, Route)> = Vec::new();
+        let mut runs = false;
+        for (index, message) in batch.iter().enumerate() {
+            match message {
+                FrontendMessage::Bind(bind) => {
+                    runs = true;
+                    let Some(statement) = self.statements.get(&bind.statement) else {
+                        continue;
+                    };
+                    let route = match &*statement.analysis {
+                        Analysis::Routable(shape) => router::route(
+                            shape,
+                            &statement.sql,
+                            map,
+                            &session,
+                            Some(&router::Parameters {
+                                values: &bind.parameters,
+                                formats: &|i| bind.parameter_format(i),
+                                declared_types: &statement.parameter_types,
+                            }),
+                        ),
+                        _ => Route::Metadata,
+                    };
+                    routes.push((index, route));
+                }
+                FrontendMessage::Execute { .. } | FrontendMessage::Close { kind: b'P', .. } => {
+                    runs = true
+                }
+                FrontendMessage::Describe { kind: b'P', .. } => runs = true,
+                _ => {}
+            }
+        }
+        if !runs {
+            // Parse / Describe statement only: no side effects, so the
+            // metadata node answers (it knows every table by its name),
+            // on the transaction's connection if that is there.
+            let target = match pinned {
+                Some(Target::Metadata) => Target::Metadata,
+                _ => Target::Metadata,
+            };
+            return Ok(BatchPlan {
+                target,
+                texts: HashMap::new(),
+                shard: None,
+                side_connection: matches!(pinned, Some(Target::Worker(_))),
+            });
+        }
+        // Every bound statement must fit one node.
+        let mut target: Option<Target> = pinned;
+        let mut texts = HashMap::new();
+        let mut shard = None;
+        let mut all_routed = true;
+        for (index, route) in &routes {
+            let statement = match &batch[*index] {
+                FrontendMessage::Bind(bind) => &self.statements[&bind.statement],
+                _ => continue,
+            };
+            let (placed, text, s) =
+                match self.place(route.clone(), &statement.analysis, &statement.sql) {
+                    Ok(placed) => placed,
+                    Err(error) if self.tx.pinned.is_some() => return Err(error),
+                    Err(_) => {
+                        all_routed = false;
+                        continue;
+                    }
+                };
+            if target.is_some_and(|t| t != placed) {
+                if self.tx.pinned.is_some() || self.held.is_some() {
+                    if let Some(Target::Worker(p)) = target {
+                        return Err(spans_nodes(p));
+                    }
+                }
+                all_routed = false;
+            }
+            target.get_or_insert(placed);
+            shard = shard.or(s);
+            texts.insert(*index, text);
+        }
+        let target = match target {
+            Some(target) if all_routed => target,
+            // Binds that disagree: the metadata node runs the whole batch.
+            _ => {
+                texts.clear();
+                shard = None;
+                Target::Metadata
+            }
+        };
+        if target == Target::Metadata {
+            texts.clear();
+        }
+        Ok(BatchPlan {
+            target,
+            texts,
+            shard,
+            side_connection: false,
+        })
+    }
+
+    async fn send_batch(
+        &mut self,
+        batch: &[FrontendMessage],
+        plan: &BatchPlan,
+        map: &ClusterMap,
+        retryable: bool,
+    ) -> Result<Outcome, SessionError> {
+        // The server-side text of each client statement in this batch.
+        let bound_text = |statement: &str| -> Option<&String> {
+            batch.iter().enumerate().find_map(|(i, m)| match m {
+                FrontendMessage::Bind(b) if b.statement == statement => plan.texts.get(&i),
+                _ => None,
+            })
+        };
+        let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
+        let Some(mut lease) = self
+            .acquire(plan.target, map, plan.shard, plan.side_connection)
+            .await?
+        else {
+            return Ok(Outcome::Done);
+        };
+        let mut messages: Vec<(Vec<u8>, Expect)> = Vec::new();
+        let mut prepared_here: HashSet<String> = HashSet::new();
+        let mut unnamed_text: Option<String> = None;
+        let already: HashSet<String> = lease.connection().prepared.clone();
+        let on_worker = matches!(plan.target, Target::Worker(_));
+        for message in batch {
+            let mut out = BytesMut::new();
+            match message {
+                FrontendMessage::Parse {
+                    name,
+                    query,
+                    parameter_types,
+                } => {
+                    let statement = &self.statements[name];
+                    let text = match bound_text(name) {
+                        Some(text) => Some(text.clone()),
+                        None if !on_worker => Some(query.clone()),
+                        None if matches!(*statement.analysis, Analysis::Unparsed) => {
+                            Some(query.clone())
+                        }
+                        None => None,
+                    };
+                    match text {
+                        Some(text) => {
+                            let server_name = server_statement_name(name, &text, parameter_types);
+                            if !name.is_empty()
+                                && (already.contains(&server_name)
+                                    || prepared_here.contains(&server_name))
+                            {
+                                messages.push((Vec::new(), synthetic(b'1')));
+                            } else {
+                                protocol::parse(&mut out, &server_name, &text, parameter_types);
+                                prepared_here.insert(server_name.clone());
+                                if name.is_empty() {
+                                    unnamed_text = Some(text);
+                                }
+                                messages.push((
+                                    out.to_vec(),
+                                    Expect::ParseComplete {
+                                        visible: true,
+                                        name: (!name.is_empty()).then_some(server_name),
+                                    },
+                                ));
+                            }
+                        }
+                        // Parsed where it is bound; pg_query found no error.
+                        None => messages.push((Vec::new(), synthetic(b'1'))),
+                    }
+                }
+                FrontendMessage::Bind(bind) => {
+                    let statement = &self.statements[&bind.statement];
+                    let text = bound_text(&bind.statement)
+                        .cloned()
+                        .unwrap_or_else(|| statement.sql.clone());
+                    let server_name = self.ensure_prepared(
+                        &bind.statement,
+                        &text,
+                        &statement.parameter_types,
+                        &already,
+                        &mut prepared_here,
+                        &mut unnamed_text,
+                        &mut messages,
+                    );
+                    rebind(bind, &server_name, &mut out);
+                    messages.push((out.to_vec(), Expect::BindComplete));
+                    if !bind.portal.is_empty() {
+                        self.portals.insert(bind.portal.clone(), plan.target);
+                    }
+                }
+                FrontendMessage::Describe { kind: b'S', name } => {
+                    let statement = &self.statements[name];
+                    let text = bound_text(name)
+                        .cloned()
+                        .unwrap_or_else(|| statement.sql.clone());
+                    let server_name = self.ensure_prepared(
+                        name,
+                        &text,
+                        &statement.parameter_types,
+                        &already,
+                        &mut prepared_here,
+                        &mut unnamed_text,
+                        &mut messages,
+                    );
+                    protocol::describe(&mut out, b'S', &server_name);
+                    messages.push((out.to_vec(), Expect::DescribeStatement));
+                }
+                FrontendMessage::Describe { name, .. } => {
+                    protocol::describe(&mut out, b'P', name);
+                    messages.push((out.to_vec(), Expect::DescribePortal));
+                }
+                FrontendMessage::Execute { portal, max_rows } => {
+                    protocol::execute(&mut out, portal, *max_rows);
+                    messages.push((out.to_vec(), Expect::Execute));
+                }
+                FrontendMessage::Close { kind: b'S', name } => {
+                    // Server-side statements stay cached on their connections.
+                    self.statements.remove(name);
+                    messages.push((Vec::new(), synthetic(b'3')));
+                }
+                FrontendMessage::Close { name, .. } => {
+                    if self.portals.remove(name).is_some() || name.is_empty() {
+                        protocol::close(&mut out, b'P', name);
+                        messages.push((out.to_vec(), Expect::CloseComplete));
+                    } else {
+                        messages.push((Vec::new(), synthetic(b'3')));
+                    }
+                }
+                FrontendMessage::Sync => {
+                    protocol::sync(&mut out);
+                    messages.push((out.to_vec(), Expect::Sync));
+                }
+                FrontendMessage::Flush => {
+                    out.put_slice(&[b'H', 0, 0, 0, 4]);
+                    messages.push((out.to_vec(), Expect::Synthetic(Bytes::new())));
+                }
+                _ => {}
+            }
+        }
+        let mut request = BytesMut::new();
+        let mut expects = Vec::with_capacity(messages.len());
+        for (message, expect) in messages {
+            request.put_slice(&message);
+            expects.push(expect);
+        }
+        self.exchange(
+            lease,
+            plan.target,
+            map,
+            plan.shard,
+            retryable,
+            plan.side_connection,
+            synced,
+            request,
+            expects,
+        )
+        .await
+    }
+
+    /// The server-side name of a client statement in `text`, queueing a
+    /// hidden Parse when the connection does not have it.
+    #[allow(clippy::too_many_arguments)]
+    fn ensure_prepared(
+        &self,
+        name: &str,
+        text: &str,
+        parameter_types: &[u32],
+        already: &HashSet<String>,
+        prepared_here: &mut HashSet<String>,
+        unnamed_text: &mut Option<String>,
+        messages: &mut Vec<(Vec<u8>, Expect)>,
+    ) -> String {
+        let server_name = server_statement_name(name, text, parameter_types);
+        let present = if name.is_empty() {
+            unnamed_text.as_deref() == Some(text)
+        } else {
+            already.contains(&server_name) || prepared_here.contains(&server_name)
+        };
+        if !present {
+            let mut out = BytesMut::new();
+            protocol::parse(&mut out, &server_name, text, parameter_types);
+            messages.push((
+                out.to_vec(),
+                Expect::ParseComplete {
+                    visible: false,
+                    name: (!name.is_empty()).then(|| server_name.clone()),
+                },
+            ));
+            if name.is_empty() {
+                *unnamed_text = Some(text.to_owned());
+            } else {
+                prepared_here.insert(server_name.clone());
+            }
+        }
+        server_name
+    }
+
+    // ---- sending and relaying -------------------------------------------
+
+    /// The connection for `target`: the transaction's, the one held since
+    /// a Flush, or one from the pool. None when there is none to be had
+    /// (the client has been told).
+    async fn acquire(
+        &mut self,
+        target: Target,
+        map: &ClusterMap,
+        shard: Option<i64>,
+        side_connection: bool,
+    ) -> Result<Option<Lease>, SessionError> {
+        if let Some(lease) = self.take_lease(target, side_connection) {
+            return Ok(Some(lease));
+        }
+        let synced = true;
+        let address = match self.address_of(target, map) {
+            Some(address) => address,
+            None => {
+                self.reply_error(ServerError::new(
+                    "08006",
+                    "pg_shard coordinator: the node is no longer in the shard map",
+                ));
+                self.finish_batch(synced).await?;
+                return Ok(None);
+            }
+        };
+        let key = PoolKey {
+            address: address.clone(),
+            database: self.database.clone(),
+            user: self.user.clone(),
+        };
+        match self.shared.pools.checkout(&key).await {
+            Ok(lease) => Ok(Some(lease)),
+            Err(e) => {
+                self.shared.metrics.observe(
+                    &address.to_string(),
+                    shard,
+                    std::time::Duration::ZERO,
+                    true,
+                );
+                self.reply_error(ServerError::new(
+                    "08006",
+                    format!("pg_shard coordinator: {e}"),
+                ));
+                if self.tx.state == TxState::Open && self.tx.pinned.is_some() {
+                    self.tx.state = TxState::Failed;
+                }
+                self.finish_batch(synced).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn address_of(&self, target: Target, map: &ClusterMap) -> Option<ServerAddress> {
+        match target {
+            Target::Metadata => Some(self.shared.metadata.clone()),
+            Target::Worker(node) => map.nodes.get(&node).map(|n| n.address.clone()),
+        }
+    }
+
+    /// Sends the session prelude and `request` on the lease and relays the
+    /// answers until every expectation is met; then keeps, pins or returns
+    /// the connection.
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange(
+        &mut self,
+        mut lease: Lease,
+        target: Target,
+        map: &ClusterMap,
+        shard: Option<i64>,
+        retryable: bool,
+        side_connection: bool,
+        synced: bool,
+        request: BytesMut,
+        mut expects: Vec<Expect>,
+    ) -> Result<Outcome, SessionError> {
+        let started = Instant::now();
+        let address = lease.connection().address.clone();
+        let mut out = BytesMut::new();
+        let prelude = self.prelude(lease.connection(), target, map, side_connection);
+        let begins = !side_connection
+            && self.tx.state == TxState::Open
+            && self.tx.pinned.is_none()
+            && self.tx.begin.is_some();
+        if let Some(prelude) = &prelude {
+            protocol::query(&mut out, prelude);
+            expects.insert(0, Expect::Hidden);
+        }
+        out.put_slice(&request);
+        if let Ok(mut slot) = self.cancel_slot.lock() {
+            let connection = lease.connection();
+            *slot = Some((
+                connection.address.clone(),
+                connection.process_id,
+                connection.secret_key,
+            ));
+        }
+        self.flushed_in_statement = false;
+        let output_start = self.output.len();
+        let result = self
+            .relay(
+                lease.connection(),
+                &out,
+                expects,
+                retryable,
+                side_connection,
+            )
+            .await;
+        if let Ok(mut slot) = self.cancel_slot.lock() {
+            *slot = None;
+        }
+        let failed = !matches!(result, Ok((Outcome::Done, false)));
+        self.shared
+            .metrics
+            .observe(&address.to_string(), shard, started.elapsed(), failed);
+        let (outcome, _) = match result {
+            Ok(result) => result,
+            Err(RelayError::Client(e)) => {
+                lease.connection().broken = true;
+                return Err(e);
+            }
+            Err(RelayError::Server(e)) => {
+                lease.connection().broken = true;
+                self.output.truncate(output_start.min(self.output.len()));
+                self.reply_error(ServerError::new(
+                    "08006",
+                    format!("pg_shard coordinator: connection to {address} failed: {e}"),
+                ));
+                if self.tx.pinned.is_some() || begins {
+                    self.tx.state = TxState::Failed;
+                }
+                self.tx.pinned = None;
+                self.held = None;
+                return self.finish_batch(synced).await.map(|_| Outcome::Done);
+            }
+        };
+        if let Some(prelude) = prelude {
+            self.applied(lease.connection(), &prelude, map);
+        }
+        if let Outcome::WrongShard(_) = outcome {
+            // The statement and its transaction (if it began one) are gone
+            // on the server; roll back what the prelude began.
+            self.output.truncate(output_start.min(self.output.len()));
+            if lease.connection().status != b'I' {
+                let mut rollback = BytesMut::new();
+                protocol::query(&mut rollback, "ROLLBACK");
+                if self
+                    .relay(
+                        lease.connection(),
+                        &rollback,
+                        vec![Expect::Hidden],
+                        false,
+                        true,
+                    )
+                    .await
+                    .is_err()
+                {
+                    lease.connection().broken = true;
+                }
+            }
+            return Ok(outcome);
+        }
+        let status = lease.connection().status;
+        if side_connection {
+            // Not the transaction's connection: back to the pool.
+            drop(lease);
+        } else if !synced {
+            if self.tx.pinned.is_none() && status == b'I' {
+                self.held = Some((target, lease));
+            } else {
+                self.tx.pinned = Some((target, lease));
+            }
+        } else {
+            match status {
+                b'I' => {
+                    self.end_transaction();
+                }
+                b'T' => {
+                    self.tx.state = TxState::Open;
+                    self.tx.begin = None;
+                    self.tx.pinned = Some((target, lease));
+                }
+                _ => {
+                    self.tx.state = TxState::Failed;
+                    self.tx.begin = None;
+                    self.tx.pinned = Some((target, lease));
+                }
+            }
+        }
+        self.flush().await?;
+        Ok(outcome)
+    }
+
+    fn take_lease(&mut self, target: Target, side_connection: bool) -> Option<Lease> {
+        if side_connection {
+            return None;
+        }
+        if let Some((t, _)) = &self.held {
+            if *t == target {
+                return self.held.take().map(|(_, lease)| lease);
+            }
+        }
+        // A held connection for another node: a batch moved elsewhere.
+        self.held = None;
+        match &self.tx.pinned {
+            Some((t, _)) if *t == target => self.tx.pinned.take().map(|(_, lease)| lease),
+            _ => None,
+        }
+    }
+
+    async fn finish_batch(&mut self, synced: bool) -> Result<(), SessionError> {
+        if synced {
+            self.finish_reply().await
+        } else {
+            self.flush().await
+        }
+    }
+
+    /// SET statements, the map version and BEGIN the connection needs
+    /// before the client's messages; None when it needs nothing.
+    fn prelude(
+        &self,
+        connection: &mut ServerConnection,
+        target: Target,
+        map: &ClusterMap,
+        side_connection: bool,
+    ) -> Option<String> {
+        let mut statements: Vec<String> = Vec::new();
+        if connection.session_settings != self.settings {
+            // Start from the server's defaults, then the client's settings.
+            statements.push("RESET ALL".into());
+            statements.extend(self.settings.iter().map(|(_, sql)| sql.clone()));
+            connection.declared_map_version = 0;
+        }
+        if let Target::Worker(_) = target {
+            if connection.declared_map_version != map.version && map.version > 0 {
+                statements.push(format!("SET pg_shard.map_version = {}", map.version));
+            }
+        }
+        if !side_connection && self.tx.state == TxState::Open && self.tx.pinned.is_none() {
+            if let Some(begin) = &self.tx.begin {
+                statements.push(begin.clone());
+            }
+        }
+        if statements.is_empty() {
+            None
+        } else {
+            Some(statements.join("; "))
+        }
+    }
+
+    /// Records what a prelude set on the connection.
+    fn applied(&self, connection: &mut ServerConnection, prelude: &str, map: &ClusterMap) {
+        connection.session_settings = self.settings.clone();
+        if prelude.contains("SET pg_shard.map_version") {
+            connection.declared_map_version = map.version;
+        }
+    }
+
+    /// Writes `request` and relays the answers for `expects`. Returns the
+    /// outcome and whether an error was relayed.
+    async fn relay(
+        &mut self,
+        connection: &mut ServerConnection,
+        request: &[u8],
+        expects: Vec<Expect>,
+        retryable: bool,
+        side_connection: bool,
+    ) -> Result<(Outcome, bool), RelayError> {
+        connection
+            .write(request)
+            .await
+            .map_err(RelayError::Server)?;
+        let mut queue: VecDeque<Expect> = expects.into();
+        let mut held_error: Option<ServerError> = None;
+        let mut saw_error = false;
+        self.emit_synthetic(&mut queue);
+        while !queue.is_empty() {
+            let (tag, body) = connection.read().await.map_err(RelayError::Server)?;
+            let hidden = matches!(queue.front(), Some(Expect::Hidden));
+            match tag {
+                b'N' | b'A' => {
+                    if !hidden {
+                        self.pass(tag, &body);
+                    }
+                    continue;
+                }
+                b'S' => {
+                    connection.note_parameter(&body);
+                    if !hidden {
+                        self.pass(tag, &body);
+                    }
+                    continue;
+                }
+                b'E' => {
+                    saw_error = true;
+                    let error = ServerError::parse(&body);
+                    if retryable && !self.flushed_in_statement && error.code == WRONG_SHARD {
+                        held_error = Some(error);
+                    } else {
+                        self.pass(tag, &body);
+                    }
+                    match queue.front() {
+                        Some(Expect::Hidden | Expect::Query) => {}
+                        _ => {
+                            // The server skips to Sync; so do the expectations.
+                            while let Some(front) = queue.front() {
+                                if matches!(front, Expect::Sync) {
+                                    break;
+                                }
+                                queue.pop_front();
+                            }
+                        }
+                    }
+                    continue;
+                }
+                b'Z' => {
+                    connection.status = body.first().copied().unwrap_or(b'E');
+                    let front = queue.pop_front();
+                    if matches!(front, Some(Expect::Query | Expect::Sync)) && held_error.is_none() {
+                        let status = if side_connection {
+                            self.status_byte()
+                        } else {
+                            connection.status
+                        };
+                        self.pass(tag, &[status]);
+                    }
+                    self.emit_synthetic(&mut queue);
+                    continue;
+                }
+                b'G' => {
+                    // COPY FROM STDIN: the client's data goes to the server.
+                    self.pass(tag, &body);
+                    self.flush_relay().await?;
+                    self.pump_copy_data(connection).await?;
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(front) = queue.front_mut() else {
+                break;
+            };
+            let done = match front {
+                Expect::Hidden => false,
+                Expect::Query => {
+                    self.pass(tag, &body);
+                    false
+                }
+                Expect::ParseComplete { visible, name } => {
+                    if let Some(name) = name.take() {
+                        connection.prepared.insert(name);
+                    }
+                    if *visible {
+                        self.pass(tag, &body);
+                    }
+                    true
+                }
+                Expect::DescribeStatement => {
+                    self.pass(tag, &body);
+                    tag != b't'
+                }
+                Expect::Execute => {
+                    self.pass(tag, &body);
+                    matches!(tag, b'C' | b'I' | b's')
+                }
+                Expect::BindComplete
+                | Expect::CloseComplete
+                | Expect::DescribePortal
+                | Expect::Sync => {
+                    self.pass(tag, &body);
+                    true
+                }
+                Expect::Synthetic(_) => true,
+            };
+            if done {
+                queue.pop_front();
+                self.emit_synthetic(&mut queue);
+            }
+            if self.output.len() >= OUTPUT_FLUSH_BYTES && held_error.is_none() {
+                self.flush_relay().await?;
+            }
+        }
+        match held_error {
+            Some(error) => Ok((Outcome::WrongShard(error), true)),
+            None => Ok((Outcome::Done, saw_error)),
+        }
+    }
+
+    async fn flush_relay(&mut self) -> Result<(), RelayError> {
+        self.flush().await.map_err(RelayError::Client)
+    }
+
+    fn emit_synthetic(&mut self, queue: &mut VecDeque<Expect>) {
+        while let Some(Expect::Synthetic(bytes)) = queue.front() {
+            self.output.put_slice(bytes);
+            queue.pop_front();
+        }
+    }
+
+    fn pass(&mut self, tag: u8, body: &[u8]) {
+        let at = protocol::begin_message(&mut self.output, tag);
+        self.output.put_slice(body);
+        protocol::end_message(&mut self.output, at);
+    }
+
+    /// Forwards CopyData/CopyDone/CopyFail from the client until the copy ends.
+    async fn pump_copy_data(
+        &mut self,
+        connection: &mut ServerConnection,
+    ) -> Result<(), RelayError> {
+        loop {
+            let message = self.read_message().await.map_err(RelayError::Client)?;
+            let mut out = BytesMut::new();
+            let last = match message {
+                FrontendMessage::CopyData(data) => {
+                    let at = protocol::begin_message(&mut out, b'd');
+                    out.put_slice(&data);
+                    protocol::end_message(&mut out, at);
+                    false
+                }
+                FrontendMessage::CopyDone => {
+                    protocol::empty(&mut out, b'c');
+                    true
+                }
+                FrontendMessage::CopyFail(reason) => {
+                    let at = protocol::begin_message(&mut out, b'f');
+                    protocol::put_cstr(&mut out, &reason);
+                    protocol::end_message(&mut out, at);
+                    true
+                }
+                // Flush and Sync during COPY are ignored, as the server does.
+                FrontendMessage::Flush | FrontendMessage::Sync => continue,
+                FrontendMessage::Terminate => {
+                    return Err(RelayError::Client(SessionError::ClientGone))
+                }
+                other => {
+                    return Err(RelayError::Client(
+                        protocol::ProtocolError::UnexpectedType(frontend_tag(&other) as char)
+                            .into(),
+                    ))
+                }
+            };
+            connection.write(&out).await.map_err(RelayError::Server)?;
+            if last {
+                return Ok(());
+            }
+        }
+    }
+}
+
+enum RelayError {
+    Client(SessionError),
+    Server(crate::backend::BackendError),
+}
+
+struct BatchPlan {
+    target: Target,
+    /// Rewritten statement text per Bind (by batch index).
+    texts: HashMap<usize, String>,
+    shard: Option<i64>,
+    /// Parse/Describe only, answered on a connection outside the
+    /// transaction.
+    side_connection: bool,
+}
+
+fn synthetic(tag: u8) -> Expect {
+    let mut out = BytesMut::new();
+    protocol::empty(&mut out, tag);
+    Expect::Synthetic(out.freeze())
+}
+
+fn rebind(bind: &Bind, server_name: &str, out: &mut BytesMut) {
+    bind.encode(server_name, out);
+}
+
+/// Server-side statement name: the client's unnamed statement stays
+/// unnamed; named ones are named by their text, so every client preparing
+/// the same text on a connection shares one server statement.
+fn server_statement_name(client_name: &str, text: &str, parameter_types: &[u32]) -> String {
+    if client_name.is_empty() {
+        return String::new();
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(text.as_bytes());
+    for oid in parameter_types {
+        hasher.update(oid.to_be_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut name = String::from("pgs_");
+    for byte in &digest[..16] {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    name
+}
+
+fn frontend_tag(message: &FrontendMessage) -> u8 {
+    match message {
+        FrontendMessage::Query(_) => b'Q',
+        FrontendMessage::Parse { .. } => b'P',
+        FrontendMessage::Bind(_) => b'B',
+        FrontendMessage::Describe { .. } => b'D',
+        FrontendMessage::Execute { .. } => b'E',
+        FrontendMessage::Close { .. } => b'C',
+        FrontendMessage::Password(_) => b'p',
+        _ => b'?',
+    }
+}
+
+fn aborted_error() -> ServerError {
+    ServerError::new(
+        "25P02",
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
+}
+
+fn spans_nodes(node: NodeId) -> ServerError {
+    ServerError::new(
+        "0A000",
+        format!("pg_shard coordinator: this transaction runs on worker node {node}, and this statement needs another node"),
+    )
+    .with_detail("A transaction through the coordinator runs on one node; it has been rolled back.")
+    .with_hint("Keep a transaction's statements on the keys of one shard, or start it with a statement on several shards so that it runs on the metadata node.")
+}
