@@ -923,6 +923,13 @@ impl Session {
                 return self.flush().await;
             }
         }
+        if self.answer_transaction_batch(&batch) {
+            return if synced {
+                self.finish_reply().await
+            } else {
+                self.flush().await
+            };
+        }
         let mut tries = 0;
         loop {
             tries += 1;
@@ -945,6 +952,79 @@ impl Session {
                 Outcome::WrongShard(error) => self.note_wrong_shard(&map, &error).await,
             }
         }
+    }
+
+    /// BEGIN, or COMMIT/ROLLBACK of a transaction that has not reached a
+    /// server yet, sent with the extended protocol (as drivers and pgbench
+    /// -M extended/prepared do): answered here, as in [`Self::simple_query`].
+    /// False when the batch holds anything else.
+    fn answer_transaction_batch(&mut self, batch: &[FrontendMessage]) -> bool {
+        let mut command = None;
+        for message in batch {
+            match message {
+                FrontendMessage::Bind(bind) => {
+                    if command.is_some() {
+                        return false;
+                    }
+                    let Some(statement) = self.statements.get(&bind.statement) else {
+                        return false;
+                    };
+                    let Analysis::Transaction(kind) = &*statement.analysis else {
+                        return false;
+                    };
+                    command = Some((kind.clone(), statement.sql.clone()));
+                }
+                FrontendMessage::Parse { query, .. } => {
+                    if !matches!(*self.analysis(query), Analysis::Transaction(_)) {
+                        return false;
+                    }
+                }
+                FrontendMessage::Describe { .. }
+                | FrontendMessage::Execute { .. }
+                | FrontendMessage::Sync
+                | FrontendMessage::Flush => {}
+                _ => return false,
+            }
+        }
+        let Some((kind, sql)) = command else {
+            return false;
+        };
+        let tag = match kind {
+            TransactionCommand::Begin if self.tx.state == TxState::Idle => "BEGIN",
+            TransactionCommand::Commit | TransactionCommand::Rollback
+                if self.tx.state != TxState::Idle && self.tx.pinned.is_none() =>
+            {
+                if kind == TransactionCommand::Commit && self.tx.state == TxState::Open {
+                    "COMMIT"
+                } else {
+                    "ROLLBACK"
+                }
+            }
+            _ => return false,
+        };
+        for message in batch {
+            match message {
+                FrontendMessage::Parse { .. } => protocol::empty(&mut self.output, b'1'),
+                FrontendMessage::Bind(_) => protocol::empty(&mut self.output, b'2'),
+                FrontendMessage::Describe { kind: b'S', .. } => {
+                    // No parameters, no rows.
+                    self.output.put_slice(&[b't', 0, 0, 0, 6, 0, 0]);
+                    protocol::empty(&mut self.output, b'n');
+                }
+                FrontendMessage::Describe { .. } => protocol::empty(&mut self.output, b'n'),
+                FrontendMessage::Execute { .. } => {
+                    protocol::command_complete(&mut self.output, tag)
+                }
+                _ => {}
+            }
+        }
+        if tag == "BEGIN" {
+            self.tx.state = TxState::Open;
+            self.tx.begin = Some(sql);
+        } else {
+            self.end_transaction();
+        }
+        true
     }
 
     /// Picks the batch's node and each bound statement's text there.
