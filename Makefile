@@ -17,8 +17,9 @@ test: install lint unit regress ## every test
 bootstrap: ## install what is missing: PostgreSQL dev headers, libclang, cargo-pgrx
 	scripts/bootstrap.sh
 
-install: bootstrap ## build the extension and install it into the PostgreSQL 15 server
+install: bootstrap ## build the extension (installed into PostgreSQL 15) and the coordinator
 	cd pg_shard_ext && cargo pgrx install $(PGRX_PROFILE_FLAG) --pg-config "$$(command -v $(PG_CONFIG))"
+	cargo build --release -p pg_shard_coordinator
 
 cluster: ## start (or reuse) the local cluster: metadata 54320, workers 54321-54322
 	scripts/cluster.sh start

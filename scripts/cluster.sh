@@ -14,6 +14,12 @@
 #   PGSHARD_BASE_PORT    metadata node port   (default: 54320; workers follow)
 #   PGSHARD_WORKERS      number of workers    (default: 2)
 #   PGSHARD_DATABASE     database created on every node (default: pg_shard_demo)
+#   PGSHARD_COORDINATOR_PORT     coordinator port (default: 6432; for another
+#                                PGSHARD_BASE_PORT, that port + 100)
+#   PGSHARD_COORDINATOR_METRICS  its /metrics address (default: 127.0.0.1:9932;
+#                                for another base port, 127.0.0.1:<base + 101>)
+#   PGSHARD_COORDINATOR_BIN      its binary (default: the release build); the
+#                                coordinator is started when the binary exists
 # As root, the servers run as the postgres OS user (PostgreSQL refuses root).
 set -euo pipefail
 
@@ -24,6 +30,16 @@ base_port=${PGSHARD_BASE_PORT:-54320}
 workers=${PGSHARD_WORKERS:-2}
 database=${PGSHARD_DATABASE:-pg_shard_demo}
 bindir=$(pg_config --bindir)
+# The standard ports for the standard cluster; a cluster on other ports (tests,
+# benchmarks) gets its coordinator 100 ports above its metadata node.
+if [ "$base_port" = 54320 ]; then
+    coordinator_port=${PGSHARD_COORDINATOR_PORT:-6432}
+    coordinator_metrics=${PGSHARD_COORDINATOR_METRICS:-127.0.0.1:9932}
+else
+    coordinator_port=${PGSHARD_COORDINATOR_PORT:-$((base_port + 100))}
+    coordinator_metrics=${PGSHARD_COORDINATOR_METRICS:-127.0.0.1:$((base_port + 101))}
+fi
+coordinator_bin=${PGSHARD_COORDINATOR_BIN:-${CARGO_TARGET_DIR:-$repo/target}/release/pg_shard_coordinator}
 
 as_server_user() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -132,14 +148,60 @@ start() {
             psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE \"$database\""
         fi
     done
+    start_coordinator
     echo "cluster up: metadata 127.0.0.1:$base_port, workers" \
         "$(for i in $(seq 1 "$workers"); do printf '127.0.0.1:%s ' $((base_port + i)); done)" \
         "database $database (data in $cluster_dir)"
 }
 
+# The coordinator: clients' front door on 127.0.0.1:$coordinator_port. Clients
+# are authenticated by the metadata node (passthrough, the default).
+start_coordinator() {
+    local pidfile=$cluster_dir/coordinator.pid
+    if [ ! -x "$coordinator_bin" ]; then
+        echo "no coordinator binary at $coordinator_bin (make install builds it); not started" >&2
+        return
+    fi
+    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        return
+    fi
+    # Servers on this machine are reached through their Unix-domain sockets.
+    nohup "$coordinator_bin" --listen "127.0.0.1:$coordinator_port" \
+        --metadata "127.0.0.1:$base_port" --metrics-listen "$coordinator_metrics" \
+        --server-socket-dir "$cluster_dir" \
+        >>"$cluster_dir/coordinator.log" 2>&1 &
+    echo $! >"$pidfile"
+    for _ in $(seq 1 50); do
+        if psql -X -h 127.0.0.1 -p "$coordinator_port" -U postgres -d "$database" -Atqc "SELECT 1" \
+            >/dev/null 2>&1; then
+            echo "coordinator up: 127.0.0.1:$coordinator_port (log $cluster_dir/coordinator.log)"
+            return
+        fi
+        sleep 0.1
+    done
+    echo "coordinator did not come up; see $cluster_dir/coordinator.log" >&2
+    return 1
+}
+
+stop_coordinator() {
+    local pidfile=$cluster_dir/coordinator.pid
+    if [ -f "$pidfile" ]; then
+        local pid
+        pid=$(cat "$pidfile")
+        if kill "$pid" 2>/dev/null; then
+            for _ in $(seq 1 50); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+        fi
+        rm -f "$pidfile"
+    fi
+}
+
 stop() {
     [ -e "$cluster_link" ] || return 0
     resolve_dir
+    stop_coordinator
     for name in $(node_names); do
         local data=$cluster_dir/$name
         if [ -f "$data/postmaster.pid" ]; then
@@ -159,6 +221,11 @@ status() {
             echo "$name: stopped"
         fi
     done
+    if [ -f "$cluster_dir/coordinator.pid" ] && kill -0 "$(cat "$cluster_dir/coordinator.pid")" 2>/dev/null; then
+        echo "coordinator: running on 127.0.0.1:$coordinator_port"
+    else
+        echo "coordinator: stopped"
+    fi
 }
 
 destroy() {

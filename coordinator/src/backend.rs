@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 /// Servers may send large rows; the limit only guards against garbage.
 const SERVER_MESSAGE_LIMIT: usize = 1 << 30;
@@ -50,9 +50,48 @@ impl std::fmt::Display for ServerAddress {
     }
 }
 
+/// TCP, or a Unix-domain socket when the server is on this machine and
+/// its socket folder is configured (cheaper per message).
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    async fn read_buf(&mut self, buffer: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.read_buf(buffer).await,
+            Stream::Unix(stream) => stream.read_buf(buffer).await,
+        }
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.write_all(bytes).await,
+            Stream::Unix(stream) => stream.write_all(bytes).await,
+        }
+    }
+
+    async fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.read(buffer).await,
+            Stream::Unix(stream) => stream.read(buffer).await,
+        }
+    }
+}
+
+/// Where Unix-domain sockets of local servers are, if configured.
+static SOCKET_FOLDER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Makes connections to servers on 127.0.0.1/localhost use the Unix-domain
+/// socket `<folder>/.s.PGSQL.<port>`.
+pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
+    let _ = SOCKET_FOLDER.set(folder);
+}
+
 pub struct ServerConnection {
     pub address: ServerAddress,
-    stream: TcpStream,
+    stream: Stream,
     input: BytesMut,
     pub process_id: i32,
     pub secret_key: i32,
@@ -105,17 +144,36 @@ impl ServerConnection {
         }
     }
 
-    /// Opens the TCP connection only (startup is up to the caller).
+    /// Opens the connection only (startup is up to the caller).
     pub async fn open(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
         let target = address.to_string();
-        let stream = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            TcpStream::connect((address.host.as_str(), address.port)),
-        )
-        .await
-        .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
-        .map_err(|e| BackendError::Connect(target, e))?;
-        stream.set_nodelay(true)?;
+        let local = matches!(address.host.as_str(), "127.0.0.1" | "localhost" | "::1");
+        let socket = SOCKET_FOLDER
+            .get()
+            .and_then(|folder| folder.as_ref())
+            .filter(|_| local)
+            .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)));
+        let stream = match socket {
+            Some(path) => Stream::Unix(
+                tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&path))
+                    .await
+                    .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
+                    .map_err(|e| {
+                        BackendError::Connect(format!("{target} ({})", path.display()), e)
+                    })?,
+            ),
+            None => {
+                let stream = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    TcpStream::connect((address.host.as_str(), address.port)),
+                )
+                .await
+                .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
+                .map_err(|e| BackendError::Connect(target, e))?;
+                stream.set_nodelay(true)?;
+                Stream::Tcp(stream)
+            }
+        };
         Ok(ServerConnection {
             address: address.clone(),
             stream,

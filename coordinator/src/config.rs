@@ -49,6 +49,9 @@ pub struct Config {
     pub users_file: Option<PathBuf>,
     /// Password for server connections when the servers ask for one.
     pub server_password: Option<String>,
+    /// Folder of the Unix-domain sockets of servers on this machine: when
+    /// set, connections to servers on 127.0.0.1 use them instead of TCP.
+    pub server_socket_dir: Option<PathBuf>,
     /// The user that reads the shard map from the metadata node.
     pub catalog_user: String,
     /// Most server connections per node, database and user.
@@ -63,6 +66,8 @@ pub struct Config {
     pub statement_cache_size: usize,
     /// "text" or "json".
     pub log_format: String,
+    /// Threads serving clients (0: one per core).
+    pub threads: usize,
 }
 
 impl Default for Config {
@@ -73,6 +78,7 @@ impl Default for Config {
             auth: AuthMode::Passthrough,
             users_file: None,
             server_password: None,
+            server_socket_dir: None,
             catalog_user: "postgres".into(),
             pool_size: 20,
             max_message_bytes: 64 << 20,
@@ -80,6 +86,7 @@ impl Default for Config {
             wrong_shard_tries: 3,
             statement_cache_size: 10_000,
             log_format: "text".into(),
+            threads: 0,
         }
     }
 }
@@ -96,28 +103,33 @@ names with underscores):
   --users-file FILE        [PGSHARD_COORDINATOR_USERS_FILE]
   --server-password PW     [PGSHARD_COORDINATOR_SERVER_PASSWORD]
   --catalog-user NAME      [PGSHARD_COORDINATOR_CATALOG_USER] default postgres
+  --server-socket-dir DIR  [PGSHARD_COORDINATOR_SERVER_SOCKET_DIR] Unix sockets
+                           of servers on 127.0.0.1 (default: TCP)
   --pool-size N            [PGSHARD_COORDINATOR_POOL_SIZE]   default 20
   --max-message-bytes N    [PGSHARD_COORDINATOR_MAX_MESSAGE_BYTES]
   --metrics-listen ADDR    [PGSHARD_COORDINATOR_METRICS_LISTEN] default 127.0.0.1:9932
   --wrong-shard-tries N    [PGSHARD_COORDINATOR_WRONG_SHARD_TRIES] default 3
   --statement-cache-size N [PGSHARD_COORDINATOR_STATEMENT_CACHE_SIZE]
   --log-format text|json   [PGSHARD_COORDINATOR_LOG_FORMAT]
+  --threads N              [PGSHARD_COORDINATOR_THREADS]     default 0 (one per core)
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 12] = [
+const NAMES: [&str; 14] = [
     "listen",
     "metadata",
     "auth",
     "users-file",
     "server-password",
     "catalog-user",
+    "server-socket-dir",
     "pool-size",
     "max-message-bytes",
     "metrics-listen",
     "wrong-shard-tries",
     "statement-cache-size",
     "log-format",
+    "threads",
 ];
 
 impl Config {
@@ -210,6 +222,7 @@ impl Config {
             "users-file" => self.users_file = Some(PathBuf::from(value)),
             "server-password" => self.server_password = Some(value.to_owned()),
             "catalog-user" => self.catalog_user = value.to_owned(),
+            "server-socket-dir" => self.server_socket_dir = Some(PathBuf::from(value)),
             "pool-size" => self.pool_size = number()?,
             "max-message-bytes" => self.max_message_bytes = number()?.max(1024),
             "metrics-listen" => self.metrics_listen = value.to_owned(),
@@ -217,6 +230,11 @@ impl Config {
                 self.wrong_shard_tries = u32::try_from(number()?).map_err(|_| bad("too large"))?
             }
             "statement-cache-size" => self.statement_cache_size = number()?,
+            "threads" => {
+                self.threads = value
+                    .parse()
+                    .map_err(|_| bad("expected a number of threads (0: one per core)"))?
+            }
             "log-format" => match value {
                 "text" | "json" => self.log_format = value.to_owned(),
                 _ => return Err(bad("expected text or json")),

@@ -7,6 +7,7 @@ mod auth;
 mod backend;
 mod cluster;
 mod config;
+mod lexer;
 mod metrics;
 mod pool;
 mod protocol;
@@ -33,7 +34,9 @@ pub struct Shared {
     pub statements: StatementCache,
 }
 
-/// Parsed statements by text: a prepared statement is parsed once.
+/// Parsed statements by their text with literals taken out: a prepared
+/// statement is parsed once, and so is a statement sent again and again
+/// with other constants.
 pub struct StatementCache {
     entries: Mutex<LruCache<String, Arc<router::Analysis>>>,
 }
@@ -47,18 +50,75 @@ impl StatementCache {
         }
     }
 
-    pub fn get(&self, sql: &str) -> Arc<router::Analysis> {
-        if let Ok(mut entries) = self.entries.lock() {
-            if let Some(found) = entries.get(sql) {
-                return found.clone();
-            }
+    /// The statement's analysis and its literals.
+    pub fn get(&self, sql: &str) -> (Arc<router::Analysis>, lexer::Normalized) {
+        let normalized = lexer::normalize(sql);
+        if let Some(found) = self.lookup(&normalized.key) {
+            return (found, normalized);
         }
-        let analysis = Arc::new(router::analyze(sql));
+        let analysis = router::analyze(&normalized.key);
+        if matches!(analysis, router::Analysis::Unparsed) && normalized.key != sql {
+            // A literal that may not become a parameter (`varchar(10)`):
+            // the original text, cached as it is.
+            let verbatim = lexer::normalize_nothing(sql);
+            let analysis = self
+                .lookup(sql)
+                .unwrap_or_else(|| self.store(sql, router::analyze(sql)));
+            return (analysis, verbatim);
+        }
+        (self.store(&normalized.key, analysis), normalized)
+    }
+
+    fn lookup(&self, key: &str) -> Option<Arc<router::Analysis>> {
+        self.entries.lock().ok()?.get(key).cloned()
+    }
+
+    fn store(&self, key: &str, analysis: router::Analysis) -> Arc<router::Analysis> {
+        let analysis = Arc::new(analysis);
         if let Ok(mut entries) = self.entries.lock() {
-            entries.put(sql.to_owned(), analysis.clone());
+            entries.put(key.to_owned(), analysis.clone());
         }
         analysis
     }
+}
+
+/// Starts the event loops besides the main one (threads - 1 of them);
+/// returns where to send them clients.
+fn event_loops(
+    shared: &Arc<Shared>,
+) -> Result<Vec<tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>>, String> {
+    let threads = match shared.config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let mut senders = Vec::new();
+    for index in 1..threads {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("event-loop-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    while let Some(stream) = receiver.recv().await {
+                        match tokio::net::TcpStream::from_std(stream) {
+                            Ok(stream) => {
+                                tokio::spawn(session::serve(stream, shared.clone()));
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot adopt a client connection")
+                            }
+                        }
+                    }
+                })
+            })
+            .map_err(|e| format!("cannot start event loop {index}: {e}"))?;
+        senders.push(sender);
+    }
+    Ok(senders)
 }
 
 fn parse_address(text: &str) -> Option<ServerAddress> {
@@ -92,7 +152,8 @@ fn main() -> std::process::ExitCode {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One event loop per core (this is the first); see event_loops.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -126,6 +187,7 @@ async fn run(config: Config) -> Result<(), String> {
     if config.auth == AuthMode::Trust {
         tracing::warn!("auth = trust: every client may connect as any user");
     }
+    backend::use_socket_folder(config.server_socket_dir.clone());
     let metrics = Arc::new(metrics::Metrics::default());
     let maps = cluster::Maps::new(
         metadata.clone(),
@@ -157,13 +219,23 @@ async fn run(config: Config) -> Result<(), String> {
         users,
         cancels: session::CancelRegistry::default(),
     });
+    let event_loops = event_loops(&shared)?;
+    let mut next = 0;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(session::serve(stream, shared.clone()));
+                    // Clients are spread over the event loops, one per core;
+                    // each client stays on its loop, so serving it never
+                    // wakes another thread.
+                    next = (next + 1) % (event_loops.len() + 1);
+                    if next == 0 {
+                        tokio::spawn(session::serve(stream, shared.clone()));
+                    } else if let Ok(stream) = stream.into_std() {
+                        let _ = event_loops[next - 1].send(stream);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");

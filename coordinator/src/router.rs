@@ -12,6 +12,7 @@
 //! it needs the metadata node (sequences, subqueries, CTEs, defaults…).
 
 use crate::cluster::{quote_identifier, ClusterMap, NodeId, TableKind};
+use crate::lexer::Normalized;
 use pg_query::protobuf::{self, a_const, node::Node as N};
 use pg_shard_core::keyspace::{keyspace_id, keyspace_id_of_int, keyspace_id_of_text};
 use pg_shard_core::{KeyEncoding, KeyspaceId};
@@ -152,11 +153,32 @@ pub fn analyze(sql: &str) -> Analysis {
             "shards" => Analysis::Admin(AdminCommand::Shards),
             _ => Analysis::Other,
         },
-        _ => match shape(&parsed, statement) {
+        _ => match shape(&parsed, statement).and_then(|shape| with_name_ends(shape, sql)) {
             Some(shape) => Analysis::Routable(shape),
             None => Analysis::Other,
         },
     }
+}
+
+/// Completes each relation's span with the end of its (possibly
+/// schema-qualified) name, found by scanning the text once.
+fn with_name_ends(mut shape: Shape, sql: &str) -> Option<Shape> {
+    let tokens = pg_query::scan(sql).ok()?.tokens;
+    for relation in &mut shape.relations {
+        let start = relation.span.0;
+        let first = tokens.iter().position(|t| t.start as usize == start)?;
+        let mut end = tokens[first].end as usize;
+        if relation.schema.is_some() {
+            let dot = tokens.get(first + 1)?;
+            let last = tokens.get(first + 2)?;
+            if sql.get(dot.start as usize..dot.end as usize)? != "." {
+                return None;
+            }
+            end = last.end as usize;
+        }
+        relation.span.1 = end;
+    }
+    Some(shape)
 }
 
 /// The routable shape of a single statement, or None.
@@ -547,19 +569,23 @@ pub struct Session<'a> {
 /// Functions that must run where their state lives (the metadata node).
 const METADATA_FUNCTIONS: [&str; 4] = ["nextval", "currval", "setval", "lastval"];
 
+/// `sql` is the statement as the client sent it and `normalized` its
+/// literals (the shape was made from `normalized.key`).
 pub fn route(
     shape: &Shape,
     sql: &str,
+    normalized: &Normalized,
     map: &ClusterMap,
     session: &Session<'_>,
     parameters: Option<&Parameters<'_>>,
 ) -> Route {
-    route_inner(shape, sql, map, session, parameters).unwrap_or(Route::Metadata)
+    route_inner(shape, sql, normalized, map, session, parameters).unwrap_or(Route::Metadata)
 }
 
 fn route_inner(
     shape: &Shape,
     sql: &str,
+    normalized: &Normalized,
     map: &ClusterMap,
     session: &Session<'_>,
     parameters: Option<&Parameters<'_>>,
@@ -669,7 +695,7 @@ fn route_inner(
         };
         let mut placement = None;
         for value in values {
-            let id = key_id(value, *encoding, parameters)?;
+            let id = key_id(value, *encoding, normalized, parameters)?;
             let (_, found) = shards.lookup(id);
             match placement {
                 None => placement = Some(found),
@@ -702,7 +728,7 @@ fn route_inner(
                 };
                 names.push(copies.get(node)?.clone());
             }
-            rewrites.insert(*node, rewrite(sql, &shape.relations, &names)?);
+            rewrites.insert(*node, rewrite(sql, normalized, &shape.relations, &names)?);
         }
         return Some(Route::ReferenceOnly { rewrites });
     }
@@ -716,7 +742,7 @@ fn route_inner(
     }
     Some(Route::Worker {
         node,
-        sql: rewrite(sql, &shape.relations, &names)?,
+        sql: rewrite(sql, normalized, &shape.relations, &names)?,
         shard: first_shard,
         writes,
     })
@@ -758,6 +784,7 @@ fn insert_keys<'a>(
 fn key_id(
     value: &Value,
     encoding: KeyEncoding,
+    normalized: &Normalized,
     parameters: Option<&Parameters<'_>>,
 ) -> Option<KeyspaceId> {
     match value {
@@ -766,6 +793,11 @@ fn key_id(
         Value::Param { index, cast } => {
             if cast.is_some_and(|c| c != encoding) {
                 return None;
+            }
+            if *index >= normalized.first_literal {
+                // A literal of the original text: its text form.
+                let literal = normalized.literals.get(index - normalized.first_literal)?;
+                return text_key(literal, encoding);
             }
             let parameters = parameters?;
             let bytes = parameters.values.get(*index)?.as_ref()?;
@@ -840,7 +872,7 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())
@@ -851,37 +883,37 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 
 /// The statement with each relation's name replaced by `names[i]`, keeping
 /// the name the rest of the statement uses for it as an alias.
-fn rewrite(sql: &str, relations: &[Relation], names: &[String]) -> Option<String> {
-    let tokens = pg_query::scan(sql).ok()?.tokens;
-    let mut edits: Vec<(usize, usize, String)> = Vec::with_capacity(relations.len());
-    for (relation, name) in relations.iter().zip(names) {
-        let start = relation.span.0;
-        let first = tokens.iter().position(|t| t.start as usize == start)?;
-        let mut end = tokens[first].end as usize;
-        // schema . name
-        if relation.schema.is_some() {
-            let dot = tokens.get(first + 1)?;
-            let last = tokens.get(first + 2)?;
-            if sql.get(dot.start as usize..dot.end as usize)? != "." {
-                return None;
-            }
-            end = last.end as usize;
-        }
-        let replacement = match &relation.alias {
-            Some(_) => name.clone(),
-            None => format!("{name} AS {}", quote_identifier(&relation.name)),
-        };
-        edits.push((start, end, replacement));
-    }
-    edits.sort_by_key(|(start, _, _)| *start);
+fn rewrite(
+    sql: &str,
+    normalized: &Normalized,
+    relations: &[Relation],
+    names: &[String],
+) -> Option<String> {
+    let mut edits: Vec<(usize, usize, &Relation, &String)> = relations
+        .iter()
+        .zip(names)
+        .map(|(relation, name)| {
+            (
+                normalized.original_position(relation.span.0),
+                normalized.original_position(relation.span.1),
+                relation,
+                name,
+            )
+        })
+        .collect();
+    edits.sort_by_key(|(start, ..)| *start);
     let mut out = String::with_capacity(sql.len() + 64);
     let mut at = 0;
-    for (start, end, replacement) in edits {
-        if start < at {
+    for (start, end, relation, name) in edits {
+        if start < at || end < start {
             return None;
         }
         out.push_str(sql.get(at..start)?);
-        out.push_str(&replacement);
+        out.push_str(name);
+        if relation.alias.is_none() {
+            out.push_str(" AS ");
+            out.push_str(&quote_identifier(&relation.name));
+        }
         at = end;
     }
     out.push_str(sql.get(at..)?);
@@ -986,8 +1018,9 @@ mod tests {
             user: "app",
             search_path_changed: false,
         };
-        match analyze(sql) {
-            Analysis::Routable(shape) => route(&shape, sql, &map, &session, None),
+        let normalized = crate::lexer::normalize(sql);
+        match analyze(&normalized.key) {
+            Analysis::Routable(shape) => route(&shape, sql, &normalized, &map, &session, None),
             _ => Route::Metadata,
         }
     }
@@ -1099,6 +1132,7 @@ mod tests {
         let Analysis::Routable(shape) = analyze(sql) else {
             panic!()
         };
+        let normalized = crate::lexer::normalize(sql);
         let map = cluster();
         let session = Session {
             user: "app",
@@ -1119,7 +1153,7 @@ mod tests {
         };
         for parameters in [&text, &binary] {
             assert!(matches!(
-                route(&shape, sql, &map, &session, Some(parameters)),
+                route(&shape, sql, &normalized, &map, &session, Some(parameters)),
                 Route::Worker { node: n, shard: Some(s), .. } if n == node && s == shard
             ));
         }
@@ -1130,18 +1164,21 @@ mod tests {
             declared_types: &[1700],
         };
         assert_eq!(
-            route(&shape, sql, &map, &session, Some(&numeric)),
+            route(&shape, sql, &normalized, &map, &session, Some(&numeric)),
             Route::Metadata
         );
         // No parameters (Describe before Bind), a NULL: the metadata node.
-        assert_eq!(route(&shape, sql, &map, &session, None), Route::Metadata);
+        assert_eq!(
+            route(&shape, sql, &normalized, &map, &session, None),
+            Route::Metadata
+        );
         let null = Parameters {
             values: &[None],
             formats: &|_| 0,
             declared_types: &[],
         };
         assert_eq!(
-            route(&shape, sql, &map, &session, Some(&null)),
+            route(&shape, sql, &normalized, &map, &session, Some(&null)),
             Route::Metadata
         );
     }

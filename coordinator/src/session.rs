@@ -12,6 +12,7 @@ use crate::admin;
 use crate::backend::{ServerAddress, ServerConnection};
 use crate::cluster::{ClusterMap, DatabaseMap, NodeId};
 use crate::config::AuthMode;
+use crate::lexer::Normalized;
 use crate::pool::{Lease, PoolKey};
 use crate::protocol::{self, Bind, FrontendMessage, ServerError, StartupRequest};
 use crate::router::{self, Analysis, Route, TransactionCommand};
@@ -54,6 +55,7 @@ struct Prepared {
     sql: String,
     parameter_types: Vec<u32>,
     analysis: Arc<Analysis>,
+    normalized: Normalized,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -71,14 +73,17 @@ struct Transaction {
     pinned: Option<(Target, Lease)>,
 }
 
+/// The server and cancel key of the statement a client is running, if any.
+type CancelSlot = Arc<Mutex<Option<(ServerAddress, i32, i32)>>>;
+
 /// Cancel keys of running statements, by the key the client was given.
 #[derive(Default)]
 pub struct CancelRegistry {
-    slots: Mutex<HashMap<(i32, i32), Arc<Mutex<Option<(ServerAddress, i32, i32)>>>>>,
+    slots: Mutex<HashMap<(i32, i32), CancelSlot>>,
 }
 
 impl CancelRegistry {
-    fn register(&self, key: (i32, i32)) -> Arc<Mutex<Option<(ServerAddress, i32, i32)>>> {
+    fn register(&self, key: (i32, i32)) -> CancelSlot {
         let slot = Arc::new(Mutex::new(None));
         if let Ok(mut slots) = self.slots.lock() {
             slots.insert(key, slot.clone());
@@ -125,7 +130,7 @@ pub struct Session {
     /// Connection held between Flush and Sync outside a transaction.
     held: Option<(Target, Lease)>,
     cancel_key: (i32, i32),
-    cancel_slot: Arc<Mutex<Option<(ServerAddress, i32, i32)>>>,
+    cancel_slot: CancelSlot,
     /// Output bytes were sent to the client since the current statement began.
     flushed_in_statement: bool,
 }
@@ -600,14 +605,14 @@ impl Session {
         }
     }
 
-    fn analysis(&self, sql: &str) -> Arc<Analysis> {
+    fn analysis(&self, sql: &str) -> (Arc<Analysis>, Normalized) {
         self.shared.statements.get(sql)
     }
 
     // ---- simple query ---------------------------------------------------
 
     async fn simple_query(&mut self, sql: String) -> Result<(), SessionError> {
-        let analysis = self.analysis(&sql);
+        let (analysis, normalized) = self.analysis(&sql);
         if self.tx.state == TxState::Failed
             && !matches!(
                 *analysis,
@@ -649,7 +654,8 @@ impl Session {
         loop {
             tries += 1;
             let map = self.map.current();
-            let (target, text, shard) = match self.choose_simple(&analysis, &sql, &map) {
+            let (target, text, shard) = match self.choose_simple(&analysis, &sql, &normalized, &map)
+            {
                 Ok(choice) => choice,
                 Err(error) => {
                     self.abort_pinned(error).await;
@@ -693,12 +699,14 @@ impl Session {
         &self,
         analysis: &Analysis,
         sql: &str,
+        normalized: &Normalized,
         map: &ClusterMap,
     ) -> Result<(Target, String, Option<i64>), ServerError> {
         let route = match analysis {
             Analysis::Routable(shape) => router::route(
                 shape,
                 sql,
+                normalized,
                 map,
                 &router::Session {
                     user: &self.user,
@@ -873,13 +881,14 @@ impl Session {
                 parameter_types,
             } = message
             {
-                let analysis = self.analysis(query);
+                let (analysis, normalized) = self.analysis(query);
                 self.statements.insert(
                     name.clone(),
                     Prepared {
                         sql: query.clone(),
                         parameter_types: parameter_types.clone(),
                         analysis,
+                        normalized,
                     },
                 );
             }
@@ -975,7 +984,7 @@ impl Session {
                     command = Some((kind.clone(), statement.sql.clone()));
                 }
                 FrontendMessage::Parse { query, .. } => {
-                    if !matches!(*self.analysis(query), Analysis::Transaction(_)) {
+                    if !matches!(*self.analysis(query).0, Analysis::Transaction(_)) {
                         return false;
                     }
                 }
@@ -1056,6 +1065,7 @@ impl Session {
                         Analysis::Routable(shape) => router::route(
                             shape,
                             &statement.sql,
+                            &statement.normalized,
                             map,
                             &session,
                             Some(&router::Parameters {
