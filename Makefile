@@ -6,13 +6,13 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress lint bench bench-triggers bench-metadata
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
 	scripts/demo.sh
 
-test: install lint unit regress ## every test
+test: install lint unit regress coordinator-test ## every test
 
 bootstrap: ## install what is missing: PostgreSQL dev headers, libclang, cargo-pgrx
 	scripts/bootstrap.sh
@@ -38,6 +38,9 @@ unit: ## Rust unit and property tests
 
 regress: ## pg_regress suites against a throwaway 3-node cluster
 	tests/run_regress.sh
+
+coordinator-test: ## the coordinator with psql, pgbench, psycopg, node-postgres, tokio-postgres, faults
+	tests/coordinator/run.sh
 
 lint:
 	cargo fmt --all -- --check

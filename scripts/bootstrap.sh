@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install what building pg_shard needs and a fresh Debian 12 machine lacks:
-# PostgreSQL 15 server headers, libclang (bindgen) and cargo-pgrx at the
-# version the workspace pins. Idempotent: does nothing when all is there.
+# Install what building and testing pg_shard needs and a fresh Debian 12
+# machine lacks: PostgreSQL 15 server headers, libclang (bindgen), cargo-pgrx
+# at the version the workspace pins, psycopg 3 and pgbouncer (client tests
+# and benchmarks of the coordinator), and node-postgres (from npm, outside
+# the repository). Idempotent: does nothing when all is there.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -10,7 +12,7 @@ sudo_if_needed() {
 }
 
 missing=()
-for package in postgresql-server-dev-15 libclang-dev; do
+for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
         missing+=("$package")
 done
@@ -20,6 +22,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     # The dev package can upgrade the server packages to a newer minor
     # release: servers started before must be restarted (scripts/cluster.sh).
+    # pgbouncer's package starts a service: the benchmarks run their own.
+    if command -v systemctl >/dev/null 2>&1; then
+        sudo_if_needed systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+    fi
+fi
+
+# node-postgres for the client tests, kept outside the repository.
+node_dir=${PGSHARD_NODE_MODULES:-/var/tmp/pg_shard-node}
+if command -v npm >/dev/null 2>&1 && [ ! -d "$node_dir/node_modules/pg" ]; then
+    echo "bootstrap: installing node-postgres into $node_dir"
+    mkdir -p "$node_dir"
+    npm install --silent --no-audit --no-fund --prefix "$node_dir" pg@8 >/dev/null
 fi
 
 pgrx_version=$(sed -n 's/^pgrx = "=\([0-9.]*\)"/\1/p' "$repo/pg_shard_ext/Cargo.toml")

@@ -12,7 +12,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long a client waits for a free server connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Idle connections kept per pool beyond which returned ones are closed.
+/// A connection with more prepared statements than this is closed rather
+/// than returned to its pool (server memory).
 const MOST_PREPARED_PER_CONNECTION: usize = 2000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -58,6 +59,9 @@ pub struct Lease {
     connection: Option<ServerConnection>,
     pool: Arc<Pool>,
     _permit: OwnedSemaphorePermit,
+    /// The connection had been idle in the pool (it may have been closed
+    /// by its server meanwhile).
+    pub reused: bool,
 }
 
 impl Lease {
@@ -134,8 +138,9 @@ impl Pools {
             .map_err(|_| PoolError::Exhausted(key.address.clone(), CHECKOUT_TIMEOUT))?
             .map_err(|_| PoolError::Exhausted(key.address.clone(), CHECKOUT_TIMEOUT))?;
         pool.checkouts.fetch_add(1, Ordering::Relaxed);
-        let reused = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let connection = match reused {
+        let idle = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let reused = idle.is_some();
+        let connection = match idle {
             Some(connection) => connection,
             None => {
                 pool.connects.fetch_add(1, Ordering::Relaxed);
@@ -156,7 +161,16 @@ impl Pools {
             connection: Some(connection),
             pool,
             _permit: permit,
+            reused,
         })
+    }
+
+    /// Closes the idle connections of the pool behind `lease` (its server
+    /// went away, so they are likely dead too).
+    pub fn discard_idle(&self, lease: &Lease) {
+        if let Ok(mut idle) = lease.pool.idle.lock() {
+            idle.clear();
+        }
     }
 
     /// Hands a connection made elsewhere (passthrough login) to the pool.

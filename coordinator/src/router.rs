@@ -183,6 +183,11 @@ fn with_name_ends(mut shape: Shape, sql: &str) -> Option<Shape> {
 
 /// The routable shape of a single statement, or None.
 fn shape(parsed: &pg_query::ParseResult, statement: &N) -> Option<Shape> {
+    // EXPLAIN of a routable statement runs where the statement would.
+    let statement = match statement {
+        N::ExplainStmt(explain) => explain.query.as_ref()?.node.as_ref()?,
+        other => other,
+    };
     let mut relations = Vec::new();
     let mut facts = Vec::new();
     let mut assigned = Vec::new();
@@ -1100,6 +1105,7 @@ mod tests {
             "SELECT * FROM accounts WHERE aid IN (1, 2, 3, 4, 5, 6, 7, 8)",
             "SELECT * INTO copy FROM accounts WHERE aid = 1",
             "SELECT 1 FROM accounts WHERE aid = 1 UNION SELECT 2",
+            "EXPLAIN SELECT * FROM accounts",
         ] {
             assert_eq!(route_text(sql), Route::Metadata, "{sql}");
         }
@@ -1116,6 +1122,20 @@ mod tests {
         ] {
             assert!(matches!(route_text(sql), Route::Worker { writes: true, .. }), "{sql}");
         }
+    }
+
+    #[test]
+    fn explain_goes_where_the_statement_goes() {
+        let (node, shard) = shard_of(42);
+        assert_eq!(
+            route_text("EXPLAIN (COSTS OFF) SELECT * FROM accounts WHERE aid = 42"),
+            Route::Worker {
+                node,
+                sql: format!("EXPLAIN (COSTS OFF) SELECT * FROM \"public\".\"accounts_{shard}\" AS \"accounts\" WHERE aid = 42"),
+                shard: Some(shard),
+                writes: false,
+            }
+        );
     }
 
     #[test]

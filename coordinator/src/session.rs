@@ -301,17 +301,34 @@ async fn start(
             }
         }
     }
-    if parameter("options").is_some_and(|o| !o.trim().is_empty()) {
-        refuse(
-            &mut stream,
-            ServerError::fatal(
-                "0A000",
-                "pg_shard coordinator does not accept command-line options in the startup packet",
+    // `options` (PGOPTIONS): settings as `-c name=value` or `--name=value`.
+    if let Some(options) = parameter("options") {
+        let Some(pairs) = command_line_settings(&options) else {
+            refuse(
+                &mut stream,
+                ServerError::fatal(
+                    "0A000",
+                    "pg_shard coordinator accepts only -c name=value and --name=value in options",
+                )
+                .with_hint(
+                    "Set the parameters with SET after connecting, or as startup parameters.",
+                ),
             )
-            .with_hint("Set the parameters with SET after connecting, or as startup parameters."),
-        )
-        .await;
-        return Ok(None);
+            .await;
+            return Ok(None);
+        };
+        for (name, value) in pairs {
+            if name == "search_path" {
+                search_path_changed = true;
+            }
+            settings.retain(|(n, _)| *n != name);
+            let statement = format!(
+                "SET {} = {}",
+                crate::cluster::quote_identifier(&name),
+                quote_literal(&value)
+            );
+            settings.push((name, statement));
+        }
     }
     for (name, value) in &reported {
         protocol::parameter_status(&mut out, name, value);
@@ -514,6 +531,49 @@ async fn passthrough_login(
     }
 }
 
+/// The settings in a startup `options` string: words separated by spaces
+/// (a backslash escapes the next character), each `-c name=value` (or
+/// `-cname=value`) or `--name=value`. None for anything else.
+fn command_line_settings(options: &str) -> Option<Vec<(String, String)>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.push(chars.next()?),
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let mut settings = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(word) = words.next() {
+        let assignment = if word == "-c" {
+            words.next()?
+        } else if let Some(rest) = word.strip_prefix("--") {
+            rest.to_owned()
+        } else if let Some(rest) = word.strip_prefix("-c") {
+            rest.to_owned()
+        } else {
+            return None;
+        };
+        let (name, value) = assignment.split_once('=')?;
+        if name.is_empty() {
+            return None;
+        }
+        // Command-line style allows '-' for '_' in names.
+        settings.push((name.replace('-', "_").to_lowercase(), value.to_owned()));
+    }
+    Some(settings)
+}
+
 /// `'text'` with quotes doubled (standard_conforming_strings is on).
 pub fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
@@ -543,6 +603,9 @@ enum Expect {
 /// How one round trip ended.
 enum Outcome {
     Done,
+    /// A connection from the pool turned out dead before it answered;
+    /// nothing ran, so the statement goes again on a new connection.
+    Stale,
     /// The worker refused with WrongShard and nothing was passed on yet.
     WrongShard(ServerError),
 }
@@ -683,6 +746,8 @@ impl Session {
                 .await?
             {
                 Outcome::Done => break,
+                // Pooled connections are discarded, so this ends.
+                Outcome::Stale => tries -= 1,
                 Outcome::WrongShard(error) => {
                     self.note_wrong_shard(&map, &error).await;
                 }
@@ -958,6 +1023,7 @@ impl Session {
                 && tries < self.shared.config.wrong_shard_tries;
             match self.send_batch(&batch, &plan, &map, retryable).await? {
                 Outcome::Done => return Ok(()),
+                Outcome::Stale => tries -= 1,
                 Outcome::WrongShard(error) => self.note_wrong_shard(&map, &error).await,
             }
         }
@@ -1470,14 +1536,23 @@ impl Session {
                 lease.connection().broken = true;
                 return Err(e);
             }
-            Err(RelayError::Server(e)) => {
+            Err(RelayError::ServerBeforeAnswer(_))
+                if lease.reused && (self.tx.state == TxState::Idle || begins) =>
+            {
+                // Nothing ran: try again on a new connection.
+                lease.connection().broken = true;
+                self.shared.pools.discard_idle(&lease);
+                self.output.truncate(output_start.min(self.output.len()));
+                return Ok(Outcome::Stale);
+            }
+            Err(RelayError::Server(e)) | Err(RelayError::ServerBeforeAnswer(e)) => {
                 lease.connection().broken = true;
                 self.output.truncate(output_start.min(self.output.len()));
                 self.reply_error(ServerError::new(
                     "08006",
                     format!("pg_shard coordinator: connection to {address} failed: {e}"),
                 ));
-                if self.tx.pinned.is_some() || begins {
+                if self.tx.state != TxState::Idle {
                     self.tx.state = TxState::Failed;
                 }
                 self.tx.pinned = None;
@@ -1621,13 +1696,28 @@ impl Session {
         connection
             .write(request)
             .await
-            .map_err(RelayError::Server)?;
+            .map_err(RelayError::ServerBeforeAnswer)?;
         let mut queue: VecDeque<Expect> = expects.into();
         let mut held_error: Option<ServerError> = None;
         let mut saw_error = false;
+        let mut received_any = false;
         self.emit_synthetic(&mut queue);
         while !queue.is_empty() {
-            let (tag, body) = connection.read().await.map_err(RelayError::Server)?;
+            let (tag, body) = match connection.read().await {
+                Ok(message) => message,
+                Err(e) if !received_any => return Err(RelayError::ServerBeforeAnswer(e)),
+                Err(e) => return Err(RelayError::Server(e)),
+            };
+            if !received_any && tag == b'E' {
+                let error = ServerError::parse(&body);
+                if error.severity == "FATAL" {
+                    connection.broken = true;
+                    return Err(RelayError::ServerBeforeAnswer(
+                        crate::backend::BackendError::Refused(error),
+                    ));
+                }
+            }
+            received_any = true;
             let hidden = matches!(queue.front(), Some(Expect::Hidden));
             match tag {
                 b'N' | b'A' => {
@@ -1802,6 +1892,9 @@ impl Session {
 enum RelayError {
     Client(SessionError),
     Server(crate::backend::BackendError),
+    /// The server failed before answering anything (closed, or a FATAL
+    /// error such as an administrator shutdown).
+    ServerBeforeAnswer(crate::backend::BackendError),
 }
 
 struct BatchPlan {
@@ -1871,4 +1964,36 @@ fn spans_nodes(node: NodeId) -> ServerError {
     )
     .with_detail("A transaction through the coordinator runs on one node; it has been rolled back.")
     .with_hint("Keep a transaction's statements on the keys of one shard, or start it with a statement on several shards so that it runs on the metadata node.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startup_options() {
+        assert_eq!(
+            command_line_settings(
+                "-c intervalstyle=postgres_verbose --datestyle=ISO,\\ MDY -cstatement_timeout=5s"
+            ),
+            Some(vec![
+                ("intervalstyle".into(), "postgres_verbose".into()),
+                ("datestyle".into(), "ISO, MDY".into()),
+                ("statement_timeout".into(), "5s".into()),
+            ])
+        );
+        assert_eq!(command_line_settings(""), Some(vec![]));
+        assert_eq!(command_line_settings("-d 5"), None);
+        assert_eq!(command_line_settings("-c"), None);
+        assert_eq!(command_line_settings("-c =x"), None);
+    }
+
+    #[test]
+    fn statement_names_depend_on_text_and_types() {
+        assert_eq!(server_statement_name("", "SELECT 1", &[]), "");
+        let a = server_statement_name("s1", "SELECT $1", &[23]);
+        assert_eq!(a, server_statement_name("other", "SELECT $1", &[23]));
+        assert_ne!(a, server_statement_name("s1", "SELECT $1", &[20]));
+        assert!(a.len() < 64);
+    }
 }

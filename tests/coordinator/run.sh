@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Tests of the coordinator against a throwaway cluster: metadata node on
+# 28320, workers 28321-28322, coordinator 28420 (metrics 28421), a second
+# coordinator on 28422. Prints "coordinator: N passed, M failed".
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=$repo/tests/coordinator
+export PGSHARD_CLUSTER_DIR=$repo/.cluster-coordinator
+export PGSHARD_BASE_PORT=28320
+export PGSHARD_WORKERS=2
+export PGSHARD_DATABASE=coordinator_test
+export PGUSER=postgres
+coordinator=28420
+metrics=127.0.0.1:28421
+second=28422
+bin=${CARGO_TARGET_DIR:-$repo/target}/release/pg_shard_coordinator
+passed=0
+failed=0
+ok() { echo "ok - $1"; passed=$((passed + 1)); }
+not_ok() { echo "not ok - $1"; failed=$((failed + 1)); }
+check() { # check "description" command...
+    local description=$1
+    shift
+    if "$@"; then ok "$description"; else not_ok "$description"; fi
+}
+via() { psql -X -h 127.0.0.1 -p "$coordinator" -d "$PGSHARD_DATABASE" -v ON_ERROR_STOP=1 "$@"; }
+on_metadata() { psql -X -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -d "$PGSHARD_DATABASE" -v ON_ERROR_STOP=1 "$@"; }
+
+second_pid=
+cleanup() {
+    [ -n "$second_pid" ] && kill "$second_pid" 2>/dev/null
+    if [ "${PGSHARD_KEEP_CLUSTER:-0}" = 1 ]; then
+        "$repo/scripts/cluster.sh" stop >/dev/null
+    else
+        "$repo/scripts/cluster.sh" destroy >/dev/null
+    fi
+}
+"$repo/scripts/cluster.sh" destroy >/dev/null
+"$repo/scripts/cluster.sh" start >/dev/null || { echo "coordinator: 0 passed, 1 failed (cluster)"; exit 1; }
+trap cleanup EXIT
+cluster_dir=$(readlink -f "$PGSHARD_CLUSTER_DIR")
+
+# 1. pg_regress suites through the coordinator (psql, simple protocol).
+pg_regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
+rm -rf "$here/results" "$here/regression.diffs" "$here/regression.out"
+(cd "$here" && "$pg_regress" --use-existing --host=127.0.0.1 --port="$coordinator" --user=postgres \
+    --dbname="$PGSHARD_DATABASE" --inputdir="$here" --outputdir="$here" \
+    --schedule="$here/schedule" 2>&1) >"$here/pg_regress.log" || true
+cat "$here/pg_regress.log"
+[ -f "$here/regression.diffs" ] && cat "$here/regression.diffs"
+passed=$((passed + $(grep -cE '^(ok|test) .* \.\.\. ok' "$here/pg_regress.log" || true)))
+failed=$((failed + $(grep -cE '\.\.\. FAILED|\.\.\. failed' "$here/pg_regress.log" || true)))
+
+# 2. Real clients: psycopg 3, node-postgres, tokio-postgres.
+dsn="host=127.0.0.1 port=$coordinator dbname=$PGSHARD_DATABASE user=postgres"
+# Debian's python3-psycopg, for Debian's python (not one on PATH before it).
+python=/usr/bin/python3
+run_script() { # run_script log command...: a script that dies counts as a failure
+    local log=$1
+    shift
+    if ! "$@" >>"$log" 2>&1 && ! grep -q '^not ok - ' "$log"; then
+        echo "not ok - $* exited with an error" >>"$log"
+    fi
+}
+: >"$here/clients.log"
+run_script "$here/clients.log" "$python" "$here/clients/psycopg_test.py" "$dsn"
+cat "$here/clients.log"
+node_dir=${PGSHARD_NODE_MODULES:-/var/tmp/pg_shard-node}
+if [ ! -d "$node_dir/node_modules/pg" ]; then
+    mkdir -p "$node_dir" && npm install --silent --prefix "$node_dir" pg@8 >/dev/null 2>&1
+fi
+NODE_PATH=$node_dir/node_modules run_script "$here/clients.log" \
+    node "$here/clients/node_test.js" "$coordinator" "$PGSHARD_DATABASE"
+(cd "$repo" && PGSHARD_COORDINATOR_URL="host=127.0.0.1 port=$coordinator dbname=$PGSHARD_DATABASE user=postgres" \
+    cargo test -q -p pg_shard_coordinator --test clients -- --ignored 2>&1) >"$here/tokio.log"
+if grep -q "^test result: ok. 3 passed" "$here/tokio.log"; then
+    echo "ok - tokio-postgres: 3 tests" >>"$here/clients.log"
+else
+    cat "$here/tokio.log"
+    echo "not ok - tokio-postgres" >>"$here/clients.log"
+fi
+tail -n +1 "$here/clients.log" | grep -E "^(not )?ok - (node|tokio)"
+passed=$((passed + $(grep -c '^ok - ' "$here/clients.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/clients.log")))
+
+# 3. pgbench through the coordinator: every protocol mode, no failed
+# transaction, and every acknowledged write accounted for.
+bench=pgbench_test
+for port in 28320 28321 28322; do
+    psql -X -q -h 127.0.0.1 -p $port -d postgres -c "DROP DATABASE IF EXISTS $bench" -c "CREATE DATABASE $bench"
+done
+pgbench_via() { pgbench -h 127.0.0.1 -p "$coordinator" "$@" "$bench"; }
+psql -X -q -h 127.0.0.1 -p "$coordinator" -d "$bench" -v ON_ERROR_STOP=1 <<SQL
+CREATE EXTENSION pg_shard;
+SELECT pg_shard.add_node('127.0.0.1', 28321);
+SELECT pg_shard.add_node('127.0.0.1', 28322);
+SQL
+pgbench_via -i -q -s 1 >/dev/null 2>&1
+psql -X -q -h 127.0.0.1 -p "$coordinator" -d "$bench" -v ON_ERROR_STOP=1 >/dev/null <<SQL
+ALTER TABLE pgbench_history REPLICA IDENTITY FULL;
+SELECT pg_shard.create_distributed_table('pgbench_accounts', 'aid');
+SELECT pg_shard.create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts');
+SELECT pg_shard.create_reference_table('pgbench_branches');
+SELECT pg_shard.create_reference_table('pgbench_tellers');
+SELECT pg_sleep(1);
+SQL
+invariant() {
+    psql -X -At -h 127.0.0.1 -p 28320 -d "$bench" -c \
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT coalesce(sum(delta), 0) FROM pgbench_history)"
+}
+for mode in simple extended prepared; do
+    for script in -S -N; do
+        out=$(pgbench_via -n $script -M $mode -c 4 -j 2 -t 200 2>&1)
+        if grep -q "number of transactions actually processed: 800/800" <<<"$out" &&
+            grep -q "number of failed transactions: 0 " <<<"$out"; then
+            ok "pgbench $script -M $mode: 800 transactions, none failed"
+        else
+            not_ok "pgbench $script -M $mode"
+            echo "$out" | tail -5
+        fi
+    done
+done
+check "balances equal the history's deltas after pgbench -N" test "$(invariant)" = t
+history_rows=$(psql -X -At -h 127.0.0.1 -p 28320 -d "$bench" -c "SELECT count(*) FROM pgbench_history")
+check "every -N transaction left one history row (2400)" test "$history_rows" = 2400
+routed=$(curl -s "http://$metrics/metrics" | grep -E '^pg_shard_node_queries_total\{node="127.0.0.1:2832[12]"\}' |
+    awk '{s += $2} END {print s + 0}')
+check "pgbench statements went straight to the workers ($routed)" test "$routed" -gt 4000
+
+# Two coordinators serve one cluster at once.
+"$bin" --listen 127.0.0.1:$second --metadata 127.0.0.1:28320 --metrics-listen "" \
+    --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator2.log" 2>&1 &
+second_pid=$!
+sleep 0.5
+pgbench -h 127.0.0.1 -p $second -n -N -c 4 -j 2 -t 300 "$bench" >"$here/second.log" 2>&1 &
+second_bench=$!
+first_run=$(pgbench_via -n -N -M prepared -c 4 -j 2 -t 300 2>&1)
+wait "$second_bench"
+if grep -q "failed transactions: 0 " <<<"$first_run" && grep -q "failed transactions: 0 " "$here/second.log" &&
+    [ "$(invariant)" = t ]; then
+    ok "two coordinators at once: no failures, balances equal deltas"
+else
+    not_ok "two coordinators at once"
+    tail -3 "$here/second.log"
+fi
+
+# 4. WrongShard: a worker takes the shard of account 42 at a newer map
+# version the coordinator has not heard of; the coordinator reloads its map
+# and retries (the metadata node's version moves without a NOTIFY here).
+shard42=$(psql -X -At -h 127.0.0.1 -p 28320 -d "$PGSHARD_DATABASE" -c \
+    "SELECT shard_table || ' ' || port FROM pg_shard.shards WHERE table_name = 'accounts'::regclass
+     AND pg_shard.keyspace_id(42::bigint) BETWEEN range_start AND range_end")
+read -r shard_table shard_port <<<"$shard42"
+retries_before=$(curl -s "http://$metrics/metrics" | awk '/^pg_shard_wrong_shard_retries_total/ {print $2}')
+version=$(psql -X -At -h 127.0.0.1 -p 28320 -d "$PGSHARD_DATABASE" -c "SELECT version FROM pg_shard.map_state")
+psql -X -q -h 127.0.0.1 -p "$shard_port" -d "$PGSHARD_DATABASE" -c \
+    "UPDATE pg_shard.local_shard SET epoch = $((version + 1)) WHERE shard_rel = '$shard_table'::regclass"
+# Mid-transaction the refusal reaches the client (the transaction is not retried).
+mid=$(psql -X -h 127.0.0.1 -p "$coordinator" -d "$PGSHARD_DATABASE" 2>&1 <<SQL
+BEGIN;
+SELECT balance FROM accounts WHERE id = 42;
+UPDATE accounts SET balance = balance + 1 WHERE id = 42;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SQL
+)
+check "WrongShard inside a transaction reaches the client (PS001)" grep -q "^PS001" <<<"$mid"
+psql -X -q -h 127.0.0.1 -p 28320 -d "$PGSHARD_DATABASE" -c "UPDATE pg_shard.map_state SET version = version + 1"
+out=$(via -Atqc "UPDATE accounts SET balance = balance + 1 WHERE id = 42 RETURNING balance" 2>&1)
+retries_after=$(curl -s "http://$metrics/metrics" | awk '/^pg_shard_wrong_shard_retries_total/ {print $2}')
+check "WrongShard in autocommit: map reloaded, statement retried ($out)" \
+    test "$out" = 501 -a "$retries_after" -gt "$retries_before"
+
+# 5. Faults: malformed messages, vanishing clients, a worker down and back.
+: >"$here/faults.log"
+run_script "$here/faults.log" "$python" "$here/clients/faults.py" "$coordinator" "$PGSHARD_DATABASE"
+cat "$here/faults.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/faults.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/faults.log")))
+worker2=$cluster_dir/worker2
+as_postgres() { (cd / && runuser -u postgres -- "$@"); }
+key_on_worker2=$(psql -X -At -h 127.0.0.1 -p 28320 -d "$PGSHARD_DATABASE" -c \
+    "SELECT min(id) FROM accounts a WHERE EXISTS (SELECT 1 FROM pg_shard.shards s
+       WHERE s.table_name = 'accounts'::regclass AND s.port = 28322
+         AND pg_shard.keyspace_id(a.id) BETWEEN s.range_start AND s.range_end)")
+as_postgres "$(pg_config --bindir)/pg_ctl" -D "$worker2" -m fast -w stop >/dev/null
+down=$(via -Atc "SELECT owner FROM accounts WHERE id = $key_on_worker2" 2>&1)
+up=$(via -Atc "SELECT owner FROM accounts WHERE id = 42" 2>&1)
+check "worker down: its keys fail cleanly, others are served" \
+    test "$(grep -c 'pg_shard coordinator' <<<"$down")" -ge 1 -a "$up" = "owner 42"
+as_postgres "$(pg_config --bindir)/pg_ctl" -D "$worker2" -l "$worker2/server.log" -w start >/dev/null
+back=$(via -Atc "SELECT owner FROM accounts WHERE id = $key_on_worker2" 2>&1)
+check "worker back: served again" test "$back" = "owner $key_on_worker2"
+as_postgres "$(pg_config --bindir)/pg_ctl" -D "$worker2" -m fast -w restart >/dev/null
+again=$(via -Atc "SELECT owner FROM accounts WHERE id = $key_on_worker2" 2>&1)
+check "worker restarted: pooled connections replaced transparently" test "$again" = "owner $key_on_worker2"
+
+# 6. Observability: admin commands and /metrics.
+pools=$(via -Atc "SHOW POOLS")
+check "SHOW POOLS lists the pools" grep -q "127.0.0.1:28321" <<<"$pools"
+stats=$(via -Atc "SHOW STATS")
+check "SHOW STATS counts statements per node" grep -q "127.0.0.1:28320|" <<<"$stats"
+metrics_text=$(curl -s "http://$metrics/metrics")
+check "/metrics: latency histograms per node" grep -q 'pg_shard_node_latency_seconds_bucket{node="127.0.0.1:28321",le="+Inf"}' <<<"$metrics_text"
+check "/metrics: statements per shard" grep -q '^pg_shard_shard_queries_total{shard="' <<<"$metrics_text"
+
+# 7. Authentication: SCRAM against a users file (a third coordinator).
+users=$cluster_dir/users.txt
+printf '"postgres" "s3cret"\n' >"$users"
+"$bin" --listen 127.0.0.1:28423 --metadata 127.0.0.1:28320 --metrics-listen "" --auth scram \
+    --users-file "$users" >"$cluster_dir/coordinator3.log" 2>&1 &
+third_pid=$!
+sleep 0.5
+good=$(PGPASSWORD=s3cret psql -X -h 127.0.0.1 -p 28423 -d "$PGSHARD_DATABASE" -Atc "SELECT owner FROM accounts WHERE id = 42" 2>&1)
+bad=$(PGPASSWORD=wrong psql -X -h 127.0.0.1 -p 28423 -d "$PGSHARD_DATABASE" -Atc "SELECT 1" 2>&1)
+kill "$third_pid"
+check "SCRAM: right password accepted" test "$good" = "owner 42"
+check "SCRAM: wrong password refused" grep -q "password authentication failed" <<<"$bad"
+nodb=$(psql -X -h 127.0.0.1 -p "$coordinator" -d no_such_database -Atc "SELECT 1" 2>&1)
+check "passthrough: the metadata node's refusal reaches the client" grep -q 'database "no_such_database" does not exist' <<<"$nodb"
+
+echo "coordinator: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

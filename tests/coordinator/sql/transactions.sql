@@ -1,0 +1,70 @@
+-- A transaction runs on the node of its first statement.
+BEGIN;
+UPDATE accounts SET balance = balance - 10 WHERE id = 42;
+INSERT INTO transfers VALUES (42, 4, -10);
+SELECT balance FROM accounts WHERE id = 42;
+COMMIT;
+SELECT balance FROM accounts WHERE id = 42;
+SELECT count(*) FROM transfers WHERE account_id = 42;
+-- rolled back: nothing stays
+BEGIN;
+UPDATE accounts SET balance = 0 WHERE id = 42;
+ROLLBACK;
+SELECT balance FROM accounts WHERE id = 42;
+-- a statement for another node fails, before anything commits
+SELECT pg_shard.keyspace_id(42::bigint) AS k42, pg_shard.keyspace_id(7::bigint) AS k7 \gset
+SELECT (SELECT node_id FROM pg_shard.shards WHERE table_name = 'accounts'::regclass
+          AND :k42 BETWEEN range_start AND range_end)
+    <> (SELECT node_id FROM pg_shard.shards WHERE table_name = 'accounts'::regclass
+          AND :k7 BETWEEN range_start AND range_end) AS other_node;
+BEGIN;
+UPDATE accounts SET balance = 0 WHERE id = 42;
+UPDATE accounts SET balance = 0 WHERE id = 7;
+SELECT 1;
+COMMIT;
+SELECT id, balance FROM accounts WHERE id IN (7, 42) ORDER BY id;
+-- a transaction that starts on the metadata node can touch every shard
+BEGIN;
+SELECT count(*) FROM accounts;
+UPDATE accounts SET balance = balance + 1 WHERE id = 42;
+UPDATE accounts SET balance = balance + 1 WHERE id = 7;
+COMMIT;
+SELECT id, balance FROM accounts WHERE id IN (7, 42) ORDER BY id;
+-- BEGIN and COMMIT without statements; statements without tables follow the transaction
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+COMMIT;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+UPDATE accounts SET balance = balance WHERE id = 42;
+SHOW transaction_isolation;
+COMMIT;
+BEGIN;
+SELECT 1 AS no_table;
+UPDATE accounts SET balance = balance WHERE id = 42;
+COMMIT;
+BEGIN;
+UPDATE accounts SET balance = balance WHERE id = 42;
+SHOW transaction_isolation;
+SET LOCAL statement_timeout = '5s';
+SELECT balance FROM accounts WHERE id = 42;
+COMMIT;
+-- an error inside a transaction aborts it, as in PostgreSQL
+BEGIN;
+UPDATE accounts SET balance = balance + 1 WHERE id = 42;
+SELECT 1 / 0;
+SELECT 1;
+ROLLBACK;
+SELECT balance FROM accounts WHERE id = 42;
+-- savepoints on the transaction's node
+BEGIN;
+UPDATE accounts SET balance = 500 WHERE id = 42;
+SAVEPOINT s;
+UPDATE accounts SET balance = 600 WHERE id = 42;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT balance FROM accounts WHERE id = 42;
+-- session settings survive transaction pooling
+SET DateStyle = 'SQL, DMY';
+SELECT '2024-03-01'::date;
+SELECT '2024-03-01'::date FROM accounts WHERE id = 42;
+RESET DateStyle;
+SELECT '2024-03-01'::date;
