@@ -54,3 +54,6 @@ bench-triggers: install ## COPY of 1M rows into a shard with and without the gua
 
 bench-metadata: install ## SQL through the metadata node vs direct / one PostgreSQL
 	benches/metadata_sql.sh
+
+bench-coordinator: install ## pgbench -S through the coordinator vs direct vs pgbouncer
+	benches/coordinator.sh

@@ -152,7 +152,7 @@ fn main() -> std::process::ExitCode {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    // One event loop per core (this is the first); see event_loops.
+    // The first event loop (of --threads); see event_loops.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -227,7 +227,7 @@ async fn run(config: Config) -> Result<(), String> {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    // Clients are spread over the event loops, one per core;
+                    // Clients are spread over the event loops (--threads);
                     // each client stays on its loop, so serving it never
                     // wakes another thread.
                     next = (next + 1) % (event_loops.len() + 1);

@@ -14,30 +14,40 @@ const BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
 ];
 
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+/// Counters of one server, updated without locks on every statement.
+pub struct NodeStats {
+    queries: AtomicU64,
+    errors: AtomicU64,
+    /// Cumulative: bucket i counts statements at or under BUCKETS[i].
+    buckets: [AtomicU64; BUCKETS.len()],
+    latency_nanos: AtomicU64,
 }
 
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        for (bound, count) in BUCKETS.iter().zip(self.counts.iter_mut()) {
+impl NodeStats {
+    fn new() -> NodeStats {
+        NodeStats {
+            queries: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one statement (or extended-protocol batch).
+    pub fn observe(&self, elapsed: Duration, failed: bool) {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let seconds = elapsed.as_secs_f64();
+        for (bound, count) in BUCKETS.iter().zip(self.buckets.iter()) {
             if seconds <= *bound {
-                *count += 1;
+                count.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.count += 1;
-        self.sum += seconds;
+        self.latency_nanos
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
-}
-
-#[derive(Default)]
-struct NodeStats {
-    queries: u64,
-    errors: u64,
-    latency: Histogram,
 }
 
 #[derive(Default)]
@@ -48,32 +58,28 @@ pub struct Metrics {
     pub wrong_shard_retries: AtomicU64,
     pub map_reloads: AtomicU64,
     pub protocol_errors: AtomicU64,
-    nodes: Mutex<BTreeMap<String, NodeStats>>,
+    nodes: Mutex<BTreeMap<String, Arc<NodeStats>>>,
     shards: Mutex<BTreeMap<i64, u64>>,
 }
 
 impl Metrics {
-    /// Records one statement (or extended-protocol batch) sent to `node`.
-    pub fn observe(&self, node: &str, shard: Option<i64>, elapsed: Duration, failed: bool) {
-        if let Ok(mut nodes) = self.nodes.lock() {
-            let stats = match nodes.get_mut(node) {
-                Some(stats) => stats,
-                None => nodes.entry(node.to_owned()).or_default(),
-            };
-            stats.queries += 1;
-            if failed {
-                stats.errors += 1;
-            }
-            stats.latency.observe(elapsed.as_secs_f64());
-        }
-        if let Some(shard) = shard {
-            if let Ok(mut shards) = self.shards.lock() {
-                *shards.entry(shard).or_default() += 1;
-            }
+    /// The counters of the server at `node` (host:port), created on first use.
+    pub fn node(&self, node: &str) -> Arc<NodeStats> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes
+            .entry(node.to_owned())
+            .or_insert_with(|| Arc::new(NodeStats::new()))
+            .clone()
+    }
+
+    /// Counts a statement routed straight to `shard`.
+    pub fn shard(&self, shard: i64) {
+        if let Ok(mut shards) = self.shards.lock() {
+            *shards.entry(shard).or_default() += 1;
         }
     }
 
-    /// (node, queries, errors) for SHOW STATS.
+    /// (node, queries, errors, average seconds) for SHOW STATS.
     pub fn node_counts(&self) -> Vec<(String, u64, u64, f64)> {
         self.nodes
             .lock()
@@ -81,12 +87,19 @@ impl Metrics {
                 nodes
                     .iter()
                     .map(|(node, stats)| {
-                        let average = if stats.latency.count == 0 {
+                        let queries = stats.queries.load(Ordering::Relaxed);
+                        let nanos = stats.latency_nanos.load(Ordering::Relaxed);
+                        let average = if queries == 0 {
                             0.0
                         } else {
-                            stats.latency.sum / stats.latency.count as f64
+                            nanos as f64 / 1e9 / queries as f64
                         };
-                        (node.clone(), stats.queries, stats.errors, average)
+                        (
+                            node.clone(),
+                            queries,
+                            stats.errors.load(Ordering::Relaxed),
+                            average,
+                        )
                     })
                     .collect()
             })
@@ -148,7 +161,7 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "pg_shard_node_queries_total{{node=\"{node}\"}} {}",
-                    stats.queries
+                    stats.queries.load(Ordering::Relaxed)
                 );
             }
             let _ = writeln!(out, "# HELP pg_shard_node_errors_total Statements that failed on each node.\n# TYPE pg_shard_node_errors_total counter");
@@ -156,26 +169,27 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "pg_shard_node_errors_total{{node=\"{node}\"}} {}",
-                    stats.errors
+                    stats.errors.load(Ordering::Relaxed)
                 );
             }
             let _ = writeln!(out, "# HELP pg_shard_node_latency_seconds Statement latency per node.\n# TYPE pg_shard_node_latency_seconds histogram");
             for (node, stats) in nodes.iter() {
-                for (bound, count) in BUCKETS.iter().zip(stats.latency.counts.iter()) {
+                for (bound, count) in BUCKETS.iter().zip(stats.buckets.iter()) {
                     let _ = writeln!(
                         out,
-                        "pg_shard_node_latency_seconds_bucket{{node=\"{node}\",le=\"{bound}\"}} {count}"
+                        "pg_shard_node_latency_seconds_bucket{{node=\"{node}\",le=\"{bound}\"}} {}",
+                        count.load(Ordering::Relaxed)
                     );
                 }
+                let queries = stats.queries.load(Ordering::Relaxed);
                 let _ = writeln!(
                     out,
-                    "pg_shard_node_latency_seconds_bucket{{node=\"{node}\",le=\"+Inf\"}} {}",
-                    stats.latency.count
+                    "pg_shard_node_latency_seconds_bucket{{node=\"{node}\",le=\"+Inf\"}} {queries}"
                 );
                 let _ = writeln!(
                     out,
-                    "pg_shard_node_latency_seconds_sum{{node=\"{node}\"}} {}\npg_shard_node_latency_seconds_count{{node=\"{node}\"}} {}",
-                    stats.latency.sum, stats.latency.count
+                    "pg_shard_node_latency_seconds_sum{{node=\"{node}\"}} {}\npg_shard_node_latency_seconds_count{{node=\"{node}\"}} {queries}",
+                    stats.latency_nanos.load(Ordering::Relaxed) as f64 / 1e9
                 );
             }
         }
@@ -229,8 +243,11 @@ mod tests {
     #[test]
     fn histogram_buckets_are_cumulative() {
         let metrics = Metrics::default();
-        metrics.observe("w1", Some(100), Duration::from_micros(300), false);
-        metrics.observe("w1", Some(100), Duration::from_millis(20), true);
+        let node = metrics.node("w1");
+        node.observe(Duration::from_micros(300), false);
+        node.observe(Duration::from_millis(20), true);
+        metrics.shard(100);
+        metrics.shard(100);
         let text = metrics.render();
         assert!(text.contains("pg_shard_node_queries_total{node=\"w1\"} 2"));
         assert!(text.contains("pg_shard_node_errors_total{node=\"w1\"} 1"));

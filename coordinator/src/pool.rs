@@ -3,7 +3,7 @@
 //! returns to its pool when the transaction ends.
 
 use crate::backend::{BackendError, Credentials, ServerAddress, ServerConnection};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, NodeStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,8 @@ pub struct PoolKey {
 
 pub struct Pool {
     pub key: PoolKey,
+    /// The server's statement counters.
+    pub stats: Arc<NodeStats>,
     idle: Mutex<Vec<ServerConnection>>,
     permits: Arc<Semaphore>,
     size: usize,
@@ -113,13 +115,14 @@ impl Pools {
             .unwrap_or_default()
     }
 
-    fn pool(&self, key: &PoolKey) -> Arc<Pool> {
+    fn pool_entry(&self, key: &PoolKey) -> Arc<Pool> {
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         pools
             .entry(key.clone())
             .or_insert_with(|| {
                 Arc::new(Pool {
                     key: key.clone(),
+                    stats: self.metrics.node(&key.address.to_string()),
                     idle: Mutex::new(Vec::new()),
                     permits: Arc::new(Semaphore::new(self.size)),
                     size: self.size,
@@ -132,11 +135,20 @@ impl Pools {
 
     /// An idle connection from the pool, or a new one.
     pub async fn checkout(&self, key: &PoolKey) -> Result<Lease, PoolError> {
-        let pool = self.pool(key);
+        self.checkout_from(self.pool(key)).await
+    }
+
+    /// The pool for `key` (made on first use), for callers that keep it.
+    pub fn pool(&self, key: &PoolKey) -> Arc<Pool> {
+        self.pool_entry(key)
+    }
+
+    /// [`Pools::checkout`] from a pool the caller kept.
+    pub async fn checkout_from(&self, pool: Arc<Pool>) -> Result<Lease, PoolError> {
         let permit = tokio::time::timeout(CHECKOUT_TIMEOUT, pool.permits.clone().acquire_owned())
             .await
-            .map_err(|_| PoolError::Exhausted(key.address.clone(), CHECKOUT_TIMEOUT))?
-            .map_err(|_| PoolError::Exhausted(key.address.clone(), CHECKOUT_TIMEOUT))?;
+            .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?
+            .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?;
         pool.checkouts.fetch_add(1, Ordering::Relaxed);
         let idle = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
         let reused = idle.is_some();
@@ -146,10 +158,10 @@ impl Pools {
                 pool.connects.fetch_add(1, Ordering::Relaxed);
                 self.metrics.server_connects.fetch_add(1, Ordering::Relaxed);
                 ServerConnection::connect(
-                    &key.address,
-                    &key.database,
+                    &pool.key.address,
+                    &pool.key.database,
                     &Credentials {
-                        user: &key.user,
+                        user: &pool.key.user,
                         password: self.password.as_deref(),
                     },
                     &[("application_name", "pg_shard_coordinator")],

@@ -133,6 +133,8 @@ pub struct Session {
     cancel_slot: CancelSlot,
     /// Output bytes were sent to the client since the current statement began.
     flushed_in_statement: bool,
+    /// The pools this client used, by server.
+    pools: HashMap<ServerAddress, Arc<crate::pool::Pool>>,
 }
 
 /// Serves one client connection to its end.
@@ -362,6 +364,7 @@ async fn start(
         cancel_key,
         cancel_slot,
         flushed_in_statement: false,
+        pools: HashMap::new(),
     }))
 }
 
@@ -726,7 +729,7 @@ impl Session {
                 }
             };
             let retryable = self.may_retry(target) && tries < self.shared.config.wrong_shard_tries;
-            let Some(lease) = self.acquire(target, &map, shard, false).await? else {
+            let Some(lease) = self.acquire(target, &map, false).await? else {
                 return Ok(());
             };
             let mut request = BytesMut::new();
@@ -1232,10 +1235,7 @@ impl Session {
             })
         };
         let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
-        let Some(mut lease) = self
-            .acquire(plan.target, map, plan.shard, plan.side_connection)
-            .await?
-        else {
+        let Some(mut lease) = self.acquire(plan.target, map, plan.side_connection).await? else {
             return Ok(Outcome::Done);
         };
         let mut messages: Vec<(Vec<u8>, Expect)> = Vec::new();
@@ -1423,7 +1423,6 @@ impl Session {
         &mut self,
         target: Target,
         map: &ClusterMap,
-        shard: Option<i64>,
         side_connection: bool,
     ) -> Result<Option<Lease>, SessionError> {
         if let Some(lease) = self.take_lease(target, side_connection) {
@@ -1441,20 +1440,23 @@ impl Session {
                 return Ok(None);
             }
         };
-        let key = PoolKey {
-            address: address.clone(),
-            database: self.database.clone(),
-            user: self.user.clone(),
+        // Pools by server, kept per session: no lookup by strings per statement.
+        let pool = match self.pools.get(&address) {
+            Some(pool) => pool.clone(),
+            None => {
+                let pool = self.shared.pools.pool(&PoolKey {
+                    address: address.clone(),
+                    database: self.database.clone(),
+                    user: self.user.clone(),
+                });
+                self.pools.insert(address.clone(), pool.clone());
+                pool
+            }
         };
-        match self.shared.pools.checkout(&key).await {
+        match self.shared.pools.checkout_from(pool.clone()).await {
             Ok(lease) => Ok(Some(lease)),
             Err(e) => {
-                self.shared.metrics.observe(
-                    &address.to_string(),
-                    shard,
-                    std::time::Duration::ZERO,
-                    true,
-                );
+                pool.stats.observe(std::time::Duration::ZERO, true);
                 self.reply_error(ServerError::new(
                     "08006",
                     format!("pg_shard coordinator: {e}"),
@@ -1527,9 +1529,10 @@ impl Session {
             *slot = None;
         }
         let failed = !matches!(result, Ok((Outcome::Done, false)));
-        self.shared
-            .metrics
-            .observe(&address.to_string(), shard, started.elapsed(), failed);
+        lease.pool().stats.observe(started.elapsed(), failed);
+        if let Some(shard) = shard {
+            self.shared.metrics.shard(shard);
+        }
         let (outcome, _) = match result {
             Ok(result) => result,
             Err(RelayError::Client(e)) => {

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The coordinator on the hot path, side by side in one run:
+#   pgbench -S at scale S (default 10) for T seconds (default 15) at 4 and 16
+#   clients against
+#     direct       one PostgreSQL holding the same data (TCP 127.0.0.1)
+#     pgbouncer    pgbouncer (transaction pooling) in front of it, reaching
+#                  the server over TCP, and over its Unix-domain socket
+#     coordinator  the coordinator in front of the cluster (pgbench_accounts
+#                  distributed by aid over 2 workers), reaching the servers
+#                  over TCP, and over their Unix-domain sockets
+#   Clients always connect over TCP to 127.0.0.1. Reports tps, the ratio to
+#   direct, and p50/p99 latency (from pgbench's per-transaction log).
+#   Then pgbench -N through the coordinator (history distributed by aid and
+#   co-located with accounts; branches and tellers reference tables).
+#
+# Own throwaway cluster: metadata 29320, workers 29321-29322, coordinator
+# 29420 (Unix sockets) and 29422 (TCP), pgbouncer 29430 (TCP) and 29431
+# (Unix socket); the single PostgreSQL is a plain server (no pg_shard) on
+# 29330, configured like the cluster's. Run with: make bench-coordinator
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+scale=${1:-10}
+seconds=${2:-15}
+
+export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench-coordinator
+export PGSHARD_BASE_PORT=29320
+export PGSHARD_WORKERS=2
+export PGSHARD_DATABASE=bench
+export PGUSER=postgres
+bin=${CARGO_TARGET_DIR:-$repo/target}/release/pg_shard_coordinator
+"$repo/scripts/cluster.sh" destroy >/dev/null
+"$repo/scripts/cluster.sh" start >/dev/null
+cluster_dir=$(readlink -f "$PGSHARD_CLUSTER_DIR")
+scratch=$(mktemp -d)
+chmod 755 "$scratch"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for ini in "$scratch"/pgbouncer*.ini; do
+        [ -f "$ini.pid" ] && kill "$(cat "$ini.pid")" 2>/dev/null || true
+    done
+    [ -f "$scratch/single/data/postmaster.pid" ] &&
+        (cd / && runuser -u postgres -- "$(pg_config --bindir)/pg_ctl" -D "$scratch/single/data" -m fast -w -s stop) >/dev/null 2>&1
+    rm -rf "$scratch"
+    "$repo/scripts/cluster.sh" destroy >/dev/null
+}
+trap cleanup EXIT
+
+# The distributed copy, loaded and distributed through the coordinator.
+psql -X -q -h 127.0.0.1 -p 29420 -d bench -v ON_ERROR_STOP=1 >/dev/null <<SQL
+CREATE EXTENSION pg_shard;
+SELECT pg_shard.add_node('127.0.0.1', 29321);
+SELECT pg_shard.add_node('127.0.0.1', 29322);
+SQL
+pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29420 bench >/dev/null 2>&1
+psql -X -q -h 127.0.0.1 -p 29420 -d bench -v ON_ERROR_STOP=1 >/dev/null <<SQL
+ALTER TABLE pgbench_history REPLICA IDENTITY FULL;
+SELECT pg_shard.create_distributed_table('pgbench_accounts', 'aid');
+SELECT pg_shard.create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts');
+SELECT pg_shard.create_reference_table('pgbench_branches');
+SELECT pg_shard.create_reference_table('pgbench_tellers');
+SQL
+for port in 29321 29322; do psql -X -q -h 127.0.0.1 -p $port -d bench -c "VACUUM ANALYZE"; done
+# The single PostgreSQL with the same data.
+single_dir=$scratch/single
+mkdir -p "$single_dir" && chown postgres "$single_dir"
+as_postgres() { (cd / && runuser -u postgres -- "$@"); }
+as_postgres "$(pg_config --bindir)/initdb" -D "$single_dir/data" --auth=trust --username=postgres \
+    --encoding=UTF8 --locale=C.UTF-8 >/dev/null
+as_postgres "$(pg_config --bindir)/pg_ctl" -D "$single_dir/data" -l "$single_dir/server.log" -w -s \
+    -o "-c listen_addresses=127.0.0.1 -c port=29330 -c unix_socket_directories=$single_dir
+        -c max_connections=200 -c shared_buffers=128MB -c fsync=off -c synchronous_commit=off" start
+psql -X -q -h 127.0.0.1 -p 29330 -d postgres -c "CREATE DATABASE single"
+pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29330 single >/dev/null 2>&1
+
+# A second coordinator reaching the servers over TCP.
+"$bin" --listen 127.0.0.1:29422 --metadata 127.0.0.1:29320 --metrics-listen "" \
+    >"$scratch/coordinator-tcp.log" 2>&1 &
+pids+=($!)
+# pgbouncer, transaction pooling, as Debian packages it (it refuses root).
+pgbouncer_start() { # port server-host
+    local ini=$scratch/pgbouncer-$1.ini
+    cat >"$ini" <<INI
+[databases]
+single = host=$2 port=29330 dbname=single
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $1
+auth_type = trust
+auth_file = $scratch/users.txt
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 200
+logfile = $scratch/pgbouncer-$1.log
+pidfile = $ini.pid
+INI
+    echo '"postgres" ""' >"$scratch/users.txt"
+    chown -R postgres "$scratch"
+    (cd / && runuser -u postgres -- pgbouncer -d "$ini")
+}
+pgbouncer_start 29430 127.0.0.1
+pgbouncer_start 29431 "$single_dir"
+sleep 1
+
+run() { # label port database clients → "tps p50 p99"
+    local log=$scratch/log-$1-$4
+    rm -f "$log".*
+    local out
+    out=$(cd "$scratch" && pgbench -n -S -c "$4" -j 2 -T "$seconds" -h 127.0.0.1 -p "$2" \
+        -l --log-prefix="$log" --sampling-rate=0.2 "$3" 2>&1)
+    local tps
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
+    if grep -q "number of failed transactions: [1-9]" <<<"$out" || [ -z "$tps" ]; then
+        echo "pgbench failed for $1:" >&2
+        echo "$out" | tail -5 >&2
+    fi
+    # Field 3 of pgbench's log: the transaction's latency in microseconds.
+    cat "$log".* | awk '{print $3}' | sort -n >"$log.sorted"
+    local n p50 p99
+    n=$(wc -l <"$log.sorted")
+    p50=$(sed -n "$(( (n + 1) / 2 ))p" "$log.sorted")
+    p99=$(sed -n "$(( (n * 99 + 99) / 100 ))p" "$log.sorted")
+    printf '%s %s %s\n' "$tps" "$(awk "BEGIN {printf \"%.3f\", $p50 / 1000}")" \
+        "$(awk "BEGIN {printf \"%.3f\", $p99 / 1000}")"
+}
+
+echo "pgbench -S, scale $scale, $seconds s per run, 2 pgbench threads; $(nproc) cores"
+printf '%-32s %7s %10s %7s %9s %9s\n' target clients tps ratio "p50 ms" "p99 ms"
+for clients in 4 16; do
+    read -r direct_tps p50 p99 <<<"$(run direct 29330 single "$clients")"
+    printf '%-32s %7s %10.0f %7s %9s %9s\n' "direct" "$clients" "$direct_tps" "1.00" "$p50" "$p99"
+    for target in "pgbouncer (server over TCP):29430:single" \
+                  "pgbouncer (server over socket):29431:single" \
+                  "coordinator (servers over TCP):29422:bench" \
+                  "coordinator (servers over sockets):29420:bench"; do
+        IFS=: read -r label port database <<<"$target"
+        read -r tps p50 p99 <<<"$(run "${port}" "$port" "$database" "$clients")"
+        printf '%-32s %7s %10.0f %7.2f %9s %9s\n' "$label" "$clients" "$tps" \
+            "$(awk "BEGIN {print $tps / $direct_tps}")" "$p50" "$p99"
+    done
+done
+
+echo
+echo "pgbench -N through the coordinator (16 clients, $seconds s):"
+pgbench -n -N -c 16 -j 2 -T "$seconds" -h 127.0.0.1 -p 29420 bench 2>&1 |
+    grep -E "^(tps|number of failed|latency average)"
+check=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c \
+    "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")
+echo "balances equal history deltas: $check"
+psql -X -h 127.0.0.1 -p 29420 -d bench -c "SHOW STATS"
