@@ -4,11 +4,11 @@
 
 use crate::protocol::{self, ServerError};
 use crate::scram::{self, ClientExchange};
+use crate::socket::{Inner, Socket};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 /// Servers may send large rows; the limit only guards against garbage.
@@ -50,36 +50,6 @@ impl std::fmt::Display for ServerAddress {
     }
 }
 
-/// TCP, or a Unix-domain socket when the server is on this machine and
-/// its socket folder is configured (cheaper per message).
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    async fn read_buf(&mut self, buffer: &mut BytesMut) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(stream) => stream.read_buf(buffer).await,
-            Stream::Unix(stream) => stream.read_buf(buffer).await,
-        }
-    }
-
-    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(stream) => stream.write_all(bytes).await,
-            Stream::Unix(stream) => stream.write_all(bytes).await,
-        }
-    }
-
-    async fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(stream) => stream.read(buffer).await,
-            Stream::Unix(stream) => stream.read(buffer).await,
-        }
-    }
-}
-
 /// Where Unix-domain sockets of local servers are, if configured.
 static SOCKET_FOLDER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
@@ -91,7 +61,9 @@ pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
 
 pub struct ServerConnection {
     pub address: ServerAddress,
-    stream: Stream,
+    /// TCP, or the server's Unix-domain socket when it is on this machine
+    /// and its socket folder is configured (cheaper per message).
+    stream: Socket,
     input: BytesMut,
     pub process_id: i32,
     pub secret_key: i32,
@@ -154,14 +126,15 @@ impl ServerConnection {
             .filter(|_| local)
             .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)));
         let stream = match socket {
-            Some(path) => Stream::Unix(
+            Some(path) => Socket::new(Inner::Unix(
                 tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&path))
                     .await
                     .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
                     .map_err(|e| {
                         BackendError::Connect(format!("{target} ({})", path.display()), e)
-                    })?,
-            ),
+                    })?
+                    .into_std()?,
+            ))?,
             None => {
                 let stream = tokio::time::timeout(
                     CONNECT_TIMEOUT,
@@ -171,7 +144,7 @@ impl ServerConnection {
                 .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
                 .map_err(|e| BackendError::Connect(target, e))?;
                 stream.set_nodelay(true)?;
-                Stream::Tcp(stream)
+                Socket::from_tokio_tcp(stream)?
             }
         };
         Ok(ServerConnection {
@@ -322,8 +295,11 @@ impl ServerConnection {
         protocol::cancel_request(&mut out, process_id, secret_key);
         let _ = connection.stream.write_all(&out).await;
         // The server closes the connection when done; wait briefly for it.
-        let mut sink = [0u8; 16];
-        let _ =
-            tokio::time::timeout(Duration::from_secs(2), connection.stream.read(&mut sink)).await;
+        let mut sink = BytesMut::new();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            connection.stream.read_buf(&mut sink),
+        )
+        .await;
     }
 }

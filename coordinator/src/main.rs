@@ -14,6 +14,7 @@ mod protocol;
 mod router;
 mod scram;
 mod session;
+mod socket;
 
 use backend::ServerAddress;
 use config::{AuthMode, Config};

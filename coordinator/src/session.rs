@@ -17,6 +17,7 @@ use crate::pool::{Lease, PoolKey};
 use crate::protocol::{self, Bind, FrontendMessage, ServerError, StartupRequest};
 use crate::router::{self, Analysis, Route, TransactionCommand};
 use crate::scram::{self, ServerExchange};
+use crate::socket::Socket;
 use crate::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
@@ -25,7 +26,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The foundation's WrongShard SQLSTATE.
@@ -112,7 +112,7 @@ impl CancelRegistry {
 
 pub struct Session {
     shared: Arc<Shared>,
-    stream: TcpStream,
+    stream: Socket,
     input: BytesMut,
     output: BytesMut,
     user: String,
@@ -182,10 +182,8 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 
 /// Startup and authentication; None when the connection was a cancel
 /// request or was refused (the client has been told why).
-async fn start(
-    mut stream: TcpStream,
-    shared: Arc<Shared>,
-) -> Result<Option<Session>, SessionError> {
+async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>, SessionError> {
+    let mut stream = Socket::from_tokio_tcp(stream)?;
     let mut input = BytesMut::with_capacity(8192);
     let parameters = loop {
         let request = loop {
@@ -368,7 +366,7 @@ async fn start(
     }))
 }
 
-async fn refuse(stream: &mut TcpStream, error: ServerError) {
+async fn refuse(stream: &mut Socket, error: ServerError) {
     let mut out = BytesMut::new();
     protocol::error_response(&mut out, &error);
     let _ = stream.write_all(&out).await;
@@ -376,7 +374,7 @@ async fn refuse(stream: &mut TcpStream, error: ServerError) {
 
 /// Reads one client message during authentication.
 async fn read_auth_message(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     input: &mut BytesMut,
     limit: usize,
 ) -> Result<Bytes, SessionError> {
@@ -394,7 +392,7 @@ async fn read_auth_message(
 }
 
 async fn scram_login(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     input: &mut BytesMut,
     shared: &Shared,
     user: &str,
@@ -454,7 +452,7 @@ async fn scram_login(
 /// Lets the metadata node authenticate the client by relaying the
 /// exchange; returns the logged-in server connection.
 async fn passthrough_login(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     input: &mut BytesMut,
     shared: &Shared,
     user: &str,

@@ -1,0 +1,153 @@
+//! A non-blocking socket registered for readability only.
+//!
+//! tokio's TcpStream asks epoll for both readability and writability, and
+//! with edge-triggered epoll a peer that reads what we sent produces a
+//! writability event: every request to a server then woke the coordinator
+//! twice (once when the server read the request, once for its answer).
+//! Here writability is asked for only while a write is blocked, which is
+//! what a proxy needs: writes of small messages complete at once.
+
+use bytes::BytesMut;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// Read at most this much per read call.
+const READ_CHUNK: usize = 16 * 1024;
+
+pub enum Inner {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl AsRawFd for Inner {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Inner::Tcp(stream) => stream.as_raw_fd(),
+            Inner::Unix(stream) => stream.as_raw_fd(),
+        }
+    }
+}
+
+impl Inner {
+    fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Inner::Tcp(stream) => (&*stream).read(buffer),
+            Inner::Unix(stream) => (&*stream).read(buffer),
+        }
+    }
+
+    fn write(&self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            Inner::Tcp(stream) => (&*stream).write(data),
+            Inner::Unix(stream) => (&*stream).write(data),
+        }
+    }
+}
+
+pub struct Socket {
+    /// None only while being re-registered.
+    fd: Option<AsyncFd<Inner>>,
+    /// Where reads land before they are appended to the caller's buffer
+    /// (allocated once, not zeroed per read).
+    chunk: Box<[u8]>,
+    /// Whether writability is currently part of the registration.
+    writable_interest: bool,
+}
+
+impl Socket {
+    /// Takes over a connected socket; must be called inside the runtime.
+    pub fn new(inner: Inner) -> io::Result<Socket> {
+        match &inner {
+            Inner::Tcp(stream) => stream.set_nonblocking(true)?,
+            Inner::Unix(stream) => stream.set_nonblocking(true)?,
+        }
+        Ok(Socket {
+            fd: Some(watch(inner, Interest::READABLE)?),
+            chunk: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            writable_interest: false,
+        })
+    }
+
+    pub fn from_tokio_tcp(stream: tokio::net::TcpStream) -> io::Result<Socket> {
+        Socket::new(Inner::Tcp(stream.into_std()?))
+    }
+
+    fn fd(&self) -> io::Result<&AsyncFd<Inner>> {
+        self.fd
+            .as_ref()
+            .ok_or_else(|| io::Error::other("socket lost during re-registration"))
+    }
+
+    /// Appends what can be read to `buffer`; 0 at end of stream.
+    pub async fn read_buf(&mut self, buffer: &mut BytesMut) -> io::Result<usize> {
+        loop {
+            let fd = self
+                .fd
+                .as_ref()
+                .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
+            let chunk = &mut self.chunk;
+            let mut guard = fd.readable().await?;
+            match guard.get_inner().read(chunk) {
+                Ok(read) => {
+                    if read < chunk.len() {
+                        // Drained: the next data comes with a new edge, so
+                        // skip the read that would say "would block".
+                        guard.clear_ready();
+                    }
+                    buffer.extend_from_slice(&chunk[..read]);
+                    return Ok(read);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes all of `data`, waiting for room when the socket is full.
+    pub async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            match self.fd()?.get_ref().write(data) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => data = &data[written..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.writable_interest {
+            self.register(Interest::READABLE)?;
+        }
+        Ok(())
+    }
+
+    async fn wait_writable(&mut self) -> io::Result<()> {
+        if !self.writable_interest {
+            self.register(Interest::READABLE | Interest::WRITABLE)?;
+        }
+        let mut guard = self.fd()?.writable().await?;
+        guard.clear_ready();
+        Ok(())
+    }
+
+    fn register(&mut self, interest: Interest) -> io::Result<()> {
+        let fd = self
+            .fd
+            .take()
+            .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
+        let inner = fd.into_inner();
+        self.fd = Some(watch(inner, interest)?);
+        self.writable_interest = interest.is_writable();
+        Ok(())
+    }
+}
+
+/// Registers the socket with the runtime's reactor.
+fn watch(inner: Inner, interest: Interest) -> io::Result<AsyncFd<Inner>> {
+    // SAFETY: `inner` owns its socket, so the descriptor stays open and
+    // refers to the same socket until the AsyncFd is dropped or gives the
+    // socket back with into_inner; as_raw_fd always returns that descriptor.
+    unsafe { AsyncFd::register_with_interest(inner, interest) }.map_err(|e| e.into_parts().1)
+}
