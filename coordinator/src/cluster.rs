@@ -114,16 +114,14 @@ impl DatabaseMap {
         if current.version > seen_version {
             return Ok(current);
         }
-        let (client, connection) = tokio_postgres::Config::new()
-            .host(&self.metadata.host)
-            .port(self.metadata.port)
-            .user(&self.user)
-            .dbname(&self.database)
-            .application_name("pg_shard_coordinator map")
-            .password(self.password.clone().unwrap_or_default())
-            .connect_timeout(Duration::from_secs(10))
-            .connect(tokio_postgres::NoTls)
-            .await?;
+        let (client, connection) = connect_catalog(
+            &self.metadata,
+            &self.user,
+            self.password.as_deref(),
+            &self.database,
+            "pg_shard_coordinator map",
+        )
+        .await?;
         let task = tokio::spawn(connection);
         let loaded = load(&client).await;
         drop(client);
@@ -170,6 +168,72 @@ impl Maps {
             .unwrap_or_default()
     }
 
+    /// Loads the map of every database of the metadata node that has the
+    /// pg_shard extension (best effort: a failure is logged, and the map is
+    /// loaded when a client first uses the database).
+    pub async fn preload(self: Arc<Maps>) {
+        let databases = async {
+            let (client, connection) = connect_catalog(
+                &self.metadata,
+                &self.user,
+                self.password.as_deref(),
+                "postgres",
+                "pg_shard_coordinator preload",
+            )
+            .await?;
+            let task = tokio::spawn(connection);
+            let rows = client
+                .query(
+                    "SELECT datname::text FROM pg_catalog.pg_database \
+                     WHERE datallowconn AND NOT datistemplate ORDER BY 1",
+                    &[],
+                )
+                .await;
+            drop(client);
+            let _ = task.await;
+            Ok::<_, tokio_postgres::Error>(
+                rows?
+                    .into_iter()
+                    .map(|row| row.get::<_, String>(0))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        match databases.await {
+            Ok(databases) => {
+                for database in databases {
+                    if self.uses_pg_shard(&database).await {
+                        self.get(&database).await;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list databases to preload shard maps"),
+        }
+    }
+
+    async fn uses_pg_shard(&self, database: &str) -> bool {
+        let Ok((client, connection)) = connect_catalog(
+            &self.metadata,
+            &self.user,
+            self.password.as_deref(),
+            database,
+            "pg_shard_coordinator preload",
+        )
+        .await
+        else {
+            return false;
+        };
+        let task = tokio::spawn(connection);
+        let found = client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'",
+                &[],
+            )
+            .await;
+        drop(client);
+        let _ = task.await;
+        matches!(found, Ok(Some(_)))
+    }
+
     /// The map of `database`, loading it (and starting its listener) on
     /// first use. A database without pg_shard gets an empty map: everything
     /// then goes to the metadata node.
@@ -198,6 +262,10 @@ impl Maps {
                 tracing::warn!(database, error = %e, "no shard map; statements go to the metadata node");
             }
             tokio::spawn(listen(map.clone()));
+        } else {
+            // Waits for a first load that is still under way (preload, or
+            // another client's first connection); returns at once after.
+            let _ = map.reload(-1).await;
         }
         map
     }
@@ -208,16 +276,14 @@ impl Maps {
 async fn listen(map: Arc<DatabaseMap>) {
     use futures_util::StreamExt;
     loop {
-        let connected = tokio_postgres::Config::new()
-            .host(&map.metadata.host)
-            .port(map.metadata.port)
-            .user(&map.user)
-            .dbname(&map.database)
-            .application_name("pg_shard_coordinator listener")
-            .password(map.password.clone().unwrap_or_default())
-            .connect_timeout(Duration::from_secs(10))
-            .connect(tokio_postgres::NoTls)
-            .await;
+        let connected = connect_catalog(
+            &map.metadata,
+            &map.user,
+            map.password.as_deref(),
+            &map.database,
+            "pg_shard_coordinator listener",
+        )
+        .await;
         if let Ok((client, mut connection)) = connected {
             let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
             let pump = tokio::spawn(async move {
@@ -391,6 +457,29 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
         );
     }
     Ok(map)
+}
+
+type CatalogConnection =
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+
+/// A connection to the metadata node's catalog in `database`.
+async fn connect_catalog(
+    metadata: &ServerAddress,
+    user: &str,
+    password: Option<&str>,
+    database: &str,
+    application: &str,
+) -> Result<(tokio_postgres::Client, CatalogConnection), tokio_postgres::Error> {
+    tokio_postgres::Config::new()
+        .host(&metadata.host)
+        .port(metadata.port)
+        .user(user)
+        .dbname(database)
+        .application_name(application)
+        .password(password.unwrap_or_default())
+        .connect_timeout(Duration::from_secs(10))
+        .connect(tokio_postgres::NoTls)
+        .await
 }
 
 /// `"name"` with embedded quotes doubled.

@@ -205,6 +205,9 @@ async fn run(config: Config) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", config.metrics_listen))?;
         tokio::spawn(metrics::serve(metrics_listener, metrics.clone()));
     }
+    // The maps of the databases that use pg_shard are loaded now; others on
+    // first use.
+    tokio::spawn(maps.clone().preload());
     tracing::info!(listen = %config.listen, metadata = %metadata, metrics = %config.metrics_listen, "pg_shard coordinator ready");
     let shared = Arc::new(Shared {
         pools: pool::Pools::new(

@@ -131,7 +131,10 @@ check "pgbench statements went straight to the workers ($routed)" test "$routed"
 "$bin" --listen 127.0.0.1:$second --metadata 127.0.0.1:28320 --metrics-listen "" \
     --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator2.log" 2>&1 &
 second_pid=$!
-sleep 0.5
+for _ in $(seq 1 50); do
+    psql -X -h 127.0.0.1 -p $second -d "$bench" -Atc "SHOW SHARDS" 2>/dev/null | grep -q pgbench_accounts && break
+    sleep 0.1
+done
 pgbench -h 127.0.0.1 -p $second -n -N -c 4 -j 2 -t 300 "$bench" >"$here/second.log" 2>&1 &
 second_bench=$!
 first_run=$(pgbench_via -n -N -M prepared -c 4 -j 2 -t 300 2>&1)
@@ -140,8 +143,9 @@ if grep -q "failed transactions: 0 " <<<"$first_run" && grep -q "failed transact
     [ "$(invariant)" = t ]; then
     ok "two coordinators at once: no failures, balances equal deltas"
 else
-    not_ok "two coordinators at once"
+    not_ok "two coordinators at once (invariant: $(invariant))"
     tail -3 "$here/second.log"
+    echo "$first_run" | tail -3
 fi
 
 # 4. WrongShard: a worker takes the shard of account 42 at a newer map

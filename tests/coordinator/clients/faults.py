@@ -114,6 +114,24 @@ sock.sendall(message(b"Q", b"SELECT 1\0"))
 messages, closed = read_messages(sock)
 check("connection usable after those errors", any(t == b"D" for t, _ in messages))
 sock.close()
+# Flush: answers come without waiting for Sync; then Sync ends the batch.
+sock = connect()
+sock.sendall(message(b"P", b"\0SELECT owner FROM accounts WHERE id = $1\0\0\0")
+             + message(b"B", b"\0\0\0\0\0\x01\0\0\0\x0242\0\0")
+             + message(b"E", b"\0\0\0\0\0") + message(b"H", b""))
+sock.settimeout(5)
+data = b""
+while b"C\0\0\0\x0dSELECT 1\0" not in data:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+flushed = data.startswith(b"1\0\0\0\x04" + b"2\0\0\0\x04") and b"owner 42" in data and b"Z" not in data[-6:]
+sock.sendall(message(b"S", b""))
+messages, closed = read_messages(sock)
+check("Flush answers before Sync, Sync then ends the batch",
+      flushed and [t for t, _ in messages] == [b"Z"] and not closed)
+sock.close()
 # A client that vanishes mid-query.
 sock = connect()
 sock.sendall(message(b"Q", b"SELECT pg_sleep(2)\0"))
