@@ -38,6 +38,22 @@ read -r shard port < <(psql_node "$base_port" -d "$database" -Atc "
       AND pg_shard.keyspace_id(42::bigint) BETWEEN range_start AND range_end" | tr '|' ' ')
 psql_node "$port" -d "$database" -c "INSERT INTO $shard VALUES (1, 999999, 1)" 2>&1 || true
 
+coordinator_port=${PGSHARD_COORDINATOR_PORT:-6432}
 echo
-echo "The cluster keeps running: psql -h 127.0.0.1 -p $base_port -U postgres $database"
+echo "== 8. apps connect to the coordinator (127.0.0.1:$coordinator_port): a statement on one shard"
+echo "      goes straight to its worker (EXPLAIN shows the worker's plan on the shard table),"
+echo "      everything else to the metadata node"
+for _ in $(seq 1 50); do  # the coordinator reloads its map on NOTIFY pg_shard_map
+    psql_node "$coordinator_port" -d "$database" -Atc "SHOW SHARDS" 2>/dev/null | grep -q orders && break
+    sleep 0.1
+done
+psql_node "$coordinator_port" -d "$database" \
+    -c "EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE customer_id = 42" \
+    -c "SELECT count(*) AS orders_of_42 FROM orders WHERE customer_id = 42" \
+    -c "EXPLAIN (COSTS OFF) SELECT count(*) FROM orders" \
+    -c "SHOW STATS"
+
+echo
+echo "The cluster keeps running: psql -h 127.0.0.1 -p $base_port -U postgres $database (metadata node)"
+echo "                       or: psql -h 127.0.0.1 -p $coordinator_port -U postgres $database (coordinator)"
 echo "Stop it with: make stop"
