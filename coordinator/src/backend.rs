@@ -73,8 +73,12 @@ pub struct ServerConnection {
     pub prepared: HashSet<String>,
     /// The map version declared with `SET pg_shard.map_version` (0: none).
     pub declared_map_version: i64,
-    /// The client settings (SET statements) last applied.
-    pub session_settings: Vec<(String, String)>,
+    /// The client settings (SET statements) in effect; None when a client
+    /// may have changed them (the next prelude resets).
+    pub session_settings: Option<Vec<(String, String)>>,
+    /// Messages were sent after the last Sync (a Flush-terminated batch):
+    /// the server's transaction is open until a Sync.
+    pub awaiting_sync: bool,
     /// Transaction status of the last ReadyForQuery.
     pub status: u8,
     /// Set when the connection cannot be reused (I/O error, protocol
@@ -156,7 +160,8 @@ impl ServerConnection {
             parameters: HashMap::new(),
             prepared: HashSet::new(),
             declared_map_version: 0,
-            session_settings: Vec::new(),
+            session_settings: Some(Vec::new()),
+            awaiting_sync: false,
             status: b'I',
             broken: false,
         })
@@ -283,7 +288,7 @@ impl ServerConnection {
 
     /// Whether the connection can go back to its pool.
     pub fn reusable(&self) -> bool {
-        !self.broken && self.status == b'I' && self.input.is_empty()
+        !self.broken && !self.awaiting_sync && self.status == b'I' && self.input.is_empty()
     }
 
     /// Sends a cancel request for whatever this connection is running.

@@ -72,6 +72,9 @@ pub struct ClusterMap {
     pub tables: HashMap<(String, String), Arc<Table>>,
     /// Functions of pg_catalog: calls to them can run on any node.
     pub catalog_functions: HashSet<String>,
+    /// Other relations named like a distributed or reference table, by
+    /// (schema, name): one in the user's own schema shadows `public`.
+    pub same_names: HashSet<(String, String)>,
 }
 
 impl ClusterMap {
@@ -80,10 +83,16 @@ impl ClusterMap {
     pub fn table(&self, schema: Option<&str>, name: &str, user: &str) -> Option<&Arc<Table>> {
         match schema {
             Some(schema) => self.tables.get(&(schema.to_owned(), name.to_owned())),
-            None => self
-                .tables
-                .get(&(user.to_owned(), name.to_owned()))
-                .or_else(|| self.tables.get(&("public".to_owned(), name.to_owned()))),
+            None => {
+                let own = (user.to_owned(), name.to_owned());
+                if self.same_names.contains(&own) {
+                    // "$user".name is some other relation.
+                    return None;
+                }
+                self.tables
+                    .get(&own)
+                    .or_else(|| self.tables.get(&("public".to_owned(), name.to_owned())))
+            }
         }
     }
 }
@@ -390,6 +399,20 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
             &[],
         )
         .await?;
+    for row in client
+        .query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relname IN (SELECT t.relname FROM pg_catalog.pg_class t \
+                                 WHERE t.oid IN (SELECT table_rel FROM pg_shard.logical_table)) \
+               AND c.oid NOT IN (SELECT table_rel FROM pg_shard.logical_table) \
+               AND c.relkind IN ('r', 'v', 'm', 'f', 'p', 'S')",
+            &[],
+        )
+        .await?
+    {
+        map.same_names.insert((row.get(0), row.get(1)));
+    }
     client.batch_execute("COMMIT").await?;
 
     type Ranges = Vec<(KeyRange, ShardPlacement)>;

@@ -5,14 +5,23 @@
 //! by the router, and literals are handed to it as text-format values of
 //! the parameters that replaced them.
 
+/// A literal taken out of a statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Literal {
+    /// As written (numbers), or the string's value (quotes removed).
+    pub text: String,
+    /// A numeric literal rather than a quoted string.
+    pub numeric: bool,
+}
+
 /// A statement with its literals taken out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Normalized {
     /// The text with each literal replaced by `$n`.
     pub key: String,
-    /// The literals' values (text form, quotes removed), in order; literal
-    /// `i` became parameter `first_literal + i` (0-based).
-    pub literals: Vec<String>,
+    /// The literals, in order; literal `i` became parameter
+    /// `first_literal + i` (0-based).
+    pub literals: Vec<Literal>,
     pub first_literal: usize,
     /// (position in key, position in original) at the start of each
     /// stretch copied verbatim.
@@ -109,15 +118,19 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
     let mut i = 0;
     let replace = |key: &mut String,
                    breaks: &mut Vec<(usize, usize)>,
-                   literals: &mut Vec<String>,
+                   literals: &mut Vec<Literal>,
                    copied_from: &mut usize,
                    start: usize,
                    end: usize,
-                   value: String| {
+                   value: String,
+                   numeric: bool| {
         key.push_str(&sql[*copied_from..start]);
         key.push('$');
         key.push_str(&(first_literal + literals.len() + 1).to_string());
-        literals.push(value);
+        literals.push(Literal {
+            text: value,
+            numeric,
+        });
         breaks.push((key.len(), end));
         *copied_from = end;
     };
@@ -130,26 +143,7 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
                     i += 1;
                 }
             }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                let mut depth = 0;
-                loop {
-                    if i + 1 >= bytes.len() {
-                        return None;
-                    }
-                    if bytes[i] == b'/' && bytes[i + 1] == b'*' {
-                        depth += 1;
-                        i += 2;
-                    } else if bytes[i] == b'*' && bytes[i + 1] == b'/' {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => i = comment_end(bytes, i)?,
             b'\'' => {
                 let start = i;
                 let mut value = String::new();
@@ -178,6 +172,7 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
                         start,
                         i,
                         value,
+                        false,
                     );
                 }
                 last = Last::Value;
@@ -219,6 +214,7 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
                         start,
                         i,
                         sql[start..i].to_owned(),
+                        true,
                     );
                 }
                 last = Last::Value;
@@ -237,6 +233,7 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
                     start,
                     i,
                     sql[start..i].to_owned(),
+                    true,
                 );
                 last = Last::Value;
             }
@@ -291,6 +288,29 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
         first_literal,
         breaks,
     })
+}
+
+/// The position after the (nested, as PostgreSQL allows) comment that
+/// starts at `i`; None when it is not closed.
+fn comment_end(bytes: &[u8], mut i: usize) -> Option<usize> {
+    let mut depth = 0;
+    loop {
+        if i + 1 >= bytes.len() {
+            return None;
+        }
+        if bytes[i] == b'/' && bytes[i + 1] == b'*' {
+            depth += 1;
+            i += 2;
+        } else if bytes[i] == b'*' && bytes[i + 1] == b'/' {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return Some(i);
+            }
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// The end of a numeric literal starting at `i` (digits, fraction,
@@ -351,10 +371,7 @@ fn highest_parameter(bytes: &[u8]) -> Option<usize> {
                     i += 1;
                 }
             }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                let end = bytes[i + 2..].windows(2).position(|w| w == b"*/")?;
-                i += end + 4;
-            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => i = comment_end(bytes, i)?,
             b'$' if bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
                 && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')) =>
             {
@@ -376,6 +393,10 @@ fn highest_parameter(bytes: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
+    fn texts(n: &Normalized) -> Vec<&str> {
+        n.literals.iter().map(|l| l.text.as_str()).collect()
+    }
+
     #[test]
     fn literals_become_parameters() {
         let n = normalize("SELECT abalance FROM pgbench_accounts WHERE aid = 42;");
@@ -383,7 +404,8 @@ mod tests {
             n.key,
             "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
         );
-        assert_eq!(n.literals, vec!["42"]);
+        assert_eq!(texts(&n), vec!["42"]);
+        assert!(n.literals[0].numeric);
         let m = normalize("SELECT abalance FROM pgbench_accounts WHERE aid = 7;");
         assert_eq!(m.key, n.key);
     }
@@ -397,7 +419,8 @@ mod tests {
             n.key,
             "UPDATE t SET name = $2, v = $3 WHERE k = $1 AND x IN ($4, $5)"
         );
-        assert_eq!(n.literals, vec!["O'Brien", "-3.5e2", "a", "b"]);
+        assert_eq!(texts(&n), vec!["O'Brien", "-3.5e2", "a", "b"]);
+        assert!(!n.literals[0].numeric && n.literals[1].numeric);
         assert_eq!(n.first_literal, 1);
     }
 
@@ -431,7 +454,13 @@ mod tests {
     #[test]
     fn comments_and_unterminated_input() {
         let n = normalize("SELECT 1 -- 2\n/* 3 /* 4 */ */ + 5");
-        assert_eq!(n.literals, vec!["1", "5"]);
+        assert_eq!(texts(&n), vec!["1", "5"]);
+        // nested comments hide a quote and a parameter alike
+        let n = normalize("/* /* */ ' */ SELECT 1 WHERE a = $1 AND b = 7 -- '");
+        assert_eq!(
+            n.key,
+            "/* /* */ ' */ SELECT $2 WHERE a = $1 AND b = $3 -- '"
+        );
         assert_eq!(normalize("SELECT 'open").literals.len(), 0);
         assert_eq!(normalize("SELECT /* open").literals.len(), 0);
     }

@@ -39,14 +39,24 @@ pub enum AdminCommand {
 #[derive(Debug)]
 pub enum Analysis {
     Transaction(TransactionCommand),
-    /// SET/RESET search_path: unqualified names can no longer be resolved
-    /// by the coordinator.
-    SearchPath,
+    /// Changes how names resolve (SET/RESET search_path, role or session
+    /// authorization, RESET ALL, a temporary table or view): unqualified
+    /// names can no longer be resolved by the coordinator.
+    SearchPath {
+        temporary: bool,
+    },
     Admin(AdminCommand),
     /// A statement that may go to one worker.
     Routable(Shape),
-    /// Parsed, but always for the metadata node.
-    Other,
+    /// Parsed, but always for the metadata node. `tableless`: a SELECT,
+    /// SET or SHOW that names no table, which may run on whatever node a
+    /// transaction is on. `discard`: it leaves state on its server
+    /// connection that RESET ALL does not undo (PREPARE, LISTEN, DISCARD,
+    /// DEALLOCATE), so the connection is not pooled again.
+    Other {
+        tableless: bool,
+        discard: bool,
+    },
     /// pg_query could not parse it: the metadata node will say why.
     Unparsed,
 }
@@ -127,11 +137,15 @@ pub fn analyze(sql: &str) -> Analysis {
         return Analysis::Unparsed;
     };
     let statements = &parsed.protobuf.stmts;
+    let other = Analysis::Other {
+        tableless: false,
+        discard: false,
+    };
     if statements.len() != 1 {
-        return Analysis::Other;
+        return other;
     }
     let Some(statement) = statements[0].stmt.as_ref().and_then(|s| s.node.as_ref()) else {
-        return Analysis::Other;
+        return other;
     };
     match statement {
         N::TransactionStmt(t) => {
@@ -143,21 +157,66 @@ pub fn analyze(sql: &str) -> Analysis {
                 _ => TransactionCommand::Other,
             })
         }
-        N::VariableSetStmt(set) if set.name == "search_path" || set.name.is_empty() => {
-            // `RESET ALL` has no name.
-            Analysis::SearchPath
+        // `RESET ALL` has no name.
+        N::VariableSetStmt(set)
+            if matches!(
+                set.name.as_str(),
+                "search_path" | "role" | "session_authorization" | ""
+            ) =>
+        {
+            Analysis::SearchPath { temporary: false }
+        }
+        N::VariableSetStmt(_) => Analysis::Other {
+            tableless: true,
+            discard: false,
+        },
+        N::PrepareStmt(_) | N::ListenStmt(_) | N::DiscardStmt(_) | N::DeallocateStmt(_) => {
+            Analysis::Other {
+                tableless: false,
+                discard: true,
+            }
         }
         N::VariableShowStmt(show) => match show.name.as_str() {
             "pools" => Analysis::Admin(AdminCommand::Pools),
             "stats" => Analysis::Admin(AdminCommand::Stats),
             "shards" => Analysis::Admin(AdminCommand::Shards),
-            _ => Analysis::Other,
+            _ => Analysis::Other {
+                tableless: true,
+                discard: false,
+            },
         },
+        N::CreateStmt(create) if temporary(create.relation.as_ref()) => {
+            Analysis::SearchPath { temporary: true }
+        }
+        N::CreateTableAsStmt(create)
+            if temporary(create.into.as_ref().and_then(|into| into.rel.as_ref())) =>
+        {
+            Analysis::SearchPath { temporary: true }
+        }
+        N::ViewStmt(view) if temporary(view.view.as_ref()) => {
+            Analysis::SearchPath { temporary: true }
+        }
+        N::CreateSeqStmt(sequence) if temporary(sequence.sequence.as_ref()) => {
+            Analysis::SearchPath { temporary: true }
+        }
         _ => match shape(&parsed, statement).and_then(|shape| with_name_ends(shape, sql)) {
             Some(shape) => Analysis::Routable(shape),
-            None => Analysis::Other,
+            None => Analysis::Other {
+                tableless: matches!(statement, N::SelectStmt(_)) && names_no_table(&parsed),
+                discard: false,
+            },
         },
     }
+}
+
+/// A temporary relation: it shadows tables of the same name.
+fn temporary(relation: Option<&protobuf::RangeVar>) -> bool {
+    relation.is_some_and(|r| r.relpersistence == "t")
+}
+
+/// Whether a statement's tree holds no table reference at all.
+fn names_no_table(parsed: &pg_query::ParseResult) -> bool {
+    serde_json::to_string(&parsed.protobuf).is_ok_and(|tree| !tree.contains("\"RangeVar\""))
 }
 
 /// Completes each relation's span with the end of its (possibly
@@ -233,6 +292,14 @@ fn shape(parsed: &pg_query::ParseResult, statement: &N) -> Option<Shape> {
                 rows.push(list.items.iter().map(value).collect());
             }
             if let Some(conflict) = &ins.on_conflict_clause {
+                // Constraint names differ on the shard tables.
+                if conflict
+                    .infer
+                    .as_ref()
+                    .is_some_and(|infer| !infer.conname.is_empty())
+                {
+                    return None;
+                }
                 for target in &conflict.target_list {
                     if let Some(N::ResTarget(t)) = target.node.as_ref() {
                         assigned.push(t.name.clone());
@@ -276,7 +343,7 @@ fn shape(parsed: &pg_query::ParseResult, statement: &N) -> Option<Shape> {
     walk.visit(&tree)?;
     let range_vars = walk.range_vars + usize::from(kind != Kind::Select);
     let functions = walk.functions;
-    if range_vars != relations.len() {
+    if range_vars != relations.len() || relations.is_empty() {
         return None;
     }
     Some(Shape {
@@ -354,6 +421,14 @@ fn simple_select(select: &protobuf::SelectStmt) -> Option<()> {
 
 fn relation(range_var: &protobuf::RangeVar) -> Option<Relation> {
     if !range_var.catalogname.is_empty() || range_var.location < 0 {
+        return None;
+    }
+    // `t AS a(x, y)` renames columns: a.x may be any column.
+    if range_var
+        .alias
+        .as_ref()
+        .is_some_and(|alias| !alias.colnames.is_empty())
+    {
         return None;
     }
     Some(Relation {
@@ -506,30 +581,30 @@ fn value(node: &protobuf::Node) -> Option<Value> {
             cast: None,
         }),
         N::TypeCast(cast) => {
-            let names: Vec<String> = cast
-                .type_name
-                .as_ref()?
-                .names
-                .iter()
-                .filter_map(string_of)
-                .collect();
-            let type_name = match names.as_slice() {
+            // Only a string literal or a parameter cast straight to a key
+            // type without a type modifier: other casts can change the value
+            // (`007::text` is '7', `'abc'::varchar(2)` is 'ab').
+            let type_name = cast.type_name.as_ref()?;
+            if !type_name.array_bounds.is_empty() || !type_name.typmods.is_empty() {
+                return None;
+            }
+            let names: Vec<String> = type_name.names.iter().filter_map(string_of).collect();
+            let name = match names.as_slice() {
                 [name] => name.as_str(),
                 [schema, name] if schema == "pg_catalog" => name.as_str(),
                 _ => return None,
             };
-            if !cast.type_name.as_ref()?.array_bounds.is_empty() {
-                return None;
-            }
-            let encoding = KeyEncoding::for_type_name(type_name)?;
-            match value(cast.arg.as_deref()?)? {
-                Value::Param { index, .. } => Some(Value::Param {
-                    index,
+            let encoding = KeyEncoding::for_type_name(name)?;
+            match cast.arg.as_deref()?.node.as_ref()? {
+                N::ParamRef(p) if p.number >= 1 => Some(Value::Param {
+                    index: p.number as usize - 1,
                     cast: Some(encoding),
                 }),
-                Value::Integer(i) if encoding == KeyEncoding::Integer => Some(Value::Integer(i)),
-                Value::Integer(_) => None,
-                text => Some(text),
+                N::AConst(c) => match c.val.as_ref()? {
+                    a_const::Val::Sval(s) => Some(Value::Text(s.sval.clone())),
+                    _ => None,
+                },
+                _ => None,
             }
         }
         _ => None,
@@ -571,8 +646,31 @@ pub struct Session<'a> {
     pub search_path_changed: bool,
 }
 
-/// Functions that must run where their state lives (the metadata node).
-const METADATA_FUNCTIONS: [&str; 4] = ["nextval", "currval", "setval", "lastval"];
+/// Functions that must run where their state lives (the metadata node),
+/// or that leave session state on a pooled connection.
+const METADATA_FUNCTIONS: [&str; 11] = [
+    "nextval",
+    "currval",
+    "setval",
+    "lastval",
+    "set_config",
+    "pg_advisory_lock",
+    "pg_advisory_lock_shared",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_lock_shared",
+    "pg_advisory_unlock",
+    "pg_advisory_unlock_all",
+];
+
+impl Shape {
+    /// Whether it calls a function that may leave session state behind
+    /// (set_config, session advisory locks).
+    pub fn may_change_session(&self) -> bool {
+        self.functions
+            .iter()
+            .any(|(_, name)| METADATA_FUNCTIONS[4..].contains(&name.as_str()))
+    }
+}
 
 /// `sql` is the statement as the client sent it and `normalized` its
 /// literals (the shape was made from `normalized.key`).
@@ -776,7 +874,12 @@ fn insert_keys<'a>(
         .rows
         .iter()
         .map(|row| {
-            if row.len() > columns.len() {
+            // A short row leaves its last columns to their defaults.
+            if row.len() > columns.len()
+                || columns[row.len()..]
+                    .iter()
+                    .any(|c| table.filled_columns.contains(*c))
+            {
                 return None;
             }
             row.get(position)?.as_ref()
@@ -800,9 +903,15 @@ fn key_id(
                 return None;
             }
             if *index >= normalized.first_literal {
-                // A literal of the original text: its text form.
+                // A literal of the original text, by its text. A number is
+                // a key only of an integer key, uncast or cast to an
+                // integer type (a numeric literal cast to text is the
+                // number's canonical text, not what was written).
                 let literal = normalized.literals.get(index - normalized.first_literal)?;
-                return text_key(literal, encoding);
+                if literal.numeric && encoding != KeyEncoding::Integer {
+                    return None;
+                }
+                return text_key(&literal.text, encoding);
             }
             let parameters = parameters?;
             let bytes = parameters.values.get(*index)?.as_ref()?;
@@ -1010,7 +1119,7 @@ mod tests {
                 filled_columns: HashSet::new(),
             }),
         );
-        map.catalog_functions = ["now", "lower", "nextval", "count"]
+        map.catalog_functions = ["now", "lower", "nextval", "count", "set_config"]
             .into_iter()
             .map(String::from)
             .collect();
@@ -1092,6 +1201,7 @@ mod tests {
             "SELECT * FROM local_table WHERE aid = 1",                  // unknown table
             "SELECT nextval('s') FROM accounts WHERE aid = 1",          // sequence
             "SELECT my_function() FROM accounts WHERE aid = 1",         // not pg_catalog
+            "SELECT set_config('search_path', 'x', false) FROM accounts WHERE aid = 1",
             "UPDATE accounts SET aid = 2 WHERE aid = 1",                // moves a row
             "INSERT INTO accounts VALUES (1, 1, 0), (2, 1, 0), (3, 1, 0), (4, 1, 0), (5, 1, 0), (6, 1, 0)", // many shards
             "INSERT INTO history (aid, bid) VALUES (1, 1)",             // mtime default left out
@@ -1227,9 +1337,130 @@ mod tests {
         ));
         assert!(matches!(
             analyze("set search_path = x"),
-            Analysis::SearchPath
+            Analysis::SearchPath { temporary: false }
+        ));
+        assert!(matches!(
+            analyze("CREATE TEMP TABLE accounts (aid int)"),
+            Analysis::SearchPath { temporary: true }
+        ));
+        assert!(matches!(
+            analyze("SET ROLE app"),
+            Analysis::SearchPath { .. }
+        ));
+        assert!(matches!(
+            analyze("SELECT now()"),
+            Analysis::Other {
+                tableless: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            analyze("SELECT * FROM local_table UNION SELECT 1"),
+            Analysis::Other {
+                tableless: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            analyze("DISCARD ALL"),
+            Analysis::Other { discard: true, .. }
         ));
         assert!(matches!(analyze("SELEC 1"), Analysis::Unparsed));
+    }
+
+    #[test]
+    fn values_that_could_change_are_not_routed() {
+        for sql in [
+            // a short row leaves a filled column (mtime) to its default
+            "INSERT INTO history VALUES (1, 1)",
+            // column alias lists rename columns
+            "SELECT * FROM accounts AS a(bid, aid) WHERE a.aid = 5",
+            // constraint names differ on shard tables
+            "INSERT INTO accounts VALUES (1, 1, 0) ON CONFLICT ON CONSTRAINT accounts_pkey DO NOTHING",
+            // casts that change the value or its type
+            "SELECT * FROM accounts WHERE aid = '05'::int::bigint",
+            "SELECT * FROM accounts WHERE aid = 1e2",
+            "SELECT * FROM accounts WHERE aid = 5::numeric::int",
+        ] {
+            assert_eq!(route_text(sql), Route::Metadata, "{sql}");
+        }
+    }
+
+    #[test]
+    fn text_keys_take_literals_as_written_only() {
+        let mut map = cluster();
+        let shards = match &map.tables[&("public".to_string(), "accounts".to_string())].kind {
+            TableKind::Distributed { shards, .. } => shards.clone(),
+            _ => unreachable!(),
+        };
+        map.tables.insert(
+            ("public".into(), "names".into()),
+            Arc::new(Table {
+                schema: "public".into(),
+                name: "names".into(),
+                colocation_id: 3,
+                kind: TableKind::Distributed {
+                    column: "k".into(),
+                    encoding: KeyEncoding::Text,
+                    shards,
+                },
+                columns: vec!["k".into()],
+                filled_columns: HashSet::new(),
+            }),
+        );
+        let session = Session {
+            user: "app",
+            search_path_changed: false,
+        };
+        let route_of = |sql: &str| {
+            let normalized = crate::lexer::normalize(sql);
+            match analyze(&normalized.key) {
+                Analysis::Routable(shape) => route(&shape, sql, &normalized, &map, &session, None),
+                _ => Route::Metadata,
+            }
+        };
+        for sql in [
+            "SELECT * FROM names WHERE k = 007::text",
+            "SELECT * FROM names WHERE k = 1e2::text",
+            "SELECT * FROM names WHERE k = 'abcd'::varchar(2)",
+            "SELECT * FROM names WHERE k = 42",
+        ] {
+            assert_eq!(route_of(sql), Route::Metadata, "{sql}");
+        }
+        for sql in [
+            "SELECT * FROM names WHERE k = 'abc'",
+            "SELECT * FROM names WHERE k = 'abc'::text",
+            "SELECT * FROM names WHERE k = '007'::varchar",
+        ] {
+            assert!(matches!(route_of(sql), Route::Worker { .. }), "{sql}");
+        }
+    }
+
+    #[test]
+    fn a_relation_in_the_users_schema_shadows_public() {
+        let mut map = cluster();
+        map.same_names.insert(("app".into(), "accounts".into()));
+        let sql = "SELECT * FROM accounts WHERE aid = 1";
+        let normalized = crate::lexer::normalize(sql);
+        let Analysis::Routable(shape) = analyze(&normalized.key) else {
+            panic!()
+        };
+        let as_app = Session {
+            user: "app",
+            search_path_changed: false,
+        };
+        let as_other = Session {
+            user: "other",
+            search_path_changed: false,
+        };
+        assert_eq!(
+            route(&shape, sql, &normalized, &map, &as_app, None),
+            Route::Metadata
+        );
+        assert!(matches!(
+            route(&shape, sql, &normalized, &map, &as_other, None),
+            Route::Worker { .. }
+        ));
     }
 
     #[test]

@@ -135,6 +135,11 @@ pub struct Session {
     flushed_in_statement: bool,
     /// The pools this client used, by server.
     pools: HashMap<ServerAddress, Arc<crate::pool::Pool>>,
+    /// The last exchange passed an error to the client.
+    last_failed: bool,
+    /// Statements may go to workers (not with standard_conforming_strings
+    /// off: literals would be read differently).
+    routing: bool,
 }
 
 /// Serves one client connection to its end.
@@ -339,6 +344,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
     stream.write_all(&out).await?;
     let map = shared.maps.get(&database).await;
     let cancel_slot = shared.cancels.register(cancel_key);
+    let routing = routing_possible(&settings);
     tracing::debug!(user = %user, database = %database, "client connected");
     Ok(Some(Session {
         shared,
@@ -363,6 +369,8 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         cancel_slot,
         flushed_in_statement: false,
         pools: HashMap::new(),
+        last_failed: false,
+        routing,
     }))
 }
 
@@ -677,7 +685,11 @@ impl Session {
 
     async fn simple_query(&mut self, sql: String) -> Result<(), SessionError> {
         let (analysis, normalized) = self.analysis(&sql);
+        // A failed transaction still on its server: the server answers
+        // (COMMIT, ROLLBACK, ROLLBACK TO SAVEPOINT work, the rest is 25P02).
+        // One the coordinator rolled back itself: answered here.
         if self.tx.state == TxState::Failed
+            && self.tx.pinned.is_none()
             && !matches!(
                 *analysis,
                 Analysis::Transaction(TransactionCommand::Commit | TransactionCommand::Rollback)
@@ -711,9 +723,10 @@ impl Session {
                 protocol::command_complete(&mut self.output, tag);
                 return self.finish_reply().await;
             }
-            Analysis::SearchPath => self.search_path_changed = true,
+            Analysis::SearchPath { .. } => self.search_path_changed = true,
             _ => {}
         }
+        let effect = session_effect(&analysis);
         let mut tries = 0;
         loop {
             tries += 1;
@@ -727,7 +740,7 @@ impl Session {
                 }
             };
             let retryable = self.may_retry(target) && tries < self.shared.config.wrong_shard_tries;
-            let Some(lease) = self.acquire(target, &map, false).await? else {
+            let Some(lease) = self.acquire(target, &map, false, true).await? else {
                 return Ok(());
             };
             let mut request = BytesMut::new();
@@ -741,6 +754,7 @@ impl Session {
                     retryable,
                     false,
                     true,
+                    effect,
                     request,
                     vec![Expect::Query],
                 )
@@ -754,8 +768,8 @@ impl Session {
                 }
             }
         }
-        if let Analysis::SearchPath | Analysis::Other = &*analysis {
-            self.remember_setting(&sql, &analysis);
+        if !self.last_failed && sets_parameter(&analysis) {
+            self.remember_setting(&sql);
         }
         Ok(())
     }
@@ -768,8 +782,11 @@ impl Session {
         normalized: &Normalized,
         map: &ClusterMap,
     ) -> Result<(Target, String, Option<i64>), ServerError> {
+        if let (TxState::Failed, Some((target, _))) = (self.tx.state, &self.tx.pinned) {
+            return Ok((*target, sql.to_owned(), None));
+        }
         let route = match analysis {
-            Analysis::Routable(shape) => router::route(
+            Analysis::Routable(shape) if self.routing => router::route(
                 shape,
                 sql,
                 normalized,
@@ -820,10 +837,17 @@ impl Session {
             }
             (Route::Worker { .. }, Some(Target::Worker(p))) => Err(spans_nodes(p)),
             (Route::Metadata, Some(Target::Worker(p))) => match analysis {
-                // Statements that name no table (SET LOCAL, SELECT now(), …)
-                // and transaction control run where the transaction is.
-                Analysis::Routable(_) => Err(spans_nodes(p)),
-                _ => Ok((Target::Worker(p), sql.to_owned(), None)),
+                // Statements that name no table (SET LOCAL, SELECT now(),
+                // SHOW, SET search_path), transaction control and what
+                // cannot be parsed (the worker reports the syntax error)
+                // run where the transaction is.
+                Analysis::Transaction(_)
+                | Analysis::Other {
+                    tableless: true, ..
+                }
+                | Analysis::SearchPath { temporary: false }
+                | Analysis::Unparsed => Ok((Target::Worker(p), sql.to_owned(), None)),
+                _ => Err(spans_nodes(p)),
             },
         }
     }
@@ -847,12 +871,18 @@ impl Session {
         }
     }
 
-    fn remember_setting(&mut self, sql: &str, analysis: &Analysis) {
-        // Session-level SET / RESET outside a failed transaction: replayed
-        // on every server connection this client uses from now on.
+    /// Records a successful session-level SET or RESET (a statement of its
+    /// own, outside a failed transaction), to be replayed on every server
+    /// connection this client uses from now on. The replayed text is
+    /// regenerated from the parse tree: nothing else the client sent with
+    /// it (comments, other statements) is replayed.
+    fn remember_setting(&mut self, sql: &str) {
         let Ok(parsed) = pg_query::parse(sql) else {
             return;
         };
+        if parsed.protobuf.stmts.len() != 1 || self.tx.state == TxState::Failed {
+            return;
+        }
         let Some(pg_query::NodeEnum::VariableSetStmt(set)) = parsed
             .protobuf
             .stmts
@@ -862,7 +892,7 @@ impl Session {
         else {
             return;
         };
-        if set.is_local || self.tx.state == TxState::Failed {
+        if set.is_local {
             return;
         }
         use pg_query::protobuf::VariableSetKind as K;
@@ -878,12 +908,15 @@ impl Session {
                 }
             }
             Ok(K::VarSetValue | K::VarSetCurrent) => {
+                let Ok(text) = pg_query::deparse(&parsed.protobuf) else {
+                    return;
+                };
                 self.settings.retain(|(name, _)| *name != set.name);
-                self.settings.push((set.name.clone(), sql.to_owned()));
+                self.settings.push((set.name.clone(), text));
             }
             _ => {}
         }
-        let _ = analysis;
+        self.routing = routing_possible(&self.settings);
     }
 
     fn reply_error(&mut self, error: ServerError) {
@@ -911,14 +944,24 @@ impl Session {
         if let Some((_, mut lease)) = self.tx.pinned.take() {
             let connection = lease.connection();
             let mut out = BytesMut::new();
+            // A connection between Flush and Sync answers nothing before a Sync.
+            let mut answers = 1;
+            if connection.awaiting_sync {
+                protocol::sync(&mut out);
+                answers = 2;
+            }
             protocol::query(&mut out, "ROLLBACK");
             let rolled_back = async {
                 connection.write(&out).await?;
                 loop {
                     let (tag, body) = connection.read().await?;
                     if tag == b'Z' {
-                        connection.status = body.first().copied().unwrap_or(b'E');
-                        return Ok::<_, crate::backend::BackendError>(());
+                        answers -= 1;
+                        if answers == 0 {
+                            connection.status = body.first().copied().unwrap_or(b'E');
+                            connection.awaiting_sync = false;
+                            return Ok::<_, crate::backend::BackendError>(());
+                        }
                     }
                 }
             }
@@ -960,17 +1003,6 @@ impl Session {
             }
         }
         let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
-        if self.tx.state == TxState::Failed
-            && batch
-                .iter()
-                .any(|m| !matches!(m, FrontendMessage::Sync | FrontendMessage::Flush))
-        {
-            self.reply_error(aborted_error());
-            if synced {
-                return self.finish_reply().await;
-            }
-            return self.flush().await;
-        }
         // Names must exist before anything is sent.
         for message in &batch {
             let missing = match message {
@@ -1005,6 +1037,20 @@ impl Session {
                 self.flush().await
             };
         }
+        // Rolled back by the coordinator itself: nothing but COMMIT or
+        // ROLLBACK (answered above) ends it.
+        if self.tx.state == TxState::Failed
+            && self.tx.pinned.is_none()
+            && batch
+                .iter()
+                .any(|m| !matches!(m, FrontendMessage::Sync | FrontendMessage::Flush))
+        {
+            self.reply_error(aborted_error());
+            if synced {
+                return self.finish_reply().await;
+            }
+            return self.flush().await;
+        }
         let mut tries = 0;
         loop {
             tries += 1;
@@ -1023,7 +1069,32 @@ impl Session {
                 && self.may_retry(plan.target)
                 && tries < self.shared.config.wrong_shard_tries;
             match self.send_batch(&batch, &plan, &map, retryable).await? {
-                Outcome::Done => return Ok(()),
+                Outcome::Done => {
+                    // Closed statements go now (a retry still needed them),
+                    // and successful SETs are kept.
+                    for message in &batch {
+                        if let FrontendMessage::Close { kind: b'S', name } = message {
+                            self.statements.remove(name);
+                        }
+                    }
+                    if !self.last_failed {
+                        let bound: Vec<String> = batch
+                            .iter()
+                            .filter_map(|m| match m {
+                                FrontendMessage::Bind(bind) => self
+                                    .statements
+                                    .get(&bind.statement)
+                                    .filter(|statement| sets_parameter(&statement.analysis))
+                                    .map(|statement| statement.sql.clone()),
+                                _ => None,
+                            })
+                            .collect();
+                        for sql in bound {
+                            self.remember_setting(&sql);
+                        }
+                    }
+                    return Ok(());
+                }
                 Outcome::Stale => tries -= 1,
                 Outcome::WrongShard(error) => self.note_wrong_shard(&map, &error).await,
             }
@@ -1115,6 +1186,15 @@ impl Session {
             .as_ref()
             .or(self.held.as_ref())
             .map(|(target, _)| *target);
+        // A failed transaction on its server: the server answers everything.
+        if let (TxState::Failed, Some(target)) = (self.tx.state, pinned) {
+            return Ok(BatchPlan {
+                target,
+                texts: HashMap::new(),
+                shard: None,
+                side_connection: false,
+            });
+        }
         let session = router::Session {
             user: &self.user,
             search_path_changed: self.search_path_changed,
@@ -1129,7 +1209,7 @@ impl Session {
                         continue;
                     };
                     let route = match &*statement.analysis {
-                        Analysis::Routable(shape) => router::route(
+                        Analysis::Routable(shape) if self.routing => router::route(
                             shape,
                             &statement.sql,
                             &statement.normalized,
@@ -1153,18 +1233,29 @@ impl Session {
             }
         }
         if !runs {
-            // Parse / Describe statement only: no side effects, so the
-            // metadata node answers (it knows every table by its name),
-            // on the transaction's connection if that is there.
-            let target = match pinned {
-                Some(Target::Metadata) => Target::Metadata,
-                _ => Target::Metadata,
+            // Nothing executes. Between Flush and Sync, or in a transaction
+            // on the metadata node, the batch goes on its connection (a Sync
+            // must end what is open there). Parse / Describe statement in a
+            // transaction on a worker: the metadata node answers on another
+            // connection (it knows every table by its name; no side effects).
+            // Otherwise the metadata node.
+            let describes = batch.iter().any(|m| {
+                matches!(
+                    m,
+                    FrontendMessage::Parse { .. } | FrontendMessage::Describe { kind: b'S', .. }
+                )
+            });
+            let (target, side_connection) = match (self.held.as_ref(), pinned) {
+                (Some((held, _)), _) => (*held, false),
+                (None, Some(Target::Worker(_))) if describes => (Target::Metadata, true),
+                (None, Some(target)) => (target, false),
+                (None, None) => (Target::Metadata, false),
             };
             return Ok(BatchPlan {
                 target,
                 texts: HashMap::new(),
                 shard: None,
-                side_connection: matches!(pinned, Some(Target::Worker(_))),
+                side_connection,
             });
         }
         // Every bound statement must fit one node.
@@ -1174,7 +1265,10 @@ impl Session {
         let mut all_routed = true;
         for (index, route) in &routes {
             let statement = match &batch[*index] {
-                FrontendMessage::Bind(bind) => &self.statements[&bind.statement],
+                FrontendMessage::Bind(bind) => match self.statements.get(&bind.statement) {
+                    Some(statement) => statement,
+                    None => continue,
+                },
                 _ => continue,
             };
             let (placed, text, s) =
@@ -1233,9 +1327,22 @@ impl Session {
             })
         };
         let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
-        let Some(mut lease) = self.acquire(plan.target, map, plan.side_connection).await? else {
+        let Some(mut lease) = self
+            .acquire(plan.target, map, plan.side_connection, synced)
+            .await?
+        else {
             return Ok(Outcome::Done);
         };
+        // What running the bound statements may leave on the connection.
+        let effect = batch
+            .iter()
+            .filter_map(|m| match m {
+                FrontendMessage::Bind(bind) => self.statements.get(&bind.statement),
+                _ => None,
+            })
+            .map(|statement| session_effect(&statement.analysis))
+            .max()
+            .unwrap_or(SessionEffect::None);
         let mut messages: Vec<(Vec<u8>, Expect)> = Vec::new();
         let mut prepared_here: HashSet<String> = HashSet::new();
         let mut unnamed_text: Option<String> = None;
@@ -1249,7 +1356,10 @@ impl Session {
                     query,
                     parameter_types,
                 } => {
-                    let statement = &self.statements[name];
+                    // Defined when the batch arrived; Close applies after it ran.
+                    let Some(statement) = self.statements.get(name) else {
+                        continue;
+                    };
                     let text = match bound_text(name) {
                         Some(text) => Some(text.clone()),
                         None if !on_worker => Some(query.clone()),
@@ -1286,7 +1396,9 @@ impl Session {
                     }
                 }
                 FrontendMessage::Bind(bind) => {
-                    let statement = &self.statements[&bind.statement];
+                    let Some(statement) = self.statements.get(&bind.statement) else {
+                        continue;
+                    };
                     let text = bound_text(&bind.statement)
                         .cloned()
                         .unwrap_or_else(|| statement.sql.clone());
@@ -1306,7 +1418,9 @@ impl Session {
                     }
                 }
                 FrontendMessage::Describe { kind: b'S', name } => {
-                    let statement = &self.statements[name];
+                    let Some(statement) = self.statements.get(name) else {
+                        continue;
+                    };
                     let text = bound_text(name)
                         .cloned()
                         .unwrap_or_else(|| statement.sql.clone());
@@ -1330,9 +1444,9 @@ impl Session {
                     protocol::execute(&mut out, portal, *max_rows);
                     messages.push((out.to_vec(), Expect::Execute));
                 }
-                FrontendMessage::Close { kind: b'S', name } => {
-                    // Server-side statements stay cached on their connections.
-                    self.statements.remove(name);
+                FrontendMessage::Close { kind: b'S', .. } => {
+                    // Server-side statements stay cached on their connections;
+                    // the client's name goes when the batch has run.
                     messages.push((Vec::new(), synthetic(b'3')));
                 }
                 FrontendMessage::Close { name, .. } => {
@@ -1368,6 +1482,7 @@ impl Session {
             retryable,
             plan.side_connection,
             synced,
+            effect,
             request,
             expects,
         )
@@ -1422,11 +1537,11 @@ impl Session {
         target: Target,
         map: &ClusterMap,
         side_connection: bool,
+        synced: bool,
     ) -> Result<Option<Lease>, SessionError> {
         if let Some(lease) = self.take_lease(target, side_connection) {
             return Ok(Some(lease));
         }
-        let synced = true;
         let address = match self.address_of(target, map) {
             Some(address) => address,
             None => {
@@ -1488,6 +1603,7 @@ impl Session {
         retryable: bool,
         side_connection: bool,
         synced: bool,
+        effect: SessionEffect,
         request: BytesMut,
         mut expects: Vec<Expect>,
     ) -> Result<Outcome, SessionError> {
@@ -1495,14 +1611,15 @@ impl Session {
         let address = lease.connection().address.clone();
         let mut out = BytesMut::new();
         let prelude = self.prelude(lease.connection(), target, map, side_connection);
-        let begins = !side_connection
-            && self.tx.state == TxState::Open
-            && self.tx.pinned.is_none()
-            && self.tx.begin.is_some();
-        if let Some(prelude) = &prelude {
-            protocol::query(&mut out, prelude);
-            expects.insert(0, Expect::Hidden);
+        let begins = prelude.begin.is_some();
+        // Settings and BEGIN go as separate queries: settings must outlive
+        // the client's transaction (a ROLLBACK must not undo them).
+        let mut hidden = 0;
+        for statement in [&prelude.settings, &prelude.begin].into_iter().flatten() {
+            protocol::query(&mut out, statement);
+            hidden += 1;
         }
+        expects.splice(0..0, (0..hidden).map(|_| Expect::Hidden));
         out.put_slice(&request);
         if let Ok(mut slot) = self.cancel_slot.lock() {
             let connection = lease.connection();
@@ -1531,7 +1648,7 @@ impl Session {
         if let Some(shard) = shard {
             self.shared.metrics.shard(shard);
         }
-        let (outcome, _) = match result {
+        let (outcome, saw_error) = match result {
             Ok(result) => result,
             Err(RelayError::Client(e)) => {
                 lease.connection().broken = true;
@@ -1561,8 +1678,28 @@ impl Session {
                 return self.finish_batch(synced).await.map(|_| Outcome::Done);
             }
         };
-        if let Some(prelude) = prelude {
-            self.applied(lease.connection(), &prelude, map);
+        self.last_failed = saw_error;
+        let connection = lease.connection();
+        connection.awaiting_sync = !synced;
+        if prelude.settings.is_some() {
+            connection.session_settings = Some(self.settings.clone());
+        }
+        if prelude.declares_version {
+            connection.declared_map_version = map.version;
+        }
+        if saw_error {
+            // Whatever failed (possibly part of the prelude), start over
+            // next time.
+            connection.session_settings = None;
+            connection.declared_map_version = 0;
+        }
+        match effect {
+            SessionEffect::None => {}
+            // The client may have changed session state: reset before reuse.
+            SessionEffect::Unknown => connection.session_settings = None,
+            // State RESET ALL does not undo (prepared statements, LISTEN,
+            // temporary tables): the connection is closed when released.
+            SessionEffect::Discard => connection.broken = true,
         }
         if let Outcome::WrongShard(_) = outcome {
             // The statement and its transaction (if it began one) are gone
@@ -1651,36 +1788,38 @@ impl Session {
         target: Target,
         map: &ClusterMap,
         side_connection: bool,
-    ) -> Option<String> {
+    ) -> Prelude {
         let mut statements: Vec<String> = Vec::new();
-        if connection.session_settings != self.settings {
+        // Only outside a transaction: inside one the settings were made at
+        // its start, and a SET there is the client's own.
+        // Not between Flush and Sync either: the server may be skipping to
+        // the Sync after an error, and would skip these too.
+        let idle = connection.status == b'I' && !connection.awaiting_sync;
+        if idle && connection.session_settings.as_ref() != Some(&self.settings) {
             // Start from the server's defaults, then the client's settings.
             statements.push("RESET ALL".into());
             statements.extend(self.settings.iter().map(|(_, sql)| sql.clone()));
             connection.declared_map_version = 0;
         }
+        let mut declares_version = false;
         if let Target::Worker(_) = target {
-            if connection.declared_map_version != map.version && map.version > 0 {
+            if idle && connection.declared_map_version != map.version && map.version > 0 {
                 statements.push(format!("SET pg_shard.map_version = {}", map.version));
+                declares_version = true;
             }
         }
-        if !side_connection && self.tx.state == TxState::Open && self.tx.pinned.is_none() {
-            if let Some(begin) = &self.tx.begin {
-                statements.push(begin.clone());
-            }
-        }
-        if statements.is_empty() {
-            None
-        } else {
-            Some(statements.join("; "))
-        }
-    }
-
-    /// Records what a prelude set on the connection.
-    fn applied(&self, connection: &mut ServerConnection, prelude: &str, map: &ClusterMap) {
-        connection.session_settings = self.settings.clone();
-        if prelude.contains("SET pg_shard.map_version") {
-            connection.declared_map_version = map.version;
+        let begin =
+            if !side_connection && self.tx.state == TxState::Open && self.tx.pinned.is_none() {
+                self.tx.begin.clone()
+            } else {
+                None
+            };
+        Prelude {
+            // One statement per line: each was generated or checked to be a
+            // single statement.
+            settings: (!statements.is_empty()).then(|| statements.join(";\n")),
+            declares_version,
+            begin,
         }
     }
 
@@ -1758,7 +1897,17 @@ impl Session {
                 }
                 b'Z' => {
                     connection.status = body.first().copied().unwrap_or(b'E');
+                    // Messages the server skipped (after an error, until
+                    // Sync) answer nothing: their expectations go too.
+                    while queue.front().is_some_and(|e| {
+                        !matches!(e, Expect::Hidden | Expect::Query | Expect::Sync)
+                    }) {
+                        queue.pop_front();
+                    }
                     let front = queue.pop_front();
+                    if matches!(front, Some(Expect::Query | Expect::Sync)) {
+                        connection.awaiting_sync = false;
+                    }
                     if matches!(front, Some(Expect::Query | Expect::Sync)) && held_error.is_none() {
                         let status = if side_connection {
                             self.status_byte()
@@ -1772,9 +1921,12 @@ impl Session {
                 }
                 b'G' => {
                     // COPY FROM STDIN: the client's data goes to the server.
+                    // In the extended protocol the server ignored the Sync
+                    // sent before the data; libpq sends another after it.
+                    let extended = matches!(queue.front(), Some(Expect::Execute));
                     self.pass(tag, &body);
                     self.flush_relay().await?;
-                    self.pump_copy_data(connection).await?;
+                    self.pump_copy_data(connection, extended).await?;
                     continue;
                 }
                 _ => {}
@@ -1849,6 +2001,7 @@ impl Session {
     async fn pump_copy_data(
         &mut self,
         connection: &mut ServerConnection,
+        extended: bool,
     ) -> Result<(), RelayError> {
         loop {
             let message = self.read_message().await.map_err(RelayError::Client)?;
@@ -1882,12 +2035,87 @@ impl Session {
                     ))
                 }
             };
+            if last && extended {
+                // The Sync the client sends after the copy ends the batch.
+                loop {
+                    match self.read_message().await.map_err(RelayError::Client)? {
+                        FrontendMessage::Sync => break,
+                        FrontendMessage::Flush => {}
+                        other => {
+                            return Err(RelayError::Client(
+                                protocol::ProtocolError::UnexpectedType(
+                                    frontend_tag(&other) as char
+                                )
+                                .into(),
+                            ))
+                        }
+                    }
+                }
+                protocol::sync(&mut out);
+            }
             connection.write(&out).await.map_err(RelayError::Server)?;
             if last {
                 return Ok(());
             }
         }
     }
+}
+
+/// What a connection needs before the client's messages.
+struct Prelude {
+    /// RESET ALL, the client's settings, the map version.
+    settings: Option<String>,
+    declares_version: bool,
+    /// The transaction's BEGIN, with its first statement.
+    begin: Option<String>,
+}
+
+/// What running a statement may leave behind on its server connection.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SessionEffect {
+    None,
+    /// Settings may have changed (SET, set_config(), functions…).
+    Unknown,
+    /// State a reset does not undo.
+    Discard,
+}
+
+fn session_effect(analysis: &Analysis) -> SessionEffect {
+    match analysis {
+        Analysis::Routable(shape) if shape.may_change_session() => SessionEffect::Unknown,
+        Analysis::Routable(_) | Analysis::Transaction(_) | Analysis::Admin(_) => {
+            SessionEffect::None
+        }
+        Analysis::SearchPath { temporary: true } | Analysis::Other { discard: true, .. } => {
+            SessionEffect::Discard
+        }
+        _ => SessionEffect::Unknown,
+    }
+}
+
+/// Statements whose success changes the client's settings.
+fn sets_parameter(analysis: &Analysis) -> bool {
+    matches!(
+        analysis,
+        Analysis::SearchPath { temporary: false }
+            | Analysis::Other {
+                tableless: true,
+                ..
+            }
+    )
+}
+
+/// Routing reads literals as PostgreSQL does only with
+/// standard_conforming_strings on (the default).
+fn routing_possible(settings: &[(String, String)]) -> bool {
+    !settings.iter().any(|(name, sql)| {
+        name == "standard_conforming_strings" && {
+            let lower = sql.to_lowercase();
+            ["off", "false", "'0'", " 0", "'no'", " no"]
+                .iter()
+                .any(|word| lower.contains(word))
+        }
+    })
 }
 
 enum RelayError {

@@ -132,6 +132,74 @@ messages, closed = read_messages(sock)
 check("Flush answers before Sync, Sync then ends the batch",
       flushed and [t for t, _ in messages] == [b"Z"] and not closed)
 sock.close()
+def extended(sql, *values):
+    """Parse/Bind/Execute of an unnamed statement with text parameters."""
+    params = b"".join(struct.pack("!i", len(v)) + v for v in values)
+    return (message(b"P", b"\0" + sql.encode() + b"\0\0\0")
+            + message(b"B", b"\0\0\0\0" + struct.pack("!h", len(values)) + params + b"\0\0")
+            + message(b"E", b"\0\0\0\0\0"))
+
+
+def tags(messages):
+    return [t for t, _ in messages]
+
+
+# A failed transaction ended with ROLLBACK over the extended protocol.
+sock = connect()
+sock.sendall(message(b"Q", b"BEGIN\0"))
+read_messages(sock)
+sock.sendall(extended("INSERT INTO accounts (id, owner, balance) VALUES ($1, 'dup', 0)", b"42")
+             + message(b"S", b""))
+messages, _ = read_messages(sock)
+failed = error_code(messages) == "23505" and messages[-1] == (b"Z", b"E")
+sock.sendall(extended("ROLLBACK") + message(b"S", b""))
+messages, closed = read_messages(sock)
+check("extended ROLLBACK ends a failed transaction",
+      failed and error_code(messages) is None and messages[-1] == (b"Z", b"I") and not closed)
+sock.close()
+# An error before a Flush: the server skips to Sync; so must the coordinator.
+sock = connect()
+sock.sendall(extended("SELECT 1 / 0") + message(b"H", b""))
+time.sleep(0.3)
+sock.sendall(extended("SELECT 1") + message(b"S", b""))
+messages, closed = read_messages(sock)
+check("error before Flush, then a batch with Sync: one error, one ReadyForQuery",
+      error_code(messages) == "22012" and tags(messages).count(b"Z") == 1 and b"D" not in tags(messages)
+      and not closed)
+sock.sendall(message(b"Q", b"SELECT owner FROM accounts WHERE id = 42\0"))
+messages, closed = read_messages(sock)
+check("connection usable after that", b"D" in tags(messages) and not closed)
+sock.close()
+# Close of a statement in the batch that binds it: no crash.
+sock = connect()
+sock.sendall(message(b"P", b"s1\0SELECT 1\0\0\0") + message(b"S", b""))
+read_messages(sock)
+sock.sendall(message(b"C", b"Ss1\0") + message(b"B", b"\0s1\0\0\0\0\0\0\0")
+             + message(b"E", b"\0\0\0\0\0") + message(b"S", b""))
+messages, closed = read_messages(sock)
+sock.sendall(message(b"Q", b"SELECT 2\0"))
+after, closed = read_messages(sock)
+check("Close and Bind of one statement in a batch", b"D" in tags(after) and not closed)
+sock.close()
+# COPY FROM STDIN over the extended protocol.
+sock = connect()
+sock.sendall(extended("COPY accounts (id, owner, balance) FROM STDIN") + message(b"S", b""))
+sock.settimeout(5)
+data = b""
+# ParseComplete, BindComplete, then CopyInResponse
+while b"2\0\0\0\x04G" not in data:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+sock.sendall(message(b"d", b"6001\textended copy\t1\n") + message(b"c", b"") + message(b"S", b""))
+messages, closed = read_messages(sock)
+sock.sendall(message(b"Q", b"SELECT owner FROM accounts WHERE id = 6001\0"))
+rows, _ = read_messages(sock)
+check("extended-protocol COPY FROM STDIN",
+      b"2\0\0\0\x04G" in data and error_code(messages) is None
+      and b"extended copy" in b"".join(b for _, b in rows))
+sock.close()
 # A client that vanishes mid-query.
 sock = connect()
 sock.sendall(message(b"Q", b"SELECT pg_sleep(2)\0"))

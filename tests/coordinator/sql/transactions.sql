@@ -68,3 +68,31 @@ SELECT '2024-03-01'::date;
 SELECT '2024-03-01'::date FROM accounts WHERE id = 42;
 RESET DateStyle;
 SELECT '2024-03-01'::date;
+-- a failed SET is not replayed, and does not get in the way of BEGIN
+SET statement_timeout = 'bogus';
+BEGIN;
+UPDATE accounts SET balance = 7 WHERE id = 42;
+ROLLBACK;
+SELECT balance FROM accounts WHERE id = 42;
+-- ROLLBACK TO SAVEPOINT after an error, on the transaction's worker
+BEGIN;
+UPDATE accounts SET balance = 501 WHERE id = 42;
+SAVEPOINT s;
+SELECT 1 / 0;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT balance FROM accounts WHERE id = 42;
+-- a statement that needs the metadata node in a worker's transaction
+BEGIN;
+UPDATE accounts SET balance = balance WHERE id = 42;
+CREATE TABLE made_in_transaction AS SELECT 1 AS one;
+ROLLBACK;
+SELECT count(*) FROM pg_class WHERE relname = 'made_in_transaction';
+-- a temporary table shadows the distributed one: not routed (inside a
+-- transaction, where the temporary table lives)
+BEGIN;
+CREATE TEMP TABLE accounts (id bigint, owner text, balance numeric);
+INSERT INTO accounts VALUES (42, 'temporary', 0);
+SELECT owner FROM accounts WHERE id = 42;
+ROLLBACK;
+SELECT owner FROM accounts WHERE id = 42;
