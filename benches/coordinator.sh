@@ -6,7 +6,8 @@
 #     pgbouncer    pgbouncer (transaction pooling) in front of it, reaching
 #                  the server over TCP, and over its Unix-domain socket
 #     coordinator  the coordinator in front of the cluster (pgbench_accounts
-#                  distributed by aid over 2 workers), reaching the servers
+#                  distributed by aid over 2 workers; PGSHARD_BENCH_WORKERS
+#                  sets how many), reaching the servers
 #                  over TCP, and over their Unix-domain sockets
 #   Clients always connect over TCP to 127.0.0.1. Reports tps, the ratio to
 #   direct, and p50/p99 latency (from pgbench's per-transaction log).
@@ -21,10 +22,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 scale=${1:-10}
 seconds=${2:-15}
+# Workers the distributed copy is spread over (default 2).
+workers=${PGSHARD_BENCH_WORKERS:-2}
 
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench-coordinator
 export PGSHARD_BASE_PORT=29320
-export PGSHARD_WORKERS=2
+export PGSHARD_WORKERS=$workers
 export PGSHARD_DATABASE=bench
 export PGUSER=postgres
 bin=${CARGO_TARGET_DIR:-$repo/target}/release/pg_shard_coordinator
@@ -49,8 +52,7 @@ trap cleanup EXIT
 # The distributed copy, loaded and distributed through the coordinator.
 psql -X -q -h 127.0.0.1 -p 29420 -d bench -v ON_ERROR_STOP=1 >/dev/null <<SQL
 CREATE EXTENSION pg_shard;
-SELECT pg_shard.add_node('127.0.0.1', 29321);
-SELECT pg_shard.add_node('127.0.0.1', 29322);
+$(for i in $(seq 1 "$workers"); do echo "SELECT pg_shard.add_node('127.0.0.1', $((29320 + i)));"; done)
 SQL
 pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29420 bench >/dev/null 2>&1
 psql -X -q -h 127.0.0.1 -p 29420 -d bench -v ON_ERROR_STOP=1 >/dev/null <<SQL
@@ -60,7 +62,7 @@ SELECT pg_shard.create_distributed_table('pgbench_history', 'aid', colocate_with
 SELECT pg_shard.create_reference_table('pgbench_branches');
 SELECT pg_shard.create_reference_table('pgbench_tellers');
 SQL
-for port in 29321 29322; do psql -X -q -h 127.0.0.1 -p $port -d bench -c "VACUUM ANALYZE"; done
+for i in $(seq 1 "$workers"); do psql -X -q -h 127.0.0.1 -p $((29320 + i)) -d bench -c "VACUUM ANALYZE"; done
 # The single PostgreSQL with the same data.
 single_dir=$scratch/single
 mkdir -p "$single_dir" && chown postgres "$single_dir"
@@ -124,7 +126,7 @@ run() { # label port database clients → "tps p50 p99"
         "$(awk "BEGIN {printf \"%.3f\", $p99 / 1000}")"
 }
 
-echo "pgbench -S, scale $scale, $seconds s per run, 2 pgbench threads; $(nproc) cores"
+echo "pgbench -S, scale $scale, $seconds s per run, 2 pgbench threads; $(nproc) cores; $workers worker(s)"
 printf '%-32s %7s %10s %7s %9s %9s\n' target clients tps ratio "p50 ms" "p99 ms"
 for clients in 4 16; do
     read -r direct_tps p50 p99 <<<"$(run direct 29330 single "$clients")"

@@ -7,6 +7,7 @@ use crate::scram::{self, ClientExchange};
 use crate::socket::{Inner, Socket};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::net::{TcpStream, UnixStream};
@@ -60,7 +61,8 @@ pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
 }
 
 pub struct ServerConnection {
-    pub address: ServerAddress,
+    /// Shared, so that keeping it (cancel keys, errors) costs no copy.
+    pub address: Arc<ServerAddress>,
     /// TCP, or the server's Unix-domain socket when it is on this machine
     /// and its socket folder is configured (cheaper per message).
     stream: Socket,
@@ -152,7 +154,7 @@ impl ServerConnection {
             }
         };
         Ok(ServerConnection {
-            address: address.clone(),
+            address: Arc::new(address.clone()),
             stream,
             input: BytesMut::with_capacity(16 * 1024),
             process_id: 0,
@@ -292,7 +294,7 @@ impl ServerConnection {
     }
 
     /// Sends a cancel request for whatever this connection is running.
-    pub async fn cancel(address: ServerAddress, process_id: i32, secret_key: i32) {
+    pub async fn cancel(address: Arc<ServerAddress>, process_id: i32, secret_key: i32) {
         let Ok(mut connection) = ServerConnection::open(&address).await else {
             return;
         };

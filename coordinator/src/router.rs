@@ -713,6 +713,11 @@ fn route_inner(
     if writes && !matches!(tables[0].kind, TableKind::Distributed { .. }) {
         return None;
     }
+    if let [table] = tables.as_slice() {
+        if let Some(route) = route_one_table(shape, sql, normalized, table, parameters, writes) {
+            return route;
+        }
+    }
     // Which relation each column reference means.
     let resolve = |column: &ColumnRef| -> Option<usize> {
         match &column.qualifier {
@@ -849,6 +854,85 @@ fn route_inner(
         shard: first_shard,
         writes,
     })
+}
+
+/// The common case without joins, without building equivalence classes:
+/// Some(route) when decided, None to take the general path (a reference
+/// table, or facts that need it).
+fn route_one_table(
+    shape: &Shape,
+    sql: &str,
+    normalized: &Normalized,
+    table: &crate::cluster::Table,
+    parameters: Option<&Parameters<'_>>,
+    writes: bool,
+) -> Option<Option<Route>> {
+    let TableKind::Distributed {
+        column,
+        encoding,
+        shards,
+    } = &table.kind
+    else {
+        return None;
+    };
+    let relation = &shape.relations[0];
+    let means_key = |c: &ColumnRef| {
+        c.column == *column
+            && c.qualifier
+                .as_deref()
+                .is_none_or(|q| q == relation.reference_name())
+    };
+    // Equalities between columns could fix the key through another
+    // column: the general path handles them.
+    if shape
+        .facts
+        .iter()
+        .any(|f| matches!(f, Fact::Equal(a, b) if means_key(a) || means_key(b)))
+    {
+        return None;
+    }
+    let decided = (|| {
+        if writes && shape.assigned.iter().any(|c| c == column) {
+            return None;
+        }
+        let values: Vec<&Value> = if shape.kind == Kind::Insert {
+            insert_keys(shape.insert.as_ref()?, table, column)?
+        } else {
+            shape
+                .facts
+                .iter()
+                .filter_map(|f| match f {
+                    Fact::OneOf(c, values) if means_key(c) => Some(values),
+                    _ => None,
+                })
+                .min_by_key(|values| values.len())?
+                .iter()
+                .collect()
+        };
+        let mut placement: Option<&crate::cluster::ShardPlacement> = None;
+        for value in values {
+            let id = key_id(value, *encoding, normalized, parameters)?;
+            let (_, found) = shards.lookup(id);
+            match placement {
+                None => placement = Some(found),
+                Some(p) if p.shard_id == found.shard_id => {}
+                Some(_) => return None,
+            }
+        }
+        let placement = placement?;
+        Some(Route::Worker {
+            node: placement.node,
+            sql: rewrite(
+                sql,
+                normalized,
+                &shape.relations,
+                std::slice::from_ref(&placement.qualified_name),
+            )?,
+            shard: Some(placement.shard_id),
+            writes,
+        })
+    })();
+    Some(decided)
 }
 
 /// The key values of the rows an INSERT writes, if every row's key is

@@ -74,7 +74,7 @@ struct Transaction {
 }
 
 /// The server and cancel key of the statement a client is running, if any.
-type CancelSlot = Arc<Mutex<Option<(ServerAddress, i32, i32)>>>;
+type CancelSlot = Arc<Mutex<Option<(Arc<ServerAddress>, i32, i32)>>>;
 
 /// Cancel keys of running statements, by the key the client was given.
 #[derive(Default)]
@@ -133,8 +133,8 @@ pub struct Session {
     cancel_slot: CancelSlot,
     /// Output bytes were sent to the client since the current statement began.
     flushed_in_statement: bool,
-    /// The pools this client used, by server.
-    pools: HashMap<ServerAddress, Arc<crate::pool::Pool>>,
+    /// The pools this client used, by node.
+    pools: HashMap<Target, Arc<crate::pool::Pool>>,
     /// The last exchange passed an error to the client.
     last_failed: bool,
     /// Statements may go to workers (not with standard_conforming_strings
@@ -1542,27 +1542,29 @@ impl Session {
         if let Some(lease) = self.take_lease(target, side_connection) {
             return Ok(Some(lease));
         }
-        let address = match self.address_of(target, map) {
-            Some(address) => address,
-            None => {
-                self.reply_error(ServerError::new(
-                    "08006",
-                    "pg_shard coordinator: the node is no longer in the shard map",
-                ));
-                self.finish_batch(synced).await?;
-                return Ok(None);
-            }
+        // Pools by node, kept per session: no string hashing or copying per
+        // statement (checked against the map's address, which may change).
+        let current = match target {
+            Target::Metadata => Some(&self.shared.metadata),
+            Target::Worker(node) => map.nodes.get(&node).map(|n| &n.address),
         };
-        // Pools by server, kept per session: no lookup by strings per statement.
-        let pool = match self.pools.get(&address) {
-            Some(pool) => pool.clone(),
-            None => {
+        let Some(address) = current else {
+            self.reply_error(ServerError::new(
+                "08006",
+                "pg_shard coordinator: the node is no longer in the shard map",
+            ));
+            self.finish_batch(synced).await?;
+            return Ok(None);
+        };
+        let pool = match self.pools.get(&target) {
+            Some(pool) if pool.key.address == *address => pool.clone(),
+            _ => {
                 let pool = self.shared.pools.pool(&PoolKey {
                     address: address.clone(),
                     database: self.database.clone(),
                     user: self.user.clone(),
                 });
-                self.pools.insert(address.clone(), pool.clone());
+                self.pools.insert(target, pool.clone());
                 pool
             }
         };
@@ -1580,13 +1582,6 @@ impl Session {
                 self.finish_batch(synced).await?;
                 Ok(None)
             }
-        }
-    }
-
-    fn address_of(&self, target: Target, map: &ClusterMap) -> Option<ServerAddress> {
-        match target {
-            Target::Metadata => Some(self.shared.metadata.clone()),
-            Target::Worker(node) => map.nodes.get(&node).map(|n| n.address.clone()),
         }
     }
 
@@ -1609,7 +1604,7 @@ impl Session {
     ) -> Result<Outcome, SessionError> {
         let started = Instant::now();
         let address = lease.connection().address.clone();
-        let mut out = BytesMut::new();
+        let mut out = BytesMut::with_capacity(request.len() + 64);
         let prelude = self.prelude(lease.connection(), target, map, side_connection);
         let begins = prelude.begin.is_some();
         // Settings and BEGIN go as separate queries: settings must outlive
