@@ -872,7 +872,7 @@ impl Session {
     }
 
     /// Records a successful session-level SET or RESET (a statement of its
-    /// own, outside a failed transaction), to be replayed on every server
+    /// own, outside a transaction), to be replayed on every server
     /// connection this client uses from now on. The replayed text is
     /// regenerated from the parse tree: nothing else the client sent with
     /// it (comments, other statements) is replayed.
@@ -880,7 +880,8 @@ impl Session {
         let Ok(parsed) = pg_query::parse(sql) else {
             return;
         };
-        if parsed.protobuf.stmts.len() != 1 || self.tx.state == TxState::Failed {
+        // Outside transactions only: one inside may still roll back.
+        if parsed.protobuf.stmts.len() != 1 || self.tx.state != TxState::Idle {
             return;
         }
         let Some(pg_query::NodeEnum::VariableSetStmt(set)) = parsed
