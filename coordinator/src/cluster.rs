@@ -5,6 +5,7 @@
 
 use crate::backend::ServerAddress;
 use crate::metrics::Metrics;
+use pg_shard_core::quote;
 use pg_shard_core::{KeyEncoding, KeyRange, KeyspaceId, ShardMap};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -232,12 +233,7 @@ impl Maps {
             return false;
         };
         let task = tokio::spawn(connection);
-        let found = client
-            .query_opt(
-                "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'",
-                &[],
-            )
-            .await;
+        let found = client.query_opt(EXTENSION_INSTALLED, &[]).await;
         drop(client);
         let _ = task.await;
         matches!(found, Ok(Some(_)))
@@ -333,12 +329,7 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
     {
         map.catalog_functions.insert(row.get(0));
     }
-    let installed = client
-        .query_opt(
-            "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'",
-            &[],
-        )
-        .await?;
+    let installed = client.query_opt(EXTENSION_INSTALLED, &[]).await?;
     if installed.is_none() {
         return Ok(map);
     }
@@ -420,11 +411,7 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
     let mut copies: HashMap<u32, HashMap<NodeId, String>> = HashMap::new();
     for row in &placements {
         let table: u32 = row.get(0);
-        let name = format!(
-            "{}.{}",
-            quote_identifier(row.get(2)),
-            quote_identifier(row.get(3))
-        );
+        let name = quote::qualified(row.get(2), row.get(3));
         let node: i32 = row.get(6);
         let start = KeyspaceId::from_sql(row.get(4));
         let end = KeyspaceId::from_sql(row.get(5));
@@ -482,6 +469,10 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
     Ok(map)
 }
 
+/// A row when the database has the pg_shard extension.
+const EXTENSION_INSTALLED: &str =
+    "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'";
+
 type CatalogConnection =
     tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
 
@@ -503,9 +494,4 @@ async fn connect_catalog(
         .connect_timeout(Duration::from_secs(10))
         .connect(tokio_postgres::NoTls)
         .await
-}
-
-/// `"name"` with embedded quotes doubled.
-pub fn quote_identifier(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }

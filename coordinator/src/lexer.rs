@@ -202,9 +202,20 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
                     return None;
                 }
             }
-            b'0'..=b'9' | b'.' if c != b'.' || bytes.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+            // A number, or a negative one where a value may start (the sign
+            // then belongs to the literal).
+            b'0'..=b'9' | b'.' | b'-'
+                if match c {
+                    b'-' => {
+                        matches!(last, Last::Start | Last::Operator | Last::ValueWord)
+                            && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+                    }
+                    b'.' => bytes.get(i + 1).is_some_and(u8::is_ascii_digit),
+                    _ => true,
+                } =>
+            {
                 let start = i;
-                i = number_end(bytes, i)?;
+                i = number_end(bytes, if c == b'-' { i + 1 } else { i })?;
                 if matches!(last, Last::Start | Last::Operator | Last::ValueWord) {
                     replace(
                         &mut key,
@@ -217,24 +228,6 @@ fn normalize_inner(sql: &str) -> Option<Normalized> {
                         true,
                     );
                 }
-                last = Last::Value;
-            }
-            b'-' if matches!(last, Last::Start | Last::Operator | Last::ValueWord)
-                && bytes.get(i + 1).is_some_and(u8::is_ascii_digit) =>
-            {
-                // A negative number: the sign belongs to the literal.
-                let start = i;
-                i = number_end(bytes, i + 1)?;
-                replace(
-                    &mut key,
-                    &mut breaks,
-                    &mut literals,
-                    &mut copied_from,
-                    start,
-                    i,
-                    sql[start..i].to_owned(),
-                    true,
-                );
                 last = Last::Value;
             }
             c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {

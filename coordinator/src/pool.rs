@@ -115,7 +115,8 @@ impl Pools {
             .unwrap_or_default()
     }
 
-    fn pool_entry(&self, key: &PoolKey) -> Arc<Pool> {
+    /// The pool for `key` (made on first use), for callers that keep it.
+    pub fn pool(&self, key: &PoolKey) -> Arc<Pool> {
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         pools
             .entry(key.clone())
@@ -136,11 +137,6 @@ impl Pools {
     /// An idle connection from the pool, or a new one.
     pub async fn checkout(&self, key: &PoolKey) -> Result<Lease, PoolError> {
         self.checkout_from(self.pool(key)).await
-    }
-
-    /// The pool for `key` (made on first use), for callers that keep it.
-    pub fn pool(&self, key: &PoolKey) -> Arc<Pool> {
-        self.pool_entry(key)
     }
 
     /// [`Pools::checkout`] from a pool the caller kept.

@@ -11,11 +11,12 @@
 //! fixed key) to values whose shards all live on one node, and nothing in
 //! it needs the metadata node (sequences, subqueries, CTEs, defaults…).
 
-use crate::cluster::{quote_identifier, ClusterMap, NodeId, TableKind};
+use crate::cluster::{ClusterMap, NodeId, TableKind};
 use crate::lexer::Normalized;
 use pg_query::protobuf::{self, a_const, node::Node as N};
 use pg_shard_core::keyspace::{keyspace_id, keyspace_id_of_int, keyspace_id_of_text};
-use pg_shard_core::{KeyEncoding, KeyspaceId};
+use pg_shard_core::quote;
+use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
 use std::collections::HashMap;
 
 /// A transaction control statement the coordinator handles itself.
@@ -801,17 +802,7 @@ fn route_inner(
                 .min_by_key(|values| values.len())?;
             candidates.iter().collect()
         };
-        let mut placement = None;
-        for value in values {
-            let id = key_id(value, *encoding, normalized, parameters)?;
-            let (_, found) = shards.lookup(id);
-            match placement {
-                None => placement = Some(found),
-                Some(p) if p.shard_id == found.shard_id => {}
-                Some(_) => return None,
-            }
-        }
-        let placement = placement?;
+        let placement = one_shard(&values, *encoding, shards, normalized, parameters)?;
         if *node.get_or_insert(placement.node) != placement.node {
             return None;
         }
@@ -909,17 +900,7 @@ fn route_one_table(
                 .iter()
                 .collect()
         };
-        let mut placement: Option<&crate::cluster::ShardPlacement> = None;
-        for value in values {
-            let id = key_id(value, *encoding, normalized, parameters)?;
-            let (_, found) = shards.lookup(id);
-            match placement {
-                None => placement = Some(found),
-                Some(p) if p.shard_id == found.shard_id => {}
-                Some(_) => return None,
-            }
-        }
-        let placement = placement?;
+        let placement = one_shard(&values, *encoding, shards, normalized, parameters)?;
         Some(Route::Worker {
             node: placement.node,
             sql: rewrite(
@@ -933,6 +914,28 @@ fn route_one_table(
         })
     })();
     Some(decided)
+}
+
+/// The one shard that owns every value, if there is one and every value's
+/// keyspace id is known.
+fn one_shard<'m>(
+    values: &[&Value],
+    encoding: KeyEncoding,
+    shards: &'m ShardMap<crate::cluster::ShardPlacement>,
+    normalized: &Normalized,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<&'m crate::cluster::ShardPlacement> {
+    let mut placement: Option<&crate::cluster::ShardPlacement> = None;
+    for value in values {
+        let id = key_id(value, encoding, normalized, parameters)?;
+        let (_, found) = shards.lookup(id);
+        match placement {
+            None => placement = Some(found),
+            Some(p) if p.shard_id == found.shard_id => {}
+            Some(_) => return None,
+        }
+    }
+    placement
 }
 
 /// The key values of the rows an INSERT writes, if every row's key is
@@ -1110,7 +1113,7 @@ fn rewrite(
         out.push_str(name);
         if relation.alias.is_none() {
             out.push_str(" AS ");
-            out.push_str(&quote_identifier(&relation.name));
+            out.push_str(&quote::ident(&relation.name));
         }
         at = end;
     }

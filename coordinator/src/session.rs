@@ -14,7 +14,7 @@ use crate::cluster::{ClusterMap, DatabaseMap, NodeId};
 use crate::config::AuthMode;
 use crate::lexer::Normalized;
 use crate::pool::{Lease, PoolKey};
-use crate::protocol::{self, Bind, FrontendMessage, ServerError, StartupRequest};
+use crate::protocol::{self, FrontendMessage, ServerError, StartupRequest};
 use crate::router::{self, Analysis, Route, TransactionCommand};
 use crate::scram::{self, ServerExchange};
 use crate::socket::Socket;
@@ -292,14 +292,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
                 if name == "search_path" {
                     search_path_changed = true;
                 }
-                settings.push((
-                    name.clone(),
-                    format!(
-                        "SET {} = {}",
-                        crate::cluster::quote_identifier(name),
-                        quote_literal(value)
-                    ),
-                ));
+                settings.push((name.clone(), set_statement(name, value)));
                 if let Some(entry) = reported.iter_mut().find(|(k, _)| k == name) {
                     entry.1 = value.clone();
                 }
@@ -327,11 +320,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
                 search_path_changed = true;
             }
             settings.retain(|(n, _)| *n != name);
-            let statement = format!(
-                "SET {} = {}",
-                crate::cluster::quote_identifier(&name),
-                quote_literal(&value)
-            );
+            let statement = set_statement(&name, &value);
             settings.push((name, statement));
         }
     }
@@ -583,9 +572,13 @@ fn command_line_settings(options: &str) -> Option<Vec<(String, String)>> {
     Some(settings)
 }
 
-/// `'text'` with quotes doubled (standard_conforming_strings is on).
-pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+/// `SET "name" = 'value'`, for a startup parameter or option.
+fn set_statement(name: &str, value: &str) -> String {
+    format!(
+        "SET {} = {}",
+        pg_shard_core::quote::ident(name),
+        pg_shard_core::quote::literal(value)
+    )
 }
 
 /// What the coordinator expects back for each message it sent, in order.
@@ -1397,43 +1390,33 @@ impl Session {
                     }
                 }
                 FrontendMessage::Bind(bind) => {
-                    let Some(statement) = self.statements.get(&bind.statement) else {
-                        continue;
-                    };
-                    let text = bound_text(&bind.statement)
-                        .cloned()
-                        .unwrap_or_else(|| statement.sql.clone());
-                    let server_name = self.ensure_prepared(
+                    let Some(server_name) = self.ensure_prepared(
                         &bind.statement,
-                        &text,
-                        &statement.parameter_types,
+                        bound_text(&bind.statement),
                         &already,
                         &mut prepared_here,
                         &mut unnamed_text,
                         &mut messages,
-                    );
-                    rebind(bind, &server_name, &mut out);
+                    ) else {
+                        continue;
+                    };
+                    bind.encode(&server_name, &mut out);
                     messages.push((out.to_vec(), Expect::BindComplete));
                     if !bind.portal.is_empty() {
                         self.portals.insert(bind.portal.clone(), plan.target);
                     }
                 }
                 FrontendMessage::Describe { kind: b'S', name } => {
-                    let Some(statement) = self.statements.get(name) else {
-                        continue;
-                    };
-                    let text = bound_text(name)
-                        .cloned()
-                        .unwrap_or_else(|| statement.sql.clone());
-                    let server_name = self.ensure_prepared(
+                    let Some(server_name) = self.ensure_prepared(
                         name,
-                        &text,
-                        &statement.parameter_types,
+                        bound_text(name),
                         &already,
                         &mut prepared_here,
                         &mut unnamed_text,
                         &mut messages,
-                    );
+                    ) else {
+                        continue;
+                    };
                     protocol::describe(&mut out, b'S', &server_name);
                     messages.push((out.to_vec(), Expect::DescribeStatement));
                 }
@@ -1496,13 +1479,17 @@ impl Session {
     fn ensure_prepared(
         &self,
         name: &str,
-        text: &str,
-        parameter_types: &[u32],
+        bound_text: Option<&String>,
         already: &HashSet<String>,
         prepared_here: &mut HashSet<String>,
         unnamed_text: &mut Option<String>,
         messages: &mut Vec<(Vec<u8>, Expect)>,
-    ) -> String {
+    ) -> Option<String> {
+        // Defined when the batch arrived; Close applies after it ran.
+        let statement = self.statements.get(name)?;
+        // The rewritten text where the batch binds it, else as written.
+        let text = bound_text.unwrap_or(&statement.sql).as_str();
+        let parameter_types = &statement.parameter_types;
         let server_name = server_statement_name(name, text, parameter_types);
         let present = if name.is_empty() {
             unnamed_text.as_deref() == Some(text)
@@ -1525,7 +1512,7 @@ impl Session {
                 prepared_here.insert(server_name.clone());
             }
         }
-        server_name
+        Some(server_name)
     }
 
     // ---- sending and relaying -------------------------------------------
@@ -2136,10 +2123,6 @@ fn synthetic(tag: u8) -> Expect {
     let mut out = BytesMut::new();
     protocol::empty(&mut out, tag);
     Expect::Synthetic(out.freeze())
-}
-
-fn rebind(bind: &Bind, server_name: &str, out: &mut BytesMut) {
-    bind.encode(server_name, out);
 }
 
 /// Server-side statement name: the client's unnamed statement stays
