@@ -293,6 +293,18 @@ impl ServerConnection {
         !self.broken && !self.awaiting_sync && self.status == b'I' && self.input.is_empty()
     }
 
+    /// Whether the connection is between requests (answers to later
+    /// pipelined requests may already be buffered).
+    pub fn reusable_between_requests(&self) -> bool {
+        !self.broken && !self.awaiting_sync && self.status == b'I'
+    }
+
+    /// A second descriptor of the connection's socket, for writing while
+    /// another task reads.
+    pub fn clone_stream(&self) -> std::io::Result<Inner> {
+        self.stream.try_clone_inner()
+    }
+
     /// Sends a cancel request for whatever this connection is running.
     pub async fn cancel(address: Arc<ServerAddress>, process_id: i32, secret_key: i32) {
         let Ok(mut connection) = ServerConnection::open(&address).await else {

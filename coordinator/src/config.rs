@@ -70,6 +70,9 @@ pub struct Config {
     /// measured faster on this 2-core machine, where pgbench and the
     /// servers need the other core.
     pub threads: usize,
+    /// Autocommit single-shard reads of many clients share pipelined
+    /// server connections (multiplex.rs).
+    pub multiplex: bool,
 }
 
 impl Default for Config {
@@ -89,6 +92,7 @@ impl Default for Config {
             statement_cache_size: 10_000,
             log_format: "text".into(),
             threads: 1,
+            multiplex: true,
         }
     }
 }
@@ -114,10 +118,12 @@ names with underscores):
   --statement-cache-size N [PGSHARD_COORDINATOR_STATEMENT_CACHE_SIZE]
   --log-format text|json   [PGSHARD_COORDINATOR_LOG_FORMAT]
   --threads N              [PGSHARD_COORDINATOR_THREADS]     default 1 (0: one per core)
+  --multiplex on|off       [PGSHARD_COORDINATOR_MULTIPLEX]   default on: autocommit
+                           single-shard reads share pipelined server connections
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 15] = [
     "listen",
     "metadata",
     "auth",
@@ -132,6 +138,7 @@ const NAMES: [&str; 14] = [
     "statement-cache-size",
     "log-format",
     "threads",
+    "multiplex",
 ];
 
 impl Config {
@@ -237,6 +244,13 @@ impl Config {
                     .parse()
                     .map_err(|_| bad("expected a number of threads (0: one per core)"))?
             }
+            "multiplex" => {
+                self.multiplex = match value {
+                    "on" | "true" | "yes" | "1" => true,
+                    "off" | "false" | "no" | "0" => false,
+                    _ => return Err(bad("expected on or off")),
+                }
+            }
             "log-format" => match value {
                 "text" | "json" => self.log_format = value.to_owned(),
                 _ => return Err(bad("expected text or json")),
@@ -269,6 +283,11 @@ mod tests {
         assert_eq!(config.pool_size, 5);
         assert_eq!(config.metadata, "127.0.0.1:54320");
         assert_eq!(config.auth, AuthMode::Passthrough);
+        assert!(config.multiplex);
+        let off = Config::load(&args(&["--multiplex=off"]), &env)
+            .unwrap()
+            .unwrap();
+        assert!(!off.multiplex);
     }
 
     #[test]
@@ -279,6 +298,7 @@ mod tests {
         assert!(Config::load(&args(&["--auth", "scram"]), &none).is_err());
         assert!(Config::load(&args(&["--bogus", "1"]), &none).is_err());
         assert!(Config::load(&args(&["--listen"]), &none).is_err());
+        assert!(Config::load(&args(&["--multiplex", "maybe"]), &none).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod cluster;
 mod config;
 mod lexer;
 mod metrics;
+mod multiplex;
 mod pool;
 mod protocol;
 mod router;
@@ -28,6 +29,7 @@ pub struct Shared {
     pub config: Config,
     pub metadata: ServerAddress,
     pub pools: pool::Pools,
+    pub pipes: multiplex::Pipes,
     pub maps: Arc<cluster::Maps>,
     pub metrics: Arc<metrics::Metrics>,
     pub users: Option<auth::Users>,
@@ -215,6 +217,7 @@ async fn run(config: Config) -> Result<(), String> {
             config.server_password.clone(),
             metrics.clone(),
         ),
+        pipes: multiplex::Pipes::new(config.server_password.clone(), metrics.clone()),
         statements: StatementCache::new(config.statement_cache_size),
         config,
         metadata,

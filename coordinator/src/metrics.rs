@@ -58,6 +58,10 @@ pub struct Metrics {
     pub wrong_shard_retries: AtomicU64,
     pub map_reloads: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Statements that ran on a pipe (multiplexed connection).
+    pub multiplexed_statements: AtomicU64,
+    /// Statements that were queued on a pipe and ran elsewhere instead.
+    pub multiplex_fallbacks: AtomicU64,
     nodes: Mutex<BTreeMap<String, Arc<NodeStats>>>,
     shards: Mutex<BTreeMap<i64, u64>>,
 }
@@ -149,6 +153,18 @@ impl Metrics {
             "pg_shard_protocol_errors_total",
             "Client connections closed for protocol violations.",
             &self.protocol_errors,
+        );
+        counter(
+            &mut out,
+            "pg_shard_multiplexed_statements_total",
+            "Reads answered on a shared, pipelined server connection.",
+            &self.multiplexed_statements,
+        );
+        counter(
+            &mut out,
+            "pg_shard_multiplex_fallbacks_total",
+            "Reads queued on a shared connection that ran on a pooled one instead (slow statement ahead, or the connection closed).",
+            &self.multiplex_fallbacks,
         );
         let _ = writeln!(
             out,

@@ -153,16 +153,7 @@ impl Pools {
             None => {
                 pool.connects.fetch_add(1, Ordering::Relaxed);
                 self.metrics.server_connects.fetch_add(1, Ordering::Relaxed);
-                ServerConnection::connect(
-                    &pool.key.address,
-                    &pool.key.database,
-                    &Credentials {
-                        user: &pool.key.user,
-                        password: self.password.as_deref(),
-                    },
-                    &[("application_name", "pg_shard_coordinator")],
-                )
-                .await?
+                connect(&pool.key, self.password.as_deref()).await?
             }
         };
         Ok(Lease {
@@ -192,4 +183,21 @@ impl Pools {
             }
         }
     }
+}
+
+/// A new server connection for `key`.
+pub async fn connect(
+    key: &PoolKey,
+    password: Option<&str>,
+) -> Result<ServerConnection, BackendError> {
+    ServerConnection::connect(
+        &key.address,
+        &key.database,
+        &Credentials {
+            user: &key.user,
+            password,
+        },
+        &[("application_name", "pg_shard_coordinator")],
+    )
+    .await
 }

@@ -131,6 +131,8 @@ pub struct Shape {
     pub assigned: Vec<String>,
     /// Functions called: (schema, name).
     pub functions: Vec<(Option<String>, String)>,
+    /// SELECT … FOR UPDATE/SHARE (waits for row locks).
+    pub locks_rows: bool,
 }
 
 pub fn analyze(sql: &str) -> Analysis {
@@ -252,11 +254,13 @@ fn shape(parsed: &pg_query::ParseResult, statement: &N) -> Option<Shape> {
     let mut facts = Vec::new();
     let mut assigned = Vec::new();
     let mut insert = None;
+    let mut locks_rows = false;
     let kind = match statement {
         N::SelectStmt(select) => {
             simple_select(select)?;
             from_clause(&select.from_clause, &mut relations, &mut facts)?;
             conjuncts(select.where_clause.as_deref(), &mut facts);
+            locks_rows = !select.locking_clause.is_empty();
             Kind::Select
         }
         N::InsertStmt(ins) => {
@@ -354,6 +358,7 @@ fn shape(parsed: &pg_query::ParseResult, statement: &N) -> Option<Shape> {
         insert,
         assigned,
         functions,
+        locks_rows,
     })
 }
 
@@ -666,6 +671,22 @@ const METADATA_FUNCTIONS: [&str; 11] = [
 impl Shape {
     /// Whether it calls a function that may leave session state behind
     /// (set_config, session advisory locks).
+    /// A read that may share a pipelined server connection with other
+    /// clients' (see multiplex.rs): a SELECT that takes no row locks and
+    /// calls no function but a few built-in aggregates and operators-like
+    /// functions (others could write, wait or change the session).
+    pub fn multiplexable(&self) -> bool {
+        const READ_ONLY_FUNCTIONS: [&str; 9] = [
+            "count", "sum", "avg", "min", "max", "coalesce", "lower", "upper", "length",
+        ];
+        self.kind == Kind::Select
+            && !self.locks_rows
+            && self.functions.iter().all(|(schema, name)| {
+                matches!(schema.as_deref(), None | Some("pg_catalog"))
+                    && READ_ONLY_FUNCTIONS.contains(&name.as_str())
+            })
+    }
+
     pub fn may_change_session(&self) -> bool {
         self.functions
             .iter()
@@ -1235,6 +1256,45 @@ mod tests {
         };
         let (_, p) = shards.lookup(keyspace_id_of_int(aid));
         (p.node, p.shard_id)
+    }
+
+    #[test]
+    fn only_plain_reads_may_share_a_connection() {
+        let multiplexable = |sql: &str| match analyze(sql) {
+            Analysis::Routable(shape) => shape.multiplexable(),
+            _ => false,
+        };
+        assert!(multiplexable(
+            "SELECT abalance FROM accounts WHERE aid = $1"
+        ));
+        assert!(multiplexable(
+            "SELECT count(*), max(abalance) FROM accounts WHERE aid = 1"
+        ));
+        assert!(multiplexable(
+            "SELECT (aid + 1)::float8 / 3 FROM accounts WHERE aid = 1"
+        ));
+        // Row locks wait; writes wait for row locks; functions may write,
+        // wait or change settings.
+        assert!(!multiplexable(
+            "SELECT abalance FROM accounts WHERE aid = 1 FOR UPDATE"
+        ));
+        assert!(!multiplexable(
+            "SELECT abalance FROM accounts WHERE aid = 1 FOR KEY SHARE"
+        ));
+        assert!(!multiplexable(
+            "UPDATE accounts SET abalance = 0 WHERE aid = 1"
+        ));
+        assert!(!multiplexable("INSERT INTO accounts (aid) VALUES (1)"));
+        assert!(!multiplexable("DELETE FROM accounts WHERE aid = 1"));
+        assert!(!multiplexable(
+            "SELECT my_function(aid) FROM accounts WHERE aid = 1"
+        ));
+        assert!(!multiplexable(
+            "SELECT public.count(aid) FROM accounts WHERE aid = 1"
+        ));
+        assert!(!multiplexable(
+            "SELECT pg_sleep(1) FROM accounts WHERE aid = 1"
+        ));
     }
 
     #[test]

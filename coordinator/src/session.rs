@@ -13,6 +13,7 @@ use crate::backend::{ServerAddress, ServerConnection};
 use crate::cluster::{ClusterMap, DatabaseMap, NodeId};
 use crate::config::AuthMode;
 use crate::lexer::Normalized;
+use crate::multiplex::{Built, Pipe, PipeKey};
 use crate::pool::{Lease, PoolKey};
 use crate::protocol::{self, FrontendMessage, ServerError, StartupRequest};
 use crate::router::{self, Analysis, Route, TransactionCommand};
@@ -30,6 +31,8 @@ use tokio::net::TcpStream;
 
 /// The foundation's WrongShard SQLSTATE.
 const WRONG_SHARD: &str = "PS001";
+/// query_canceled.
+const QUERY_CANCELED: &str = "57014";
 /// Output is sent to the client at ReadyForQuery or when this much is queued.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
 
@@ -73,8 +76,15 @@ struct Transaction {
     pinned: Option<(Target, Lease)>,
 }
 
-/// The server and cancel key of the statement a client is running, if any.
-type CancelSlot = Arc<Mutex<Option<(Arc<ServerAddress>, i32, i32)>>>;
+/// The server and cancel key of the statement a client is running, if any,
+/// and whether the client asked to cancel it.
+#[derive(Default)]
+struct CancelTarget {
+    server: Option<(Arc<ServerAddress>, i32, i32)>,
+    requested: bool,
+}
+
+type CancelSlot = Arc<Mutex<CancelTarget>>;
 
 /// Cancel keys of running statements, by the key the client was given.
 #[derive(Default)]
@@ -84,7 +94,7 @@ pub struct CancelRegistry {
 
 impl CancelRegistry {
     fn register(&self, key: (i32, i32)) -> CancelSlot {
-        let slot = Arc::new(Mutex::new(None));
+        let slot = Arc::new(Mutex::new(CancelTarget::default()));
         if let Ok(mut slots) = self.slots.lock() {
             slots.insert(key, slot.clone());
         }
@@ -103,7 +113,12 @@ impl CancelRegistry {
             .lock()
             .ok()
             .and_then(|slots| slots.get(&key).cloned())
-            .and_then(|slot| slot.lock().ok().and_then(|s| s.clone()));
+            .and_then(|slot| {
+                slot.lock().ok().and_then(|mut s| {
+                    s.requested = true;
+                    s.server.clone()
+                })
+            });
         if let Some((address, process_id, secret_key)) = target {
             ServerConnection::cancel(address, process_id, secret_key).await;
         }
@@ -135,6 +150,11 @@ pub struct Session {
     flushed_in_statement: bool,
     /// The pools this client used, by node.
     pools: HashMap<Target, Arc<crate::pool::Pool>>,
+    /// The pipes (shared, pipelined connections) this client used, by node.
+    pipes: HashMap<Target, Arc<Pipe>>,
+    /// Hold back a "canceling statement" error the client did not ask for:
+    /// on a pipe it can come from another client's late cancel request.
+    hold_cancels: bool,
     /// The last exchange passed an error to the client.
     last_failed: bool,
     /// Statements may go to workers (not with standard_conforming_strings
@@ -358,6 +378,8 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         cancel_slot,
         flushed_in_statement: false,
         pools: HashMap::new(),
+        pipes: HashMap::new(),
+        hold_cancels: false,
         last_failed: false,
         routing,
     }))
@@ -733,6 +755,30 @@ impl Session {
                 }
             };
             let retryable = self.may_retry(target) && tries < self.shared.config.wrong_shard_tries;
+            if multiplexable(&analysis) {
+                if let Some(pipe) = self.pipe(target, &map) {
+                    let ran = self
+                        .multiplexed(pipe, &map, shard, retryable, |_, _| {
+                            let mut bytes = BytesMut::new();
+                            protocol::query(&mut bytes, &text);
+                            let built = Built {
+                                bytes,
+                                answers: 1,
+                                prepares: Vec::new(),
+                            };
+                            Some((built, vec![Expect::Query]))
+                        })
+                        .await?;
+                    match ran {
+                        Some(Outcome::WrongShard(error)) => {
+                            self.note_wrong_shard(&map, &error).await;
+                            continue;
+                        }
+                        Some(_) => break,
+                        None => {}
+                    }
+                }
+            }
             let Some(lease) = self.acquire(target, &map, false, true).await? else {
                 return Ok(());
             };
@@ -911,6 +957,8 @@ impl Session {
             _ => {}
         }
         self.routing = routing_possible(&self.settings);
+        // Pipes are shared by clients with the same settings.
+        self.pipes.clear();
     }
 
     fn reply_error(&mut self, error: ServerError) {
@@ -1243,6 +1291,12 @@ impl Session {
                 (Some((held, _)), _) => (*held, false),
                 (None, Some(Target::Worker(_))) if describes => (Target::Metadata, true),
                 (None, Some(target)) => (target, false),
+                // A transaction that has not picked its node yet (BEGIN,
+                // then a prepare, as pgbench -M prepared does): answered
+                // outside it, so that its first statement still picks.
+                (None, None) if self.tx.state == TxState::Open && describes => {
+                    (Target::Metadata, true)
+                }
                 (None, None) => (Target::Metadata, false),
             };
             return Ok(BatchPlan {
@@ -1313,14 +1367,30 @@ impl Session {
         map: &ClusterMap,
         retryable: bool,
     ) -> Result<Outcome, SessionError> {
-        // The server-side text of each client statement in this batch.
-        let bound_text = |statement: &str| -> Option<&String> {
-            batch.iter().enumerate().find_map(|(i, m)| match m {
-                FrontendMessage::Bind(b) if b.statement == statement => plan.texts.get(&i),
-                _ => None,
-            })
-        };
         let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
+        if self.batch_multiplexable(batch, plan) {
+            if let Some(pipe) = self.pipe(plan.target, map) {
+                let answers = batch
+                    .iter()
+                    .filter(|m| matches!(m, FrontendMessage::Sync))
+                    .count();
+                let ran = self
+                    .multiplexed(pipe, map, plan.shard, retryable, |session, prepared| {
+                        let (bytes, expects, prepares) =
+                            session.batch_request(batch, plan, prepared.prepared);
+                        let built = Built {
+                            bytes,
+                            answers,
+                            prepares,
+                        };
+                        Some((built, expects))
+                    })
+                    .await?;
+                if let Some(outcome) = ran {
+                    return Ok(outcome);
+                }
+            }
+        }
         let Some(mut lease) = self
             .acquire(plan.target, map, plan.side_connection, synced)
             .await?
@@ -1337,10 +1407,42 @@ impl Session {
             .map(|statement| session_effect(&statement.analysis))
             .max()
             .unwrap_or(SessionEffect::None);
+        let (request, expects, _) =
+            self.batch_request(batch, plan, &lease.connection().prepared.clone());
+        self.exchange(
+            lease,
+            plan.target,
+            map,
+            plan.shard,
+            retryable,
+            plan.side_connection,
+            synced,
+            effect,
+            request,
+            expects,
+        )
+        .await
+    }
+
+    /// The messages of `batch` as sent to the server (`already` prepared
+    /// there), what to expect back for each, and the named statements the
+    /// request prepares.
+    fn batch_request(
+        &mut self,
+        batch: &[FrontendMessage],
+        plan: &BatchPlan,
+        already: &HashSet<String>,
+    ) -> (BytesMut, Vec<Expect>, Vec<String>) {
+        // The server-side text of each client statement in this batch.
+        let bound_text = |statement: &str| -> Option<&String> {
+            batch.iter().enumerate().find_map(|(i, m)| match m {
+                FrontendMessage::Bind(b) if b.statement == statement => plan.texts.get(&i),
+                _ => None,
+            })
+        };
         let mut messages: Vec<(Vec<u8>, Expect)> = Vec::new();
         let mut prepared_here: HashSet<String> = HashSet::new();
         let mut unnamed_text: Option<String> = None;
-        let already: HashSet<String> = lease.connection().prepared.clone();
         let on_worker = matches!(plan.target, Target::Worker(_));
         for message in batch {
             let mut out = BytesMut::new();
@@ -1393,7 +1495,7 @@ impl Session {
                     let Some(server_name) = self.ensure_prepared(
                         &bind.statement,
                         bound_text(&bind.statement),
-                        &already,
+                        already,
                         &mut prepared_here,
                         &mut unnamed_text,
                         &mut messages,
@@ -1410,7 +1512,7 @@ impl Session {
                     let Some(server_name) = self.ensure_prepared(
                         name,
                         bound_text(name),
-                        &already,
+                        already,
                         &mut prepared_here,
                         &mut unnamed_text,
                         &mut messages,
@@ -1458,19 +1560,8 @@ impl Session {
             request.put_slice(&message);
             expects.push(expect);
         }
-        self.exchange(
-            lease,
-            plan.target,
-            map,
-            plan.shard,
-            retryable,
-            plan.side_connection,
-            synced,
-            effect,
-            request,
-            expects,
-        )
-        .await
+        prepared_here.remove("");
+        (request, expects, prepared_here.into_iter().collect())
     }
 
     /// The server-side name of a client statement in `text`, queueing a
@@ -1513,6 +1604,173 @@ impl Session {
             }
         }
         Some(server_name)
+    }
+
+    // ---- multiplexed reads ----------------------------------------------
+
+    /// The pipe to `target` when this client may use one now: outside
+    /// transactions, to a worker.
+    fn pipe(&mut self, target: Target, map: &ClusterMap) -> Option<Arc<Pipe>> {
+        if !self.shared.config.multiplex
+            || self.tx.state != TxState::Idle
+            || self.tx.pinned.is_some()
+            || self.held.is_some()
+        {
+            return None;
+        }
+        let Target::Worker(node) = target else {
+            return None;
+        };
+        let address = &map.nodes.get(&node)?.address;
+        if let Some(pipe) = self.pipes.get(&target) {
+            if pipe.key.pool.address == *address && pipe.is_open() {
+                return Some(pipe.clone());
+            }
+        }
+        self.pipes.remove(&target);
+        let pipe = self.shared.pipes.get(&PipeKey {
+            pool: PoolKey {
+                address: address.clone(),
+                database: self.database.clone(),
+                user: self.user.clone(),
+            },
+            settings: self.settings.clone(),
+        })?;
+        self.pipes.insert(target, pipe.clone());
+        Some(pipe)
+    }
+
+    /// Whether an extended-protocol batch may go on a pipe: it binds only
+    /// reads that may (see [`multiplexable`]), ends with Sync and has no
+    /// Flush (a held connection is one client's).
+    fn batch_multiplexable(&self, batch: &[FrontendMessage], plan: &BatchPlan) -> bool {
+        let mut binds = 0;
+        for message in batch {
+            match message {
+                FrontendMessage::Bind(bind) => {
+                    binds += 1;
+                    match self.statements.get(&bind.statement) {
+                        Some(statement) if multiplexable(&statement.analysis) => {}
+                        _ => return false,
+                    }
+                }
+                FrontendMessage::Flush => return false,
+                _ => {}
+            }
+        }
+        binds > 0 && !plan.side_connection && matches!(batch.last(), Some(FrontendMessage::Sync))
+    }
+
+    /// Runs a request made by `build` on `pipe` and relays its answer. None
+    /// when it did not run there (the pipe is busy with a slow statement,
+    /// closed, or failed before any answer reached the client): the caller
+    /// runs it on a pooled connection.
+    async fn multiplexed(
+        &mut self,
+        pipe: Arc<Pipe>,
+        map: &ClusterMap,
+        shard: Option<i64>,
+        retryable: bool,
+        build: impl FnOnce(&mut Self, crate::multiplex::Prepared<'_>) -> Option<(Built, Vec<Expect>)>,
+    ) -> Result<Option<Outcome>, SessionError> {
+        let started = Instant::now();
+        let mut expects = None;
+        let ticket = pipe.enqueue(map.version, |prepared| {
+            let (built, e) = build(self, prepared)?;
+            expects = Some(e);
+            Some(built)
+        });
+        let (Some(ticket), Some(mut expects)) = (ticket, expects) else {
+            return Ok(None);
+        };
+        if ticket.declared_version {
+            expects.insert(0, Expect::Hidden);
+        }
+        let mut connection = match pipe.take_turn(&ticket).await {
+            Some(connection) => connection,
+            None => {
+                self.shared
+                    .metrics
+                    .multiplex_fallbacks
+                    .fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+        };
+        self.watch_cancel(&connection);
+        self.flushed_in_statement = false;
+        self.hold_cancels = true;
+        let output_start = self.output.len();
+        let result = self
+            .relay(&mut connection, &[], expects, retryable, false)
+            .await;
+        self.hold_cancels = false;
+        self.unwatch_cancel();
+        pipe.finish(&ticket, connection, result.is_ok());
+        let failed = !matches!(result, Ok((Outcome::Done, false)));
+        pipe.stats.observe(started.elapsed(), failed);
+        self.shared
+            .metrics
+            .multiplexed_statements
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(shard) = shard {
+            self.shared.metrics.shard(shard);
+        }
+        let address = &pipe.key.pool.address;
+        match result {
+            Ok((Outcome::WrongShard(error), _)) if error.code == QUERY_CANCELED => {
+                // Another client's cancel request hit this read: run it again.
+                self.output.truncate(output_start.min(self.output.len()));
+                Ok(None)
+            }
+            Ok((outcome @ Outcome::WrongShard(_), _)) => {
+                self.output.truncate(output_start.min(self.output.len()));
+                Ok(Some(outcome))
+            }
+            Ok((outcome, saw_error)) => {
+                self.last_failed = saw_error;
+                self.flush().await?;
+                Ok(Some(outcome))
+            }
+            Err(RelayError::Client(e)) => Err(e),
+            Err(RelayError::Server(_) | RelayError::ServerBeforeAnswer(_))
+                if !self.flushed_in_statement =>
+            {
+                // Nothing reached the client and reads can run again.
+                self.output.truncate(output_start.min(self.output.len()));
+                Ok(None)
+            }
+            Err(RelayError::Server(e) | RelayError::ServerBeforeAnswer(e)) => {
+                self.output.truncate(output_start.min(self.output.len()));
+                self.reply_error(ServerError::new(
+                    "08006",
+                    format!("pg_shard coordinator: connection to {address} failed: {e}"),
+                ));
+                self.finish_reply().await.map(|_| Some(Outcome::Done))
+            }
+        }
+    }
+
+    /// Cancel requests of this client go to `connection` until
+    /// [`Self::unwatch_cancel`].
+    fn watch_cancel(&self, connection: &ServerConnection) {
+        if let Ok(mut slot) = self.cancel_slot.lock() {
+            slot.server = Some((
+                connection.address.clone(),
+                connection.process_id,
+                connection.secret_key,
+            ));
+            slot.requested = false;
+        }
+    }
+
+    fn unwatch_cancel(&self) {
+        if let Ok(mut slot) = self.cancel_slot.lock() {
+            slot.server = None;
+        }
+    }
+
+    fn cancel_requested(&self) -> bool {
+        self.cancel_slot.lock().is_ok_and(|slot| slot.requested)
     }
 
     // ---- sending and relaying -------------------------------------------
@@ -1604,14 +1862,7 @@ impl Session {
         }
         expects.splice(0..0, (0..hidden).map(|_| Expect::Hidden));
         out.put_slice(&request);
-        if let Ok(mut slot) = self.cancel_slot.lock() {
-            let connection = lease.connection();
-            *slot = Some((
-                connection.address.clone(),
-                connection.process_id,
-                connection.secret_key,
-            ));
-        }
+        self.watch_cancel(lease.connection());
         self.flushed_in_statement = false;
         let output_start = self.output.len();
         let result = self
@@ -1623,9 +1874,7 @@ impl Session {
                 side_connection,
             )
             .await;
-        if let Ok(mut slot) = self.cancel_slot.lock() {
-            *slot = None;
-        }
+        self.unwatch_cancel();
         let failed = !matches!(result, Ok((Outcome::Done, false)));
         lease.pool().stats.observe(started.elapsed(), failed);
         if let Some(shard) = shard {
@@ -1859,7 +2108,12 @@ impl Session {
                 b'E' => {
                     saw_error = true;
                     let error = ServerError::parse(&body);
-                    if retryable && !self.flushed_in_statement && error.code == WRONG_SHARD {
+                    let held = !self.flushed_in_statement
+                        && ((retryable && error.code == WRONG_SHARD)
+                            || (self.hold_cancels
+                                && error.code == QUERY_CANCELED
+                                && !self.cancel_requested()));
+                    if held {
                         held_error = Some(error);
                     } else {
                         self.pass(tag, &body);
@@ -2074,6 +2328,11 @@ fn session_effect(analysis: &Analysis) -> SessionEffect {
         }
         _ => SessionEffect::Unknown,
     }
+}
+
+/// A statement that may share a pipe with other clients' (multiplex.rs).
+fn multiplexable(analysis: &Analysis) -> bool {
+    matches!(analysis, Analysis::Routable(shape) if shape.multiplexable())
 }
 
 /// Statements whose success changes the client's settings.

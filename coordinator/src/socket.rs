@@ -132,6 +132,15 @@ impl Socket {
         Ok(())
     }
 
+    /// A second descriptor of the same socket (for a writer that runs
+    /// beside a reader).
+    pub fn try_clone_inner(&self) -> io::Result<Inner> {
+        Ok(match self.fd()?.get_ref() {
+            Inner::Tcp(stream) => Inner::Tcp(stream.try_clone()?),
+            Inner::Unix(stream) => Inner::Unix(stream.try_clone()?),
+        })
+    }
+
     fn register(&mut self, interest: Interest) -> io::Result<()> {
         let fd = self
             .fd
@@ -145,7 +154,7 @@ impl Socket {
 }
 
 /// Registers the socket with the runtime's reactor.
-fn watch(inner: Inner, interest: Interest) -> io::Result<AsyncFd<Inner>> {
+pub fn watch(inner: Inner, interest: Interest) -> io::Result<AsyncFd<Inner>> {
     // SAFETY: `inner` owns its socket, so the descriptor stays open and
     // refers to the same socket until the AsyncFd is dropped or gives the
     // socket back with into_inner; as_raw_fd always returns that descriptor.

@@ -127,19 +127,21 @@ routed=$(curl -s "http://$metrics/metrics" | grep -E '^pg_shard_node_queries_tot
     awk '{s += $2} END {print s + 0}')
 check "pgbench statements went straight to the workers ($routed)" test "$routed" -gt 4000
 
-# Two coordinators serve one cluster at once.
+# Two coordinators serve one cluster at once (the second without
+# multiplexed reads: both ways of running reads are exercised).
 "$bin" --listen 127.0.0.1:$second --metadata 127.0.0.1:28320 --metrics-listen "" \
-    --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator2.log" 2>&1 &
+    --server-socket-dir "$cluster_dir" --multiplex off >"$cluster_dir/coordinator2.log" 2>&1 &
 second_pid=$!
 for _ in $(seq 1 50); do
     psql -X -h 127.0.0.1 -p $second -d "$bench" -Atc "SHOW SHARDS" 2>/dev/null | grep -q pgbench_accounts && break
     sleep 0.1
 done
-pgbench -h 127.0.0.1 -p $second -n -N -c 4 -j 2 -t 300 "$bench" >"$here/second.log" 2>&1 &
+pgbench -h 127.0.0.1 -p $second -n -N -c 4 -j 2 -t 300 "$bench" >"$here/second.log" 2>&1 &&
+    pgbench -h 127.0.0.1 -p $second -n -S -c 4 -j 2 -t 300 "$bench" >>"$here/second.log" 2>&1 &
 second_bench=$!
 first_run=$(pgbench_via -n -N -M prepared -c 4 -j 2 -t 300 2>&1)
 wait "$second_bench"
-if grep -q "failed transactions: 0 " <<<"$first_run" && grep -q "failed transactions: 0 " "$here/second.log" &&
+if grep -q "failed transactions: 0 " <<<"$first_run" && [ "$(grep -c "failed transactions: 0 " "$here/second.log")" = 2 ] &&
     [ "$(invariant)" = t ]; then
     ok "two coordinators at once: no failures, balances equal deltas"
 else
@@ -181,10 +183,28 @@ check "WrongShard in autocommit: map reloaded, statement retried ($out)" \
 # still declare the version before the hand-made bump).
 psql -X -q -h 127.0.0.1 -p "$shard_port" -d "$PGSHARD_DATABASE" -c \
     "UPDATE pg_shard.local_shard SET epoch = $old_epoch WHERE shard_rel = '$shard_table'::regclass"
+# A read on a shared (multiplexed) connection refused with WrongShard: the
+# map is reloaded and the read tried again, a bounded number of times; the
+# refusal then reaches the client, and the connection keeps serving.
+retries_before=$(curl -s "http://$metrics/metrics" | awk '/^pg_shard_wrong_shard_retries_total/ {print $2}')
+psql -X -q -h 127.0.0.1 -p "$shard_port" -d "$PGSHARD_DATABASE" -c \
+    "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_rel = '$shard_table'::regclass"
+refused=$(via -Atc "SELECT owner FROM accounts WHERE id = 42" 2>&1)
+psql -X -q -h 127.0.0.1 -p "$shard_port" -d "$PGSHARD_DATABASE" -c \
+    "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_rel = '$shard_table'::regclass"
+retries_after=$(curl -s "http://$metrics/metrics" | awk '/^pg_shard_wrong_shard_retries_total/ {print $2}')
+served=$(via -Atc "SELECT owner FROM accounts WHERE id = 42" 2>&1)
+check "WrongShard on a read: retried twice, then reported; served once active ($served)" \
+    test "$(grep -c 'WrongShard\|wrong shard\|PS001\|retired' <<<"$refused")" -ge 1 \
+    -a "$((retries_after - retries_before))" = 2 -a "$served" = "owner 42"
 
-# 5. Faults: malformed messages, vanishing clients, a worker down and back.
+# 5. Faults: malformed messages, vanishing clients, a worker down and back;
+# multiplexed reads (answers to their askers, slow reads, cancels, settings,
+# dying connections).
 : >"$here/faults.log"
 run_script "$here/faults.log" "$python" "$here/clients/faults.py" "$coordinator" "$PGSHARD_DATABASE"
+run_script "$here/faults.log" "$python" "$here/clients/multiplex.py" "$coordinator" 28320 \
+    "$PGSHARD_DATABASE" "$metrics"
 cat "$here/faults.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/faults.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/faults.log")))
