@@ -162,15 +162,26 @@ struct Request {
     answers: usize,
     /// Statements its Parse messages prepare.
     prepares: Vec<String>,
-    abandoned: bool,
 }
 
-/// A request's place on a pipe.
+/// A request's place on a pipe. Dropped before its turn came, it gives
+/// the place up (its answer is read and dropped).
 pub struct Ticket {
+    pipe: Arc<Pipe>,
     id: u64,
     /// A `SET pg_shard.map_version` was put before the request: its answer
     /// (one ReadyForQuery) comes first.
     pub declared_version: bool,
+    waiting: bool,
+}
+
+/// The pipe's connection, held while reading one request's answer. Dropped
+/// without [`Turn::finish`] (the answer not read to its end), it closes the
+/// pipe.
+pub struct Turn {
+    pipe: Arc<Pipe>,
+    id: u64,
+    connection: Option<ServerConnection>,
 }
 
 /// What the caller's request builder gets to see: what the connection
@@ -310,7 +321,6 @@ impl Pipe {
             queued: Instant::now(),
             answers,
             prepares: built.prepares,
-            abandoned: false,
         });
         if !state.flushing {
             state.flushing = true;
@@ -319,8 +329,10 @@ impl Pipe {
             tokio::spawn(self.clone().flush());
         }
         Some(Ticket {
+            pipe: self.clone(),
             id: ticket,
             declared_version,
+            waiting: true,
         })
     }
 
@@ -352,56 +364,48 @@ impl Pipe {
         }
     }
 
-    /// Waits until the answer to `ticket` is next and takes the connection
-    /// to read it. None: the request will not be answered here (the pipe
-    /// closed, or its turn took too long); nothing reached the client, so
-    /// the caller runs it elsewhere.
-    pub async fn take_turn(self: &Arc<Self>, ticket: &Ticket) -> Option<ServerConnection> {
-        let id = ticket.id;
-        let waited = tokio::time::timeout(
-            TURN_TIMEOUT,
-            poll_fn(|context| {
-                let mut state = self.lock();
-                if !matches!(state.phase, Phase::Open) {
-                    return Poll::Ready(None);
+    /// Resolves when the answer to `id` is next, with the connection to
+    /// read it from; None when the pipe closed.
+    async fn front(&self, id: u64) -> Option<ServerConnection> {
+        poll_fn(|context| {
+            let mut state = self.lock();
+            if !matches!(state.phase, Phase::Open) {
+                return Poll::Ready(None);
+            }
+            if state.in_flight.front().map(|r| r.ticket) == Some(id) {
+                if let Some(connection) = state.connection.take() {
+                    state.waiters.remove(&id);
+                    return Poll::Ready(Some(connection));
                 }
-                if state.in_flight.front().map(|r| r.ticket) == Some(id) {
-                    if let Some(connection) = state.connection.take() {
-                        state.waiters.remove(&id);
-                        return Poll::Ready(Some(connection));
-                    }
-                }
-                state.waiters.insert(id, context.waker().clone());
-                Poll::Pending
-            }),
-        )
-        .await;
-        match waited {
-            Ok(connection) => connection,
-            Err(_) => {
-                // The answers ahead are slow: drop out, and let a drain task
-                // read this answer when it comes.
-                let mut state = self.lock();
-                state.waiters.remove(&id);
-                if let Some(request) = state.in_flight.iter_mut().find(|r| r.ticket == id) {
-                    request.abandoned = true;
-                    if matches!(state.phase, Phase::Open) {
-                        tokio::spawn(self.clone().drain(id));
-                    }
-                }
-                None
+            }
+            state.waiters.insert(id, context.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Gives up the place of `id`: a drain task reads its answer.
+    fn abandon(self: &Arc<Self>, id: u64) {
+        let mut state = self.lock();
+        state.waiters.remove(&id);
+        let queued = state.in_flight.iter().any(|r| r.ticket == id);
+        if queued && matches!(state.phase, Phase::Open) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(self.clone().drain(id));
+            } else {
+                close(&mut state);
             }
         }
     }
 
-    /// Gives the connection back after reading the answer to `ticket`.
+    /// Gives the connection back after reading the answer to `id`.
     /// `clean`: the answer was read to its end and left the connection
     /// idle; otherwise the pipe closes (its stream can no longer be
     /// matched to requests).
-    pub fn finish(&self, ticket: &Ticket, connection: ServerConnection, clean: bool) {
+    fn finish(&self, id: u64, connection: ServerConnection, clean: bool) {
         let mut state = self.lock();
         let request = match state.in_flight.front() {
-            Some(front) if front.ticket == ticket.id => state.in_flight.pop_front(),
+            Some(front) if front.ticket == id => state.in_flight.pop_front(),
             _ => None,
         };
         let clean = clean && request.is_some() && connection.reusable_between_requests();
@@ -425,22 +429,7 @@ impl Pipe {
 
     /// Reads and drops the answer to an abandoned request.
     async fn drain(self: Arc<Self>, id: u64) {
-        let connection = poll_fn(|context| {
-            let mut state = self.lock();
-            if !matches!(state.phase, Phase::Open) {
-                return Poll::Ready(None);
-            }
-            if state.in_flight.front().map(|r| r.ticket) == Some(id) {
-                if let Some(connection) = state.connection.take() {
-                    state.waiters.remove(&id);
-                    return Poll::Ready(Some(connection));
-                }
-            }
-            state.waiters.insert(id, context.waker().clone());
-            Poll::Pending
-        })
-        .await;
-        let Some(mut connection) = connection else {
+        let Some(mut connection) = self.front(id).await else {
             return;
         };
         let answers = self
@@ -478,14 +467,56 @@ impl Pipe {
                 connection.prepared.insert(name);
             }
         }
-        self.finish(
-            &Ticket {
-                id,
-                declared_version: false,
-            },
-            connection,
-            clean,
-        );
+        self.finish(id, connection, clean);
+    }
+}
+
+impl Ticket {
+    /// Waits until this request's answer is next and takes the connection
+    /// to read it. None: it will not be answered here (the pipe closed, or
+    /// the answers ahead took longer than [`TURN_TIMEOUT`]); nothing reached
+    /// the client, so the caller runs it elsewhere.
+    pub async fn turn(mut self) -> Option<Turn> {
+        let waited = tokio::time::timeout(TURN_TIMEOUT, self.pipe.front(self.id)).await;
+        // On time-out the place is given up when `self` drops.
+        let connection = waited.ok()??;
+        self.waiting = false;
+        Some(Turn {
+            pipe: self.pipe.clone(),
+            id: self.id,
+            connection: Some(connection),
+        })
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.pipe.abandon(self.id);
+        }
+    }
+}
+
+impl Turn {
+    pub fn connection(&mut self) -> &mut ServerConnection {
+        self.connection
+            .as_mut()
+            .expect("a turn holds the connection until it ends")
+    }
+
+    /// Hands the connection on (see [`Pipe::finish`] for `clean`).
+    pub fn finish(mut self, clean: bool) {
+        if let Some(connection) = self.connection.take() {
+            self.pipe.finish(self.id, connection, clean);
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            self.pipe.finish(self.id, connection, false);
+        }
     }
 }
 

@@ -1686,8 +1686,8 @@ impl Session {
         if ticket.declared_version {
             expects.insert(0, Expect::Hidden);
         }
-        let mut connection = match pipe.take_turn(&ticket).await {
-            Some(connection) => connection,
+        let mut turn = match ticket.turn().await {
+            Some(turn) => turn,
             None => {
                 self.shared
                     .metrics
@@ -1696,16 +1696,16 @@ impl Session {
                 return Ok(None);
             }
         };
-        self.watch_cancel(&connection);
+        self.watch_cancel(turn.connection());
         self.flushed_in_statement = false;
         self.hold_cancels = true;
         let output_start = self.output.len();
         let result = self
-            .relay(&mut connection, &[], expects, retryable, false)
+            .relay(turn.connection(), &[], expects, retryable, false)
             .await;
         self.hold_cancels = false;
         self.unwatch_cancel();
-        pipe.finish(&ticket, connection, result.is_ok());
+        turn.finish(result.is_ok());
         let failed = !matches!(result, Ok((Outcome::Done, false)));
         pipe.stats.observe(started.elapsed(), failed);
         self.shared
