@@ -73,6 +73,9 @@ pub struct Config {
     /// Autocommit single-shard reads of many clients share pipelined
     /// server connections (multiplex.rs).
     pub multiplex: bool,
+    /// Shared connections per server, database, user and settings for
+    /// multiplexed reads.
+    pub multiplex_connections: usize,
 }
 
 impl Default for Config {
@@ -93,6 +96,7 @@ impl Default for Config {
             log_format: "text".into(),
             threads: 1,
             multiplex: true,
+            multiplex_connections: 1,
         }
     }
 }
@@ -120,10 +124,12 @@ names with underscores):
   --threads N              [PGSHARD_COORDINATOR_THREADS]     default 1 (0: one per core)
   --multiplex on|off       [PGSHARD_COORDINATOR_MULTIPLEX]   default on: autocommit
                            single-shard reads share pipelined server connections
+  --multiplex-connections N [PGSHARD_COORDINATOR_MULTIPLEX_CONNECTIONS] default 1:
+                           shared connections per server (and database, user)
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 15] = [
+const NAMES: [&str; 16] = [
     "listen",
     "metadata",
     "auth",
@@ -139,6 +145,7 @@ const NAMES: [&str; 15] = [
     "log-format",
     "threads",
     "multiplex",
+    "multiplex-connections",
 ];
 
 impl Config {
@@ -251,6 +258,7 @@ impl Config {
                     _ => return Err(bad("expected on or off")),
                 }
             }
+            "multiplex-connections" => self.multiplex_connections = number()?,
             "log-format" => match value {
                 "text" | "json" => self.log_format = value.to_owned(),
                 _ => return Err(bad("expected text or json")),

@@ -33,8 +33,14 @@ use std::time::{Duration, Instant};
 use tokio::io::Interest;
 
 /// How long a request waits for the answers ahead of it before it runs on
-/// a pooled connection instead.
-pub const TURN_TIMEOUT: Duration = Duration::from_millis(10);
+/// a pooled connection instead (checked every [`WATCH_TICK`]).
+const TURN_TIMEOUT: Duration = Duration::from_millis(10);
+/// How often a pipe's watchdog looks at its oldest request. One steady
+/// ticker per pipe rather than a timer per request: registering a timer
+/// that is due before the runtime's next wakeup costs a system call.
+const WATCH_TICK: Duration = Duration::from_millis(5);
+/// A watchdog that saw no request for this long sleeps until the next one.
+const WATCH_IDLE: Duration = Duration::from_secs(1);
 /// A pipe whose oldest unanswered request is older than this takes no new
 /// ones (they use pooled connections).
 const SLOW_HEAD: Duration = Duration::from_millis(2);
@@ -53,6 +59,9 @@ pub struct PipeKey {
     pub pool: PoolKey,
     /// The client's SET statements, replayed once when the pipe opens.
     pub settings: Vec<(String, String)>,
+    /// Which of the pipes for the same server, database, user and settings
+    /// (`--multiplex-connections`).
+    pub lane: usize,
 }
 
 /// Every pipe of the coordinator.
@@ -128,6 +137,11 @@ pub struct Pipe {
     /// The server's statement counters.
     pub stats: Arc<NodeStats>,
     state: Mutex<State>,
+    /// Wakes a sleeping watchdog.
+    watch: tokio::sync::Notify,
+    /// Requests in flight, readable without the lock (to pick the least
+    /// busy lane).
+    load: std::sync::atomic::AtomicUsize,
 }
 
 struct State {
@@ -145,6 +159,12 @@ struct State {
     in_flight: VecDeque<Request>,
     /// Clients waiting for their turn, by ticket.
     waiters: HashMap<u64, Waker>,
+    /// Requests told to give up their place (the answers ahead are slow).
+    give_up: HashSet<u64>,
+    /// When a request was last queued, and whether the watchdog sleeps
+    /// until the next one (woken through `watch`).
+    last_queued: Instant,
+    watchdog_asleep: bool,
     /// Statements prepared on the connection, and those whose Parse is in
     /// flight (not usable by other requests until it has succeeded).
     prepared: HashSet<String>,
@@ -204,6 +224,8 @@ impl Pipe {
         Pipe {
             key,
             stats,
+            watch: tokio::sync::Notify::new(),
+            load: std::sync::atomic::AtomicUsize::new(0),
             state: Mutex::new(State {
                 phase: Phase::Opening,
                 connection: None,
@@ -213,6 +235,9 @@ impl Pipe {
                 next_ticket: 0,
                 in_flight: VecDeque::new(),
                 waiters: HashMap::new(),
+                give_up: HashSet::new(),
+                last_queued: Instant::now(),
+                watchdog_asleep: false,
                 prepared: HashSet::new(),
                 preparing: HashSet::new(),
                 map_version: 0,
@@ -233,6 +258,11 @@ impl Pipe {
 
     pub fn is_open(&self) -> bool {
         matches!(self.phase(), Phase::Open)
+    }
+
+    /// Requests in flight.
+    pub fn load(&self) -> usize {
+        self.load.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Connects, replays the settings and opens the pipe.
@@ -265,6 +295,7 @@ impl Pipe {
                 state.connection = Some(connection);
                 state.writer = Some(writer);
                 state.phase = Phase::Open;
+                tokio::spawn(self.clone().watchdog());
             }
             Err(e) => {
                 tracing::info!(server = %self.key.pool.address, error = %e, "multiplexed connection not opened");
@@ -316,9 +347,16 @@ impl Pipe {
         state.preparing.extend(built.prepares.iter().cloned());
         let ticket = state.next_ticket;
         state.next_ticket += 1;
+        let now = Instant::now();
+        state.last_queued = now;
+        if state.watchdog_asleep {
+            state.watchdog_asleep = false;
+            self.watch.notify_one();
+        }
+        self.load.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         state.in_flight.push_back(Request {
             ticket,
-            queued: Instant::now(),
+            queued: now,
             answers,
             prepares: built.prepares,
         });
@@ -369,7 +407,7 @@ impl Pipe {
     async fn front(&self, id: u64) -> Option<ServerConnection> {
         poll_fn(|context| {
             let mut state = self.lock();
-            if !matches!(state.phase, Phase::Open) {
+            if !matches!(state.phase, Phase::Open) || state.give_up.remove(&id) {
                 return Poll::Ready(None);
             }
             if state.in_flight.front().map(|r| r.ticket) == Some(id) {
@@ -382,6 +420,44 @@ impl Pipe {
             Poll::Pending
         })
         .await
+    }
+
+    /// Tells the requests waiting behind a slow one to go elsewhere, until
+    /// the pipe closes. Sleeps while the pipe is idle.
+    async fn watchdog(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(WATCH_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let asleep = {
+                let mut state = self.lock();
+                if !matches!(state.phase, Phase::Open) {
+                    return;
+                }
+                let slow = state
+                    .in_flight
+                    .front()
+                    .is_some_and(|head| head.queued.elapsed() > TURN_TIMEOUT);
+                if slow {
+                    let state = &mut *state;
+                    for request in state.in_flight.iter().skip(1) {
+                        // Only those still waiting (drain tasks read the
+                        // answers of those that gave up already).
+                        if let Some(waker) = state.waiters.remove(&request.ticket) {
+                            state.give_up.insert(request.ticket);
+                            waker.wake();
+                        }
+                    }
+                }
+                let idle = state.in_flight.is_empty() && state.last_queued.elapsed() > WATCH_IDLE;
+                state.watchdog_asleep = idle;
+                idle
+            };
+            if asleep {
+                self.watch.notified().await;
+                tick.reset();
+            }
+        }
     }
 
     /// Gives up the place of `id`: a drain task reads its answer.
@@ -405,7 +481,10 @@ impl Pipe {
     fn finish(&self, id: u64, connection: ServerConnection, clean: bool) {
         let mut state = self.lock();
         let request = match state.in_flight.front() {
-            Some(front) if front.ticket == id => state.in_flight.pop_front(),
+            Some(front) if front.ticket == id => {
+                self.load.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                state.in_flight.pop_front()
+            }
             _ => None,
         };
         let clean = clean && request.is_some() && connection.reusable_between_requests();
@@ -477,9 +556,8 @@ impl Ticket {
     /// the answers ahead took longer than [`TURN_TIMEOUT`]); nothing reached
     /// the client, so the caller runs it elsewhere.
     pub async fn turn(mut self) -> Option<Turn> {
-        let waited = tokio::time::timeout(TURN_TIMEOUT, self.pipe.front(self.id)).await;
-        // On time-out the place is given up when `self` drops.
-        let connection = waited.ok()??;
+        // Told to give up, the place is given up when `self` drops.
+        let connection = self.pipe.front(self.id).await?;
         self.waiting = false;
         Some(Turn {
             pipe: self.pipe.clone(),

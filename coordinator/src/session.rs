@@ -150,8 +150,9 @@ pub struct Session {
     flushed_in_statement: bool,
     /// The pools this client used, by node.
     pools: HashMap<Target, Arc<crate::pool::Pool>>,
-    /// The pipes (shared, pipelined connections) this client used, by node.
-    pipes: HashMap<Target, Arc<Pipe>>,
+    /// The pipes (shared, pipelined connections) this client uses, by node
+    /// (one per lane, all open when cached).
+    pipes: HashMap<Target, Vec<Arc<Pipe>>>,
     /// Hold back a "canceling statement" error the client did not ask for:
     /// on a pipe it can come from another client's late cancel request.
     hold_cancels: bool,
@@ -1622,22 +1623,37 @@ impl Session {
             return None;
         };
         let address = &map.nodes.get(&node)?.address;
-        if let Some(pipe) = self.pipes.get(&target) {
-            if pipe.key.pool.address == *address && pipe.is_open() {
-                return Some(pipe.clone());
+        // The least busy lane.
+        let least = |pipes: &[Arc<Pipe>]| pipes.iter().min_by_key(|p| p.load()).cloned();
+        if let Some(pipes) = self.pipes.get(&target) {
+            if pipes
+                .iter()
+                .all(|p| p.key.pool.address == *address && p.is_open())
+            {
+                return least(pipes);
             }
         }
         self.pipes.remove(&target);
-        let pipe = self.shared.pipes.get(&PipeKey {
-            pool: PoolKey {
-                address: address.clone(),
-                database: self.database.clone(),
-                user: self.user.clone(),
-            },
-            settings: self.settings.clone(),
-        })?;
-        self.pipes.insert(target, pipe.clone());
-        Some(pipe)
+        let lanes = self.shared.config.multiplex_connections;
+        let open: Vec<Arc<Pipe>> = (0..lanes)
+            .filter_map(|lane| {
+                self.shared.pipes.get(&PipeKey {
+                    pool: PoolKey {
+                        address: address.clone(),
+                        database: self.database.clone(),
+                        user: self.user.clone(),
+                    },
+                    settings: self.settings.clone(),
+                    lane,
+                })
+            })
+            .collect();
+        let pipe = least(&open);
+        // Kept once every lane is open (until then, asked for again).
+        if open.len() == lanes {
+            self.pipes.insert(target, open);
+        }
+        pipe
     }
 
     /// Whether an extended-protocol batch may go on a pipe: it binds only
