@@ -182,6 +182,8 @@ struct Request {
     answers: usize,
     /// Statements its Parse messages prepare.
     prepares: Vec<String>,
+    /// Its client went elsewhere; a drain task reads the answer.
+    abandoned: bool,
 }
 
 /// A request's place on a pipe. Dropped before its turn came, it gives
@@ -359,6 +361,7 @@ impl Pipe {
             queued: now,
             answers,
             prepares: built.prepares,
+            abandoned: false,
         });
         if !state.flushing {
             state.flushing = true;
@@ -403,7 +406,8 @@ impl Pipe {
     }
 
     /// Resolves when the answer to `id` is next, with the connection to
-    /// read it from; None when the pipe closed.
+    /// read it from; None when the pipe closed or (for a client's request)
+    /// the watchdog told it to give up.
     async fn front(&self, id: u64) -> Option<ServerConnection> {
         poll_fn(|context| {
             let mut state = self.lock();
@@ -441,8 +445,11 @@ impl Pipe {
                 if slow {
                     let state = &mut *state;
                     for request in state.in_flight.iter().skip(1) {
-                        // Only those still waiting (drain tasks read the
-                        // answers of those that gave up already).
+                        // Only clients still waiting: a drain task must
+                        // read the answer of one that gave up already.
+                        if request.abandoned {
+                            continue;
+                        }
                         if let Some(waker) = state.waiters.remove(&request.ticket) {
                             state.give_up.insert(request.ticket);
                             waker.wake();
@@ -464,8 +471,12 @@ impl Pipe {
     fn abandon(self: &Arc<Self>, id: u64) {
         let mut state = self.lock();
         state.waiters.remove(&id);
-        let queued = state.in_flight.iter().any(|r| r.ticket == id);
-        if queued && matches!(state.phase, Phase::Open) {
+        state.give_up.remove(&id);
+        let Some(request) = state.in_flight.iter_mut().find(|r| r.ticket == id) else {
+            return;
+        };
+        request.abandoned = true;
+        if matches!(state.phase, Phase::Open) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(self.clone().drain(id));
             } else {

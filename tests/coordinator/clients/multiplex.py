@@ -144,6 +144,38 @@ blocked.join(20)
 check(f"the waiting read got its answer, not another client's cancel ({blocked_result})",
       blocked_result.get("owner") == "owner 42")
 
+# Many reads of the locked shard at once: those queued behind the first give
+# up their places after a while and wait on pooled connections; all get
+# their answers once the lock goes, and the shared connection is healthy
+# afterwards (nothing left in flight, reads multiplexed again).
+locker.execute(f"LOCK TABLE {shard_table} IN ACCESS EXCLUSIVE MODE")
+start = threading.Barrier(8)
+
+
+def read_together(i):
+    with via() as conn:
+        start.wait()
+        return owner(conn, 42)
+
+
+together = {}
+crowd = threading.Thread(target=lambda: together.update(zip(("results", "errors", "stuck"),
+                                                            in_threads(read_together, 8))),
+                         daemon=True)
+crowd.start()
+time.sleep(1)
+locker.commit()
+crowd.join(30)
+check(f"8 reads queued on a locked shard all answered ({together.get('errors')})",
+      together.get("results") == ["owner 42"] * 8 and not together.get("stuck"))
+before = metric("pg_shard_multiplexed_statements_total")
+reads_right(list(range(1, 51)))
+after = metric("pg_shard_multiplexed_statements_total")
+with via() as conn:
+    in_flight = [int(r[5]) for r in conn.execute("SHOW POOLS").fetchall() if r[3] == "multiplexed"]
+check(f"shared connections healthy afterwards ({after - before} of 50 multiplexed, in flight {in_flight})",
+      after - before >= 45 and in_flight and all(n == 0 for n in in_flight))
+
 # A client's own cancel request cancels its own read.
 locker.execute(f"LOCK TABLE {shard_table} IN ACCESS EXCLUSIVE MODE")
 canceled = {}
