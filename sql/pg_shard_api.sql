@@ -108,6 +108,172 @@ COMMENT ON VIEW pg_shard.shards IS
     'one row per shard placement; range_start/range_end are inclusive keyspace ids '
     'in the signed form of pg_shard.keyspace_id()';
 
+-- Shard moves and splits: queued here, run by the job runner (a background
+-- worker, pg_shard_ext/src/mover.rs). Input is checked before anything is
+-- queued; a bad call changes nothing.
+CREATE FUNCTION pg_shard.queue_job(
+    job_kind text, requested_shard bigint, requested_target integer, requested_split_at bigint)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    shard record;
+    source integer;
+    target record;
+    other bigint;
+    new_job bigint;
+BEGIN
+    IF requested_shard IS NULL THEN
+        RAISE EXCEPTION 'shard_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT s.shard_id, s.shard_group_id, s.table_rel, t.kind, g.range_start, g.range_end
+      INTO shard
+      FROM pg_shard.shard s
+      JOIN pg_shard.logical_table t USING (table_rel)
+      JOIN pg_shard.shard_group g USING (shard_group_id)
+     WHERE s.shard_id = requested_shard;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % does not exist', requested_shard
+            USING ERRCODE = 'undefined_object', HINT = 'pg_shard.shards lists the shards';
+    END IF;
+    IF shard.kind = 'reference' THEN
+        RAISE EXCEPTION 'shard % belongs to reference table %, which has a copy on every node',
+            requested_shard, shard.table_rel
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    SELECT p.node_id INTO source
+      FROM pg_shard.placement p
+     WHERE p.shard_group_id = shard.shard_group_id AND p.state = 'active';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'shard % has no active placement', requested_shard
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF job_kind = 'split' THEN
+        requested_target := source;
+        IF shard.range_start = shard.range_end THEN
+            RAISE EXCEPTION 'shard % holds a single keyspace id and cannot be split', requested_shard
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF requested_split_at IS NULL THEN
+            -- the middle: the upper half starts one past it
+            requested_split_at := floor((shard.range_start::numeric + shard.range_end::numeric) / 2)::bigint + 1;
+        ELSIF requested_split_at <= shard.range_start OR requested_split_at > shard.range_end THEN
+            RAISE EXCEPTION 'split point % is outside shard %''s range', requested_split_at, requested_shard
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('The range is [%s, %s]; split_at is the first keyspace id of the upper half, so it must be in (%s, %s].',
+                                      shard.range_start, shard.range_end, shard.range_start, shard.range_end);
+        END IF;
+    ELSE
+        IF requested_target IS NULL THEN
+            RAISE EXCEPTION 'target_node must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT node_id, state, host, port INTO target FROM pg_shard.node WHERE node_id = requested_target;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'node % does not exist', requested_target
+                USING ERRCODE = 'undefined_object', HINT = 'pg_shard.node lists the nodes';
+        END IF;
+        IF target.state <> 'active' THEN
+            RAISE EXCEPTION 'node % (%:%) is not active', requested_target, target.host, target.port
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        IF requested_target = source THEN
+            RAISE EXCEPTION 'shard % is already on node %', requested_shard, requested_target
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    SELECT job_id INTO other FROM pg_shard.job
+     WHERE shard_group_id = shard.shard_group_id AND state IN ('queued', 'running');
+    IF FOUND THEN
+        RAISE EXCEPTION 'shard % is already being moved or split by job %', requested_shard, other
+            USING ERRCODE = 'object_in_use', HINT = 'pg_shard.wait_job() waits for it';
+    END IF;
+    INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at)
+    VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at)
+    RETURNING job_id INTO new_job;
+    PERFORM pg_notify('pg_shard_jobs', new_job::text);
+    RETURN new_job;
+END $$;
+
+CREATE FUNCTION pg_shard.move_shard(shard_id bigint, target_node integer)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.queue_job('move', shard_id, target_node, NULL) $$;
+COMMENT ON FUNCTION pg_shard.move_shard(bigint, integer) IS
+    'queue a move of the shard (and its co-located shards) to target_node; returns the job id';
+
+CREATE FUNCTION pg_shard.split_shard(shard_id bigint, split_at bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.queue_job('split', shard_id, NULL, split_at) $$;
+COMMENT ON FUNCTION pg_shard.split_shard(bigint, bigint) IS
+    'queue a split of the shard (and its co-located shards) into two at split_at, the first '
+    'keyspace id of the upper half (NULL: the middle of the range); returns the job id';
+
+CREATE FUNCTION pg_shard.cancel_job(job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    current text;
+BEGIN
+    SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = cancel_job.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', cancel_job.job_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF current = 'queued' THEN
+        UPDATE pg_shard.job j SET state = 'canceled', finished_at = now(), error = 'canceled before it started'
+         WHERE j.job_id = cancel_job.job_id;
+        RETURN true;
+    ELSIF current = 'running' THEN
+        -- the runner rolls the job back at its next step (or finishes it
+        -- when the new map is already published)
+        UPDATE pg_shard.job j SET cancel_requested = true WHERE j.job_id = cancel_job.job_id;
+        PERFORM pg_notify('pg_shard_jobs', cancel_job.job_id::text);
+        RETURN true;
+    END IF;
+    RAISE NOTICE 'job % has already ended (%)', cancel_job.job_id, current;
+    RETURN false;
+END $$;
+COMMENT ON FUNCTION pg_shard.cancel_job(bigint) IS
+    'abort a queued or running job safely (rolled back unless its new map is already published)';
+
+CREATE FUNCTION pg_shard.wait_job(job_id bigint, timeout interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    current text;
+    deadline timestamptz := clock_timestamp() + timeout;
+BEGIN
+    LOOP
+        SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = wait_job.job_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'job % does not exist', wait_job.job_id USING ERRCODE = 'undefined_object';
+        END IF;
+        IF current IN ('done', 'failed', 'canceled') OR clock_timestamp() >= deadline THEN
+            RETURN current;
+        END IF;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION pg_shard.wait_job(bigint, interval) IS
+    'wait until the job ends (or timeout passes) and return its state';
+
+CREATE VIEW pg_shard.jobs AS
+    SELECT j.job_id, j.kind, j.state, j.phase, j.shard_id,
+           s.table_rel AS table_name,
+           format('%s:%s', src.host, src.port) AS source,
+           format('%s:%s', dst.host, dst.port) AS target,
+           j.split_at, j.rows_copied, j.bytes_copied, j.lag_bytes,
+           j.created_at, j.started_at, j.phase_started_at, j.finished_at,
+           coalesce(j.finished_at, now()) - j.started_at AS duration,
+           j.error
+    FROM pg_shard.job j
+    LEFT JOIN pg_shard.shard s ON s.shard_id = j.shard_id
+    JOIN pg_shard.node src ON src.node_id = j.source_node
+    JOIN pg_shard.node dst ON dst.node_id = j.target_node
+    ORDER BY j.job_id;
+COMMENT ON VIEW pg_shard.jobs IS
+    'shard moves and splits: state (queued, running, done, failed, canceled), current phase, '
+    'progress (rows and bytes copied, replication lag), timings and error';
+
 -- DROP TABLE: on the metadata node, drop the shards of dropped distributed
 -- and reference tables (pg_shard_ext/src/drop.rs); on a worker, forget the
 -- ownership record of a dropped shard table.
@@ -141,3 +307,7 @@ REVOKE ALL ON FUNCTION pg_shard.create_distributed_table_internal(oid, text, int
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;

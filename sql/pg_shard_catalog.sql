@@ -101,6 +101,41 @@ CREATE TABLE pg_shard.local_shard (
     CHECK (range_start <= range_end)
 );
 
+-- Shard moves and splits (metadata node): one row per job, its state
+-- machine's position persisted so that a restarted background worker
+-- resumes (or rolls back) where it was.
+CREATE TABLE pg_shard.job (
+    job_id           bigserial   PRIMARY KEY,
+    kind             text        NOT NULL CHECK (kind IN ('move', 'split')),
+    state            text        NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'running', 'done', 'failed', 'canceled')),
+    -- plan, create_target, copy, catch_up, freeze, wait_final, verify,
+    -- publish, cleanup, drop_old (or rollback after a failure or cancel)
+    phase            text        NOT NULL DEFAULT 'plan',
+    shard_id         bigint      NOT NULL,   -- the shard asked for
+    shard_group_id   bigint      NOT NULL REFERENCES pg_shard.shard_group,
+    source_node      integer     NOT NULL REFERENCES pg_shard.node,
+    target_node      integer     NOT NULL REFERENCES pg_shard.node,
+    split_at         bigint,                 -- first keyspace id of the upper half
+    planned_version  bigint,                 -- the map version the plan was made at
+    -- names of everything the job creates (publication, slot, subscription,
+    -- target tables), recorded before it is created
+    resources        jsonb       NOT NULL DEFAULT '{}',
+    rows_copied      bigint      NOT NULL DEFAULT 0,
+    bytes_copied     bigint      NOT NULL DEFAULT 0,
+    lag_bytes        bigint,
+    cancel_requested boolean     NOT NULL DEFAULT false,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    started_at       timestamptz,
+    phase_started_at timestamptz,
+    finished_at      timestamptz,
+    error            text,
+    CHECK ((kind = 'split') = (split_at IS NOT NULL))
+);
+-- One unfinished job per shard group.
+CREATE UNIQUE INDEX job_one_unfinished_per_group ON pg_shard.job (shard_group_id)
+    WHERE state IN ('queued', 'running');
+
 -- Catalog data belongs in pg_dump output.
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.node', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.node_node_id_seq', '');
@@ -114,3 +149,5 @@ SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.placement', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.map_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_shard', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.job', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.job_job_id_seq', '');
