@@ -186,10 +186,13 @@ BEGIN
         RAISE EXCEPTION 'shard % is already being moved or split by job %', requested_shard, other
             USING ERRCODE = 'object_in_use', HINT = 'pg_shard.wait_job() waits for it';
     END IF;
-    INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at)
-    VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at)
+    INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at, resources)
+    VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at,
+            jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay')))
     RETURNING job_id INTO new_job;
     PERFORM pg_notify('pg_shard_jobs', new_job::text);
+    -- the runner of this database (a no-op when one runs already)
+    PERFORM pg_shard.start_job_runner();
     RETURN new_job;
 END $$;
 

@@ -19,6 +19,7 @@
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
 //! * [`read_fence`] – worker-side refusal of reads from retired shards
 //! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
+//! * [`mover`]      – shard moves: job runner background workers, logical replication
 //! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
 //! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
 
@@ -32,6 +33,7 @@ mod error;
 mod fdw;
 mod fencing;
 mod keyspace;
+mod mover;
 mod nodes;
 mod planner;
 mod quote;
@@ -63,6 +65,12 @@ mod pg_shard {}
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     fencing::register_gucs();
+    mover::register_gucs();
+    // The launcher needs shared_preload_libraries (as the fencing hooks do).
+    // SAFETY: a plain read of a backend-global flag set by the postmaster.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        mover::register_launcher();
+    }
     fencing::register_cache_invalidation();
     read_fence::install();
     planner::install();

@@ -299,14 +299,23 @@ impl TableShape {
     /// worker. Index-backed constraint and index names get the shard id as
     /// a suffix, since index names are unique per schema.
     pub fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
+        self.ddl_with_suffix(shard_name, &format!("_{shard_id}"))
+    }
+
+    /// The statements that recreate this table as it is, names and all (a
+    /// shard table copied to another node by a move).
+    pub fn same_ddl(&self) -> Vec<String> {
+        self.ddl_with_suffix(&self.name, "")
+    }
+
+    fn ddl_with_suffix(&self, shard_name: &str, suffix: &str) -> Vec<String> {
         let target = quote::qualified(&self.schema, shard_name);
-        let suffix = format!("_{shard_id}");
         let columns = self.column_definitions(false);
         let mut ddl = vec![
             format!("CREATE SCHEMA IF NOT EXISTS {}", quote::ident(&self.schema)),
             format!("CREATE TABLE {target} ({columns})"),
         ];
-        let shard_index_name = |name: &str| quote::name_with_suffix(name, &suffix);
+        let shard_index_name = |name: &str| quote::name_with_suffix(name, suffix);
         for constraint in &self.constraints {
             let name = if constraint.has_index {
                 shard_index_name(&constraint.name)

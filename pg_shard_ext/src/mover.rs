@@ -1,0 +1,927 @@
+//! Shard moves, run by background workers over PostgreSQL logical
+//! replication.
+//!
+//! `pg_shard.move_shard` queues a job (sql/pg_shard_api.sql); a *job runner*
+//! (one dynamic background worker per database, started on demand and by
+//! the *launcher* when the server starts) takes the jobs in order and runs
+//! each through persisted phases. Every phase can run again after a crash
+//! (it checks what already exists), so a restarted runner resumes where the
+//! job's row says it was:
+//!
+//! plan → create_target → copy → catch_up → freeze → wait_final → verify →
+//! publish → activate → cleanup → drop_old → done
+//!
+//! * plan: record the names of everything the job will create.
+//! * create_target: the group's shard tables on the target, recreated from
+//!   the source's (same names), recorded as `frozen` at epoch 0 so nothing
+//!   but replication writes them; a marker table on both sides.
+//! * copy: publication on the source, subscription on the target (its
+//!   initial copy, then streaming).
+//! * catch_up: until every table is synchronized and the slot's lag is small.
+//! * freeze: the source shards become `frozen` under an EXCLUSIVE lock
+//!   (in-flight writers finish first; readers go on), then a row goes into
+//!   the marker table: once it is on the target, everything before is too.
+//! * verify: row counts and checksums of every table, source against
+//!   target; a mismatch rolls the job back.
+//! * publish: one metadata transaction: the placement moves, the metadata
+//!   node's foreign partitions point at the target, the map version goes up
+//!   (NOTIFY).
+//! * activate: the target shards become `active` at the new epoch, the
+//!   source shards `retired` (stale routers get WrongShard from them).
+//! * cleanup: subscription (and with it the slot), publication and markers
+//!   go. drop_old: the old shard tables go after `pg_shard.move_drop_delay`.
+//!
+//! A failure or `cancel_job` before publish rolls back: what the job created
+//! is dropped and the source is unfrozen. From publish on the job only goes
+//! forward.
+
+use crate::catalog::{query_one, Node};
+use crate::error::{Result, ShardError};
+use crate::quote;
+use crate::remote;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::prelude::*;
+use postgres::Client;
+use std::time::{Duration, Instant};
+
+/// How often a runner looks at its jobs and their progress.
+const POLL: Duration = Duration::from_millis(200);
+/// A runner with no unfinished job for this long exits.
+const IDLE_EXIT: Duration = Duration::from_secs(10);
+/// Replication lag (bytes) below which writes are frozen for the cutover.
+const CUTOVER_LAG: i64 = 4 * 1024 * 1024;
+/// Longest wait for the target to apply the last frozen write.
+const FINAL_WAIT: Duration = Duration::from_secs(60);
+
+/// Seconds a moved shard's old tables are kept on the source after the
+/// cutover (recorded per job when it is queued).
+static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
+
+pub fn register_gucs() {
+    GucRegistry::define_int_guc(
+        c"pg_shard.move_drop_delay",
+        c"Seconds the old shard tables of a move are kept on the source after the cutover.",
+        c"Read when pg_shard.move_shard() queues the job.",
+        &DROP_DELAY,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_S,
+    );
+}
+
+/// Registers the launcher (from `_PG_init` while shared_preload_libraries
+/// loads): it starts a job runner for every database when the server starts
+/// or restarts after a crash, so interrupted jobs resume.
+pub fn register_launcher() {
+    BackgroundWorkerBuilder::new("pg_shard job launcher")
+        .set_function("pg_shard_job_launcher")
+        .set_library("pg_shard")
+        .enable_spi_access()
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_shard_job_launcher(_argument: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi(Some("postgres"), None);
+    let databases: Vec<String> = BackgroundWorker::transaction(|| {
+        Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT datname::text FROM pg_database WHERE datallowconn AND NOT datistemplate",
+                    None,
+                    &[],
+                )
+                .map(|rows| {
+                    rows.filter_map(|row| row.get::<String>(1).ok().flatten())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    });
+    for database in databases {
+        start_runner(&database);
+    }
+    // Stays up: after a crash the postmaster restarts it, and it starts the
+    // runners again.
+    while BackgroundWorker::wait_latch(Some(Duration::from_secs(3600))) {}
+}
+
+fn start_runner(database: &str) {
+    let started = BackgroundWorkerBuilder::new(&format!("pg_shard job runner ({database})"))
+        .set_function("pg_shard_job_runner")
+        .set_library("pg_shard")
+        .set_extra(database)
+        .enable_spi_access()
+        // After an error exit it comes back and resumes its job.
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load_dynamic();
+    if started.is_err() {
+        pgrx::warning!("pg_shard: could not start a job runner for database {database}");
+    }
+}
+
+/// Starts the job runner of the current database (it exits at once if one
+/// is running already).
+#[pg_extern(schema = "pg_shard", volatile)]
+fn start_job_runner() {
+    let database = query_one::<String>("SELECT current_database()::text", &[])
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    start_runner(&database);
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_shard_job_runner(_argument: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = BackgroundWorker::get_extra().to_owned();
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    let in_charge = BackgroundWorker::transaction(|| {
+        // One runner per database: a session-level lock, held until exit.
+        let installed = Spi::get_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_shard')",
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+        installed
+            && Spi::get_one::<bool>("SELECT pg_try_advisory_lock(hashtext('pg_shard job runner'))")
+                .ok()
+                .flatten()
+                .unwrap_or(false)
+    });
+    if !in_charge {
+        return;
+    }
+    let mut idle_since = Instant::now();
+    while BackgroundWorker::wait_latch(Some(POLL)) {
+        let job = BackgroundWorker::transaction(next_job);
+        match job {
+            Ok(Some(job)) => {
+                idle_since = Instant::now();
+                run_step(job);
+            }
+            Ok(None) if idle_since.elapsed() > IDLE_EXIT => break,
+            Ok(None) => {}
+            Err(e) => {
+                pgrx::warning!("pg_shard job runner: {e}");
+                break;
+            }
+        }
+    }
+}
+
+/// A job as the runner needs it.
+#[derive(Clone, Debug)]
+struct Job {
+    job_id: i64,
+    kind: String,
+    phase: String,
+    shard_group_id: i64,
+    source: Node,
+    target: Node,
+    cancel_requested: bool,
+}
+
+/// One shard table of the group being moved.
+#[derive(Clone, Debug)]
+struct GroupShard {
+    shard_id: i64,
+    schema: String,
+    name: String,
+    table_name: String,
+    dist_column: Option<String>,
+}
+
+impl GroupShard {
+    fn qualified(&self) -> String {
+        quote::qualified(&self.schema, &self.name)
+    }
+}
+
+/// The oldest unfinished job; running ones first (they resume).
+fn next_job() -> Result<Option<Job>> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT j.job_id, j.kind, j.phase, j.shard_group_id, j.cancel_requested, \
+                    s.node_id, s.host, s.port, t.node_id, t.host, t.port \
+             FROM pg_shard.job j \
+             JOIN pg_shard.node s ON s.node_id = j.source_node \
+             JOIN pg_shard.node t ON t.node_id = j.target_node \
+             WHERE j.state IN ('queued', 'running') \
+             ORDER BY j.state = 'running' DESC, j.job_id LIMIT 1",
+            None,
+            &[],
+        )?;
+        for row in rows {
+            return Ok(Some(Job {
+                job_id: row.get::<i64>(1)?.unwrap_or_default(),
+                kind: row.get::<String>(2)?.unwrap_or_default(),
+                phase: row.get::<String>(3)?.unwrap_or_default(),
+                shard_group_id: row.get::<i64>(4)?.unwrap_or_default(),
+                cancel_requested: row.get::<bool>(5)?.unwrap_or(false),
+                source: Node {
+                    node_id: row.get::<i32>(6)?.unwrap_or_default(),
+                    host: row.get::<String>(7)?.unwrap_or_default(),
+                    port: row.get::<i32>(8)?.unwrap_or_default(),
+                },
+                target: Node {
+                    node_id: row.get::<i32>(9)?.unwrap_or_default(),
+                    host: row.get::<String>(10)?.unwrap_or_default(),
+                    port: row.get::<i32>(11)?.unwrap_or_default(),
+                },
+            }));
+        }
+        Ok(None)
+    })
+}
+
+/// Runs the job's current phase once and records what follows.
+fn run_step(job: Job) {
+    let outcome = BackgroundWorker::transaction(|| step(&job));
+    match outcome {
+        Ok(Next::Phase(phase)) => record(&job, "running", &phase, None),
+        Ok(Next::Stay) => {}
+        Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase, error.as_deref()),
+        Err(e) => {
+            let message = e.to_string();
+            if before_publish(&job.phase) && job.phase != "rollback" {
+                pgrx::log!("pg_shard job {}: {message}; rolling back", job.job_id);
+                record(&job, "running", "rollback", Some(&message));
+            } else {
+                // Past the point of no return: keep trying the phase.
+                pgrx::log!("pg_shard job {}: {message}; will retry", job.job_id);
+                record_error(&job, &message);
+            }
+        }
+    }
+}
+
+/// What a phase leads to.
+enum Next {
+    Phase(String),
+    /// Not finished yet (waiting for replication); run it again.
+    Stay,
+    Finished(String, Option<String>),
+}
+
+fn before_publish(phase: &str) -> bool {
+    matches!(
+        phase,
+        "plan"
+            | "create_target"
+            | "copy"
+            | "catch_up"
+            | "freeze"
+            | "wait_final"
+            | "verify"
+            | "rollback"
+    )
+}
+
+fn record(job: &Job, state: &str, phase: &str, error: Option<&str>) {
+    BackgroundWorker::transaction(|| {
+        let _ = Spi::run_with_args(
+            "UPDATE pg_shard.job SET state = $2, phase = $3, \
+                 error = coalesce($4, error), \
+                 started_at = coalesce(started_at, now()), \
+                 phase_started_at = CASE WHEN phase = $3 THEN phase_started_at ELSE now() END, \
+                 finished_at = CASE WHEN $2 IN ('done', 'failed', 'canceled') THEN now() END \
+             WHERE job_id = $1",
+            &[
+                job.job_id.into(),
+                state.into(),
+                phase.into(),
+                error.map(str::to_owned).into(),
+            ],
+        );
+    });
+}
+
+fn record_error(job: &Job, error: &str) {
+    BackgroundWorker::transaction(|| {
+        let _ = Spi::run_with_args(
+            "UPDATE pg_shard.job SET error = $2 WHERE job_id = $1",
+            &[job.job_id.into(), error.into()],
+        );
+    });
+}
+
+/// Object names of a job: publication, slot and subscription share one.
+fn replication_name(job: &Job) -> String {
+    format!("pg_shard_job_{}", job.job_id)
+}
+
+fn marker_table(job: &Job) -> String {
+    quote::qualified("pg_shard", &format!("job_{}_marker", job.job_id))
+}
+
+fn step(job: &Job) -> Result<Next> {
+    if job.kind != "move" {
+        return Ok(Next::Finished(
+            "failed".into(),
+            Some("shard splits are not implemented yet".into()),
+        ));
+    }
+    if job.cancel_requested && before_publish(&job.phase) && job.phase != "rollback" {
+        return Ok(Next::Phase("rollback".into()));
+    }
+    let shards = group_shards(job.shard_group_id)?;
+    match job.phase.as_str() {
+        "plan" => plan(job, &shards),
+        "create_target" => create_target(job, &shards),
+        "copy" => copy(job, &shards),
+        "catch_up" => catch_up(job, &shards),
+        "freeze" => freeze(job, &shards),
+        "wait_final" => wait_final(job),
+        "verify" => verify(job, &shards),
+        "publish" => publish(job, &shards),
+        "activate" => activate(job, &shards),
+        "cleanup" => cleanup(job, &shards),
+        "drop_old" => drop_old(job, &shards),
+        "rollback" => rollback(job, &shards),
+        other => Err(ShardError::InvalidArgument(format!(
+            "job {} is in an unknown phase {other}",
+            job.job_id
+        ))),
+    }
+}
+
+fn group_shards(shard_group_id: i64) -> Result<Vec<GroupShard>> {
+    Spi::connect(|client| {
+        let mut shards = Vec::new();
+        for row in client.select(
+            "SELECT s.shard_id, s.shard_schema, s.shard_name, \
+                    (SELECT c.relname::text FROM pg_class c WHERE c.oid = s.table_rel), t.dist_column \
+             FROM pg_shard.shard s JOIN pg_shard.logical_table t USING (table_rel) \
+             WHERE s.shard_group_id = $1 ORDER BY s.shard_id",
+            None,
+            &[shard_group_id.into()],
+        )? {
+            shards.push(GroupShard {
+                shard_id: row.get::<i64>(1)?.unwrap_or_default(),
+                schema: row.get::<String>(2)?.unwrap_or_default(),
+                name: row.get::<String>(3)?.unwrap_or_default(),
+                table_name: row.get::<String>(4)?.unwrap_or_default(),
+                dist_column: row.get::<String>(5)?,
+            });
+        }
+        Ok(shards)
+    })
+}
+
+fn connect(node: &Node) -> Result<Client> {
+    remote::connect(&node.host, node.port)
+}
+
+fn run_on(node: &Node, client: &mut Client, sql: &str) -> Result<()> {
+    client
+        .batch_execute(sql)
+        .map_err(|e| remote::remote_error(node, &e))
+}
+
+fn value_on<T>(node: &Node, client: &mut Client, sql: &str) -> Result<Option<T>>
+where
+    T: for<'a> postgres::types::FromSql<'a>,
+{
+    let row = client
+        .query_opt(sql, &[])
+        .map_err(|e| remote::remote_error(node, &e))?;
+    Ok(row.map(|row| row.get(0)))
+}
+
+fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let name = replication_name(job);
+    let mut source = connect(&job.source)?;
+    for shard in shards {
+        // Logical replication must be able to identify rows.
+        let identified = value_on::<bool>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT c.relreplident IN ('f', 'i') OR (c.relreplident = 'd' AND EXISTS \
+                   (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)) \
+                 FROM pg_class c WHERE c.oid = {}::regclass",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or(false);
+        if !identified {
+            return Err(ShardError::NoReplicaIdentity(shard.qualified()));
+        }
+    }
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET planned_version = pg_shard.map_version(), \
+             resources = resources || jsonb_build_object('publication', $2::text, 'slot', $2::text, \
+                 'subscription', $2::text, 'marker', $3::text, 'tables', $4::text[]) \
+         WHERE job_id = $1",
+        &[
+            job.job_id.into(),
+            name.as_str().into(),
+            marker_table(job).into(),
+            tables.into(),
+        ],
+    )?;
+    Ok(Next::Phase("create_target".into()))
+}
+
+fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut script = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY)",
+        marker_table(job)
+    )];
+    for shard in shards {
+        let ddl: Vec<String> = value_on::<Vec<String>>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT pg_shard.shard_table_ddl({}::regclass)",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or_default();
+        let (range_start, range_end) = source
+            .query_one(
+                "SELECT range_start, range_end FROM pg_shard.local_shard WHERE shard_id = $1",
+                &[&shard.shard_id],
+            )
+            .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
+            .map_err(|e| remote::remote_error(&job.source, &e))?;
+        let qualified = shard.qualified();
+        // A leftover of an interrupted attempt of this job goes first.
+        script.push(format!(
+            "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
+            shard.shard_id
+        ));
+        script.push(format!("DROP TABLE IF EXISTS {qualified}"));
+        script.extend(ddl);
+        script.extend(crate::fencing::guard_trigger_ddl(
+            &qualified,
+            shard.dist_column.as_deref(),
+            range_start,
+            range_end,
+        ));
+        // Frozen until published: no write but replication's (which fires
+        // no trigger), and readable for the verification.
+        script.push(format!(
+            "INSERT INTO pg_shard.local_shard \
+             (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
+             VALUES ({}::regclass, {}, {}, {range_start}, {range_end}, 'frozen', 0)",
+            quote::literal(&qualified),
+            shard.shard_id,
+            shard
+                .dist_column
+                .as_deref()
+                .map_or_else(|| "NULL".to_string(), quote::literal),
+        ));
+    }
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+    )?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY)",
+            marker_table(job)
+        ),
+    )?;
+    Ok(Next::Phase("copy".into()))
+}
+
+fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let name = replication_name(job);
+    let mut source = connect(&job.source)?;
+    let exists = value_on::<bool>(
+        &job.source,
+        &mut source,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = {})",
+            quote::literal(&name)
+        ),
+    )?
+    .unwrap_or(false);
+    if !exists {
+        let mut tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+        tables.push(marker_table(job));
+        run_on(
+            &job.source,
+            &mut source,
+            &format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote::ident(&name),
+                tables.join(", ")
+            ),
+        )?;
+    }
+    let database = query_one::<String>("SELECT current_database()::text", &[])?.unwrap_or_default();
+    let user = query_one::<String>("SELECT current_user::text", &[])?.unwrap_or_default();
+    let mut target = connect(&job.target)?;
+    let subscribed = value_on::<bool>(
+        &job.target,
+        &mut target,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_subscription WHERE subname = {})",
+            quote::literal(&name)
+        ),
+    )?
+    .unwrap_or(false);
+    if !subscribed {
+        let connection = format!(
+            "host={} port={} dbname={} user={} application_name={}",
+            conninfo_value(&job.source.host),
+            job.source.port,
+            conninfo_value(&database),
+            conninfo_value(&user),
+            conninfo_value(&name),
+        );
+        // Not in a transaction block: CREATE SUBSCRIPTION creates the slot.
+        run_on(
+            &job.target,
+            &mut target,
+            &format!(
+                "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
+                 WITH (slot_name = {}, copy_data = true)",
+                quote::ident(&name),
+                quote::literal(&connection),
+                quote::ident(&name),
+                quote::literal(&name),
+            ),
+        )?;
+    }
+    Ok(Next::Phase("catch_up".into()))
+}
+
+/// A value in a libpq connection string, quoted.
+fn conninfo_value(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Replication lag in bytes (None: the slot is not there yet) and whether
+/// every table finished its initial copy.
+fn replication_state(
+    job: &Job,
+    source: &mut Client,
+    target: &mut Client,
+) -> Result<(Option<i64>, bool)> {
+    let name = quote::literal(&replication_name(job));
+    let lag = value_on::<Option<i64>>(
+        &job.source,
+        source,
+        &format!(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
+             FROM pg_replication_slots WHERE slot_name = {name}"
+        ),
+    )?
+    .flatten();
+    let pending = value_on::<i64>(
+        &job.target,
+        target,
+        &format!(
+            "SELECT count(*) FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid \
+             WHERE s.subname = {name} AND r.srsubstate <> 'r'"
+        ),
+    )?
+    .unwrap_or(1);
+    Ok((lag, pending == 0))
+}
+
+fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    let (lag, synced) = replication_state(job, &mut source, &mut target)?;
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    let list = tables
+        .iter()
+        .map(|t| quote::literal(t))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (rows, bytes) = target
+        .query_one(
+            &format!(
+                "SELECT coalesce(sum(n_live_tup), 0)::bigint, \
+                        coalesce(sum(pg_total_relation_size(relid)), 0)::bigint \
+                 FROM pg_stat_user_tables WHERE relid IN (SELECT x::regclass FROM unnest(ARRAY[{list}]) x)"
+            ),
+            &[],
+        )
+        .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
+        .map_err(|e| remote::remote_error(&job.target, &e))?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET lag_bytes = $2, rows_copied = $3, bytes_copied = $4 WHERE job_id = $1",
+        &[job.job_id.into(), lag.into(), rows.into(), bytes.into()],
+    )?;
+    if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
+        return Ok(Next::Phase("freeze".into()));
+    }
+    Ok(Next::Stay)
+}
+
+fn freeze(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
+    let mut source = connect(&job.source)?;
+    // Writers holding locks finish first; readers are not blocked.
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
+             UPDATE pg_shard.local_shard SET state = 'frozen' WHERE shard_id IN ({}) AND state = 'active';\n\
+             COMMIT;\n\
+             INSERT INTO {} VALUES ({}) ON CONFLICT DO NOTHING",
+            tables.join(", "),
+            ids.join(", "),
+            marker_table(job),
+            job.job_id
+        ),
+    )?;
+    Ok(Next::Phase("wait_final".into()))
+}
+
+fn wait_final(job: &Job) -> Result<Next> {
+    let mut target = connect(&job.target)?;
+    let started = Instant::now();
+    loop {
+        let arrived = value_on::<bool>(
+            &job.target,
+            &mut target,
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {})",
+                marker_table(job),
+                job.job_id
+            ),
+        )?
+        .unwrap_or(false);
+        if arrived {
+            return Ok(Next::Phase("verify".into()));
+        }
+        if started.elapsed() > FINAL_WAIT {
+            return Err(ShardError::InvalidArgument(format!(
+                "the target did not apply the last writes within {FINAL_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn verify(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    for shard in shards {
+        // Count and an order-independent checksum of the rows' text.
+        let sql = format!(
+            "SELECT count(*)::bigint, coalesce(sum(hashtext(t::text)::bigint), 0)::bigint FROM {} t",
+            shard.qualified()
+        );
+        let read = |node: &Node, client: &mut Client| -> Result<(i64, i64)> {
+            client
+                .query_one(&sql, &[])
+                .map(|row| (row.get(0), row.get(1)))
+                .map_err(|e| remote::remote_error(node, &e))
+        };
+        let on_source = read(&job.source, &mut source)?;
+        let on_target = read(&job.target, &mut target)?;
+        if on_source != on_target {
+            return Err(ShardError::InvalidArgument(format!(
+                "verification failed for {}: {} rows (checksum {}) on the source, {} rows (checksum {}) on the target",
+                shard.qualified(),
+                on_source.0,
+                on_source.1,
+                on_target.0,
+                on_target.1
+            )));
+        }
+    }
+    Ok(Next::Phase("publish".into()))
+}
+
+fn publish(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    Spi::run_with_args(
+        "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
+        &[
+            job.shard_group_id.into(),
+            job.source.node_id.into(),
+            job.target.node_id.into(),
+        ],
+    )?;
+    for shard in shards {
+        repoint_partition(shard, job)?;
+    }
+    let version = crate::catalog::bump_map_version()?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), version.into()],
+    )?;
+    Ok(Next::Phase("activate".into()))
+}
+
+/// Replaces the metadata node's foreign partition of `shard` by one on the
+/// target's server (a foreign table cannot change its server).
+fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
+    use crate::routing_table::partition_name;
+    let old = quote::qualified(
+        "pg_shard_partitions",
+        &partition_name(&shard.table_name, shard.shard_id, job.source.node_id),
+    );
+    let new = quote::qualified(
+        "pg_shard_partitions",
+        &partition_name(&shard.table_name, shard.shard_id, job.target.node_id),
+    );
+    let parent_and_bounds = query_one::<String>(
+        "SELECT format('%s %s', i.inhparent::regclass, pg_get_expr(c.relpartbound, c.oid)) \
+         FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.oid = to_regclass($1)",
+        &[old.as_str().into()],
+    )?;
+    let Some(parent_and_bounds) = parent_and_bounds else {
+        // Done already (a repeated phase).
+        return Ok(());
+    };
+    let (parent, bounds) = parent_and_bounds
+        .split_once(' ')
+        .ok_or_else(|| ShardError::InvalidArgument(format!("no bounds for {old}")))?;
+    Spi::run(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
+    Spi::run(&format!(
+        "CREATE FOREIGN TABLE {new} PARTITION OF {parent} {bounds} SERVER {} \
+         OPTIONS (schema_name {}, table_name {})",
+        quote::ident(&crate::fdw::server_name(job.target.node_id)),
+        quote::literal(&shard.schema),
+        quote::literal(&shard.name),
+    ))?;
+    Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
+    Ok(())
+}
+
+fn activate(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let version = query_one::<i64>(
+        "SELECT (resources->>'new_version')::bigint FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .unwrap_or(0);
+    let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
+    let ids = ids.join(", ");
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
+        ),
+    )?;
+    let mut source = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!("UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids})"),
+    )?;
+    Ok(Next::Phase("cleanup".into()))
+}
+
+/// Drops the subscription (with its slot), publication and markers.
+fn drop_replication(job: &Job) -> Result<()> {
+    let name = replication_name(job);
+    let mut target = connect(&job.target)?;
+    let subscribed = value_on::<bool>(
+        &job.target,
+        &mut target,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_subscription WHERE subname = {})",
+            quote::literal(&name)
+        ),
+    )?
+    .unwrap_or(false);
+    if subscribed {
+        run_on(
+            &job.target,
+            &mut target,
+            &format!("DROP SUBSCRIPTION {}", quote::ident(&name)),
+        )?;
+    }
+    run_on(
+        &job.target,
+        &mut target,
+        &format!("DROP TABLE IF EXISTS {}", marker_table(job)),
+    )?;
+    let mut source = connect(&job.source)?;
+    // The slot goes with the subscription; one left by a subscription that
+    // was never made (or lost its connection) goes here.
+    let leftover_slot = value_on::<bool>(
+        &job.source,
+        &mut source,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = {})",
+            quote::literal(&name)
+        ),
+    )?
+    .unwrap_or(false);
+    if leftover_slot {
+        run_on(
+            &job.source,
+            &mut source,
+            &format!("SELECT pg_drop_replication_slot({})", quote::literal(&name)),
+        )?;
+    }
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "DROP PUBLICATION IF EXISTS {};\nDROP TABLE IF EXISTS {}",
+            quote::ident(&name),
+            marker_table(job)
+        ),
+    )?;
+    Ok(())
+}
+
+fn cleanup(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
+    drop_replication(job)?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('drop_after', \
+             now() + coalesce((resources->>'drop_delay')::interval, interval '60 seconds')) \
+         WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?;
+    Ok(Next::Phase("drop_old".into()))
+}
+
+fn drop_old(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let due = query_one::<bool>(
+        "SELECT now() >= (resources->>'drop_after')::timestamptz FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .unwrap_or(true);
+    if !due {
+        return Ok(Next::Stay);
+    }
+    let mut script = Vec::new();
+    for shard in shards {
+        script.push(format!(
+            "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
+            shard.shard_id
+        ));
+        script.push(format!("DROP TABLE IF EXISTS {}", shard.qualified()));
+    }
+    let mut source = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+    )?;
+    Ok(Next::Finished("done".into(), None))
+}
+
+fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    drop_replication(job)?;
+    let mut script = Vec::new();
+    for shard in shards {
+        script.push(format!(
+            "DELETE FROM pg_shard.local_shard WHERE shard_id = {} AND state = 'frozen' AND epoch = 0",
+            shard.shard_id
+        ));
+        script.push(format!("DROP TABLE IF EXISTS {}", shard.qualified()));
+    }
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+    )?;
+    let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
+    let mut source = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state = 'frozen'",
+            ids.join(", ")
+        ),
+    )?;
+    let state = if job.cancel_requested {
+        "canceled"
+    } else {
+        "failed"
+    };
+    Ok(Next::Finished(state.into(), None))
+}
+
+/// The statements that recreate a shard table of this node as it is (for
+/// a move to another node).
+#[pg_extern(schema = "pg_shard", volatile)]
+fn shard_table_ddl(shard_rel: pg_sys::Oid) -> Vec<String> {
+    use crate::error::OrReport;
+    crate::shard_ddl::TableShape::load(shard_rel)
+        .map(|shape| shape.same_ddl())
+        .or_report()
+}
