@@ -293,6 +293,13 @@ BEGIN
           AND object_type = 'table'
     LOOP
         IF EXISTS (SELECT 1 FROM pg_shard.logical_table WHERE table_rel::oid = dropped.objid) THEN
+            IF EXISTS (SELECT 1 FROM pg_shard.job j JOIN pg_shard.shard sh USING (shard_group_id)
+                        WHERE sh.table_rel::oid = dropped.objid AND j.state IN ('queued', 'running')) THEN
+                RAISE EXCEPTION 'cannot drop table %: a shard move or split of it is in progress',
+                    (SELECT table_rel FROM pg_shard.logical_table WHERE table_rel::oid = dropped.objid)
+                    USING ERRCODE = 'object_in_use',
+                          HINT = 'Wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first.';
+            END IF;
             PERFORM pg_shard.drop_shards_internal(dropped.objid);
         END IF;
         IF EXISTS (SELECT 1 FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid) THEN

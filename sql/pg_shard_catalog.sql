@@ -113,7 +113,8 @@ CREATE TABLE pg_shard.job (
     -- publish, cleanup, drop_old (or rollback after a failure or cancel)
     phase            text        NOT NULL DEFAULT 'plan',
     shard_id         bigint      NOT NULL,   -- the shard asked for
-    shard_group_id   bigint      NOT NULL REFERENCES pg_shard.shard_group,
+    -- NULL once the table was dropped (the job's history stays)
+    shard_group_id   bigint      REFERENCES pg_shard.shard_group ON DELETE SET NULL,
     source_node      integer     NOT NULL REFERENCES pg_shard.node,
     target_node      integer     NOT NULL REFERENCES pg_shard.node,
     split_at         bigint,                 -- first keyspace id of the upper half

@@ -219,26 +219,26 @@ fn next_job() -> Result<Option<Job>> {
             None,
             &[],
         )?;
-        for row in rows {
-            return Ok(Some(Job {
-                job_id: row.get::<i64>(1)?.unwrap_or_default(),
-                kind: row.get::<String>(2)?.unwrap_or_default(),
-                phase: row.get::<String>(3)?.unwrap_or_default(),
-                shard_group_id: row.get::<i64>(4)?.unwrap_or_default(),
-                cancel_requested: row.get::<bool>(5)?.unwrap_or(false),
-                source: Node {
-                    node_id: row.get::<i32>(6)?.unwrap_or_default(),
-                    host: row.get::<String>(7)?.unwrap_or_default(),
-                    port: row.get::<i32>(8)?.unwrap_or_default(),
-                },
-                target: Node {
-                    node_id: row.get::<i32>(9)?.unwrap_or_default(),
-                    host: row.get::<String>(10)?.unwrap_or_default(),
-                    port: row.get::<i32>(11)?.unwrap_or_default(),
-                },
-            }));
-        }
-        Ok(None)
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        Ok(Some(Job {
+            job_id: row.get::<i64>(1)?.unwrap_or_default(),
+            kind: row.get::<String>(2)?.unwrap_or_default(),
+            phase: row.get::<String>(3)?.unwrap_or_default(),
+            shard_group_id: row.get::<i64>(4)?.unwrap_or_default(),
+            cancel_requested: row.get::<bool>(5)?.unwrap_or(false),
+            source: Node {
+                node_id: row.get::<i32>(6)?.unwrap_or_default(),
+                host: row.get::<String>(7)?.unwrap_or_default(),
+                port: row.get::<i32>(8)?.unwrap_or_default(),
+            },
+            target: Node {
+                node_id: row.get::<i32>(9)?.unwrap_or_default(),
+                host: row.get::<String>(10)?.unwrap_or_default(),
+                port: row.get::<i32>(11)?.unwrap_or_default(),
+            },
+        }))
     })
 }
 
