@@ -25,12 +25,15 @@ use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::net::TcpStream;
 
 /// The foundation's WrongShard SQLSTATE.
 const WRONG_SHARD: &str = "PS001";
+/// How long a statement refused with WrongShard waits for a newer shard
+/// map before it is tried again anyway.
+const WRONG_SHARD_WAIT: Duration = Duration::from_secs(2);
 /// query_canceled.
 const QUERY_CANCELED: &str = "57014";
 /// Output is sent to the client at ReadyForQuery or when this much is queued.
@@ -906,8 +909,26 @@ impl Session {
             .wrong_shard_retries
             .fetch_add(1, Ordering::Relaxed);
         tracing::info!(database = %self.database, version = map.version, message = %error.message, "WrongShard: reloading the shard map and retrying");
-        if let Err(e) = self.map.reload(map.version).await {
-            tracing::warn!(error = %e, "shard map reload failed");
+        // During a shard move's cutover the old owner refuses before the
+        // new map is published: wait (a little longer each time) for a
+        // newer map, so that the retry finds the new owner. NOTIFY usually
+        // brings it first.
+        let deadline = Instant::now() + WRONG_SHARD_WAIT;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.map.reload(map.version).await {
+                Ok(newer) if newer.version > map.version => return,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "shard map reload failed");
+                    return;
+                }
+            }
+            if Instant::now() + pause > deadline {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 

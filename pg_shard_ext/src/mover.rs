@@ -8,26 +8,23 @@
 //! (it checks what already exists), so a restarted runner resumes where the
 //! job's row says it was:
 //!
-//! plan → create_target → copy → catch_up → freeze → wait_final → verify →
-//! publish → activate → cleanup → drop_old → done
+//! plan → create_target → copy → catch_up → cutover → cleanup → drop_old →
+//! done
 //!
-//! * plan: record the names of everything the job will create.
+//! * plan: record the names of everything the job will create; check that
+//!   replication can identify the rows.
 //! * create_target: the group's shard tables on the target, recreated from
 //!   the source's (same names), recorded as `frozen` at epoch 0 so nothing
 //!   but replication writes them; a marker table on both sides.
 //! * copy: publication on the source, subscription on the target (its
 //!   initial copy, then streaming).
 //! * catch_up: until every table is synchronized and the slot's lag is small.
-//! * freeze: the source shards become `frozen` under an EXCLUSIVE lock
-//!   (in-flight writers finish first; readers go on), then a row goes into
-//!   the marker table: once it is on the target, everything before is too.
-//! * verify: row counts and checksums of every table, source against
-//!   target; a mismatch rolls the job back.
-//! * publish: one metadata transaction: the placement moves, the metadata
-//!   node's foreign partitions point at the target, the map version goes up
-//!   (NOTIFY).
-//! * activate: the target shards become `active` at the new epoch, the
-//!   source shards `retired` (stale routers get WrongShard from them).
+//! * cutover ([`cutover`]): writes to the source wait on a lock while the
+//!   last of them reach the target (a marker row tells), the copies are
+//!   verified (row counts and checksums; a mismatch rolls back), the source
+//!   is retired, the target activated at the next map version, and the new
+//!   map published (placement, the metadata node's foreign partitions,
+//!   version, NOTIFY) in one metadata transaction.
 //! * cleanup: subscription (and with it the slot), publication and markers
 //!   go. drop_old: the old shard tables go after `pg_shard.move_drop_delay`.
 //!
@@ -50,7 +47,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// A runner with no unfinished job for this long exits.
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 /// Replication lag (bytes) below which writes are frozen for the cutover.
-const CUTOVER_LAG: i64 = 4 * 1024 * 1024;
+const CUTOVER_LAG: i64 = 1024 * 1024;
 /// Longest wait for the target to apply the last frozen write.
 const FINAL_WAIT: Duration = Duration::from_secs(60);
 
@@ -161,7 +158,7 @@ pub extern "C-unwind" fn pg_shard_job_runner(_argument: pg_sys::Datum) {
     }
     let mut idle_since = Instant::now();
     while BackgroundWorker::wait_latch(Some(POLL)) {
-        let job = BackgroundWorker::transaction(next_job);
+        let job = transaction(next_job);
         match job {
             Ok(Some(job)) => {
                 idle_since = Instant::now();
@@ -244,10 +241,16 @@ fn next_job() -> Result<Option<Job>> {
 
 /// Runs the job's current phase once and records what follows.
 fn run_step(job: Job) {
-    let outcome = BackgroundWorker::transaction(|| step(&job));
+    // The phase that follows commits with the step's own catalog changes.
+    let outcome = transaction(|| {
+        let next = step(&job)?;
+        if let Next::Phase(phase) = &next {
+            write_state(&job, "running", phase, None)?;
+        }
+        Ok(next)
+    });
     match outcome {
-        Ok(Next::Phase(phase)) => record(&job, "running", &phase, None),
-        Ok(Next::Stay) => {}
+        Ok(Next::Phase(_)) | Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase, error.as_deref()),
         Err(e) => {
             let message = e.to_string();
@@ -274,43 +277,89 @@ enum Next {
 fn before_publish(phase: &str) -> bool {
     matches!(
         phase,
-        "plan"
-            | "create_target"
-            | "copy"
-            | "catch_up"
-            | "freeze"
-            | "wait_final"
-            | "verify"
-            | "rollback"
+        "plan" | "create_target" | "copy" | "catch_up" | "cutover" | "rollback"
     )
 }
 
+/// Runs `body` in a transaction of its own: committed when it returns Ok,
+/// rolled back when it returns an error or raises one.
+fn transaction<T>(body: impl FnOnce() -> Result<T>) -> Result<T> {
+    // SAFETY: called from the job runner's main loop, outside any
+    // transaction; every path below ends the transaction it starts.
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = PgTryBuilder::new(std::panic::AssertUnwindSafe(body))
+        .catch_others(|caught| Err(ShardError::InvalidArgument(caught_message(&caught))))
+        .execute();
+    // SAFETY: ends the transaction started above; after a caught error the
+    // transaction is in an aborted state and only AbortCurrentTransaction
+    // may follow.
+    unsafe {
+        if result.is_ok() {
+            pg_sys::PopActiveSnapshot();
+            pg_sys::CommitTransactionCommand();
+        } else {
+            pg_sys::AbortCurrentTransaction();
+        }
+    }
+    result
+}
+
+fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
+    use pg_sys::panic::CaughtError;
+    match caught {
+        CaughtError::PostgresError(report)
+        | CaughtError::ErrorReport(report)
+        | CaughtError::RustPanic {
+            ereport: report, ..
+        } => report.message().to_string(),
+    }
+}
+
+fn write_state(job: &Job, state: &str, phase: &str, error: Option<&str>) -> Result<()> {
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET state = $2, phase = $3, \
+             error = coalesce($4, error), \
+             started_at = coalesce(started_at, now()), \
+             phase_started_at = CASE WHEN phase = $3 THEN phase_started_at ELSE now() END, \
+             finished_at = CASE WHEN $2 IN ('done', 'failed', 'canceled') THEN now() END \
+         WHERE job_id = $1",
+        &[
+            job.job_id.into(),
+            state.into(),
+            phase.into(),
+            error.map(str::to_owned).into(),
+        ],
+    )?;
+    Ok(())
+}
+
 fn record(job: &Job, state: &str, phase: &str, error: Option<&str>) {
-    BackgroundWorker::transaction(|| {
-        let _ = Spi::run_with_args(
-            "UPDATE pg_shard.job SET state = $2, phase = $3, \
-                 error = coalesce($4, error), \
-                 started_at = coalesce(started_at, now()), \
-                 phase_started_at = CASE WHEN phase = $3 THEN phase_started_at ELSE now() END, \
-                 finished_at = CASE WHEN $2 IN ('done', 'failed', 'canceled') THEN now() END \
-             WHERE job_id = $1",
-            &[
-                job.job_id.into(),
-                state.into(),
-                phase.into(),
-                error.map(str::to_owned).into(),
-            ],
+    if let Err(e) = transaction(|| write_state(job, state, phase, error)) {
+        pgrx::warning!(
+            "pg_shard job {}: could not record its state: {e}",
+            job.job_id
         );
-    });
+    }
 }
 
 fn record_error(job: &Job, error: &str) {
-    BackgroundWorker::transaction(|| {
-        let _ = Spi::run_with_args(
+    let recorded = transaction(|| {
+        Spi::run_with_args(
             "UPDATE pg_shard.job SET error = $2 WHERE job_id = $1",
             &[job.job_id.into(), error.into()],
-        );
+        )?;
+        Ok(())
     });
+    if let Err(e) = recorded {
+        pgrx::warning!(
+            "pg_shard job {}: could not record its error: {e}",
+            job.job_id
+        );
+    }
 }
 
 /// Object names of a job: publication, slot and subscription share one.
@@ -338,11 +387,7 @@ fn step(job: &Job) -> Result<Next> {
         "create_target" => create_target(job, &shards),
         "copy" => copy(job, &shards),
         "catch_up" => catch_up(job, &shards),
-        "freeze" => freeze(job, &shards),
-        "wait_final" => wait_final(job),
-        "verify" => verify(job, &shards),
-        "publish" => publish(job, &shards),
-        "activate" => activate(job, &shards),
+        "cutover" => cutover(job, &shards),
         "cleanup" => cleanup(job, &shards),
         "drop_old" => drop_old(job, &shards),
         "rollback" => rollback(job, &shards),
@@ -623,34 +668,88 @@ fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         &[job.job_id.into(), lag.into(), rows.into(), bytes.into()],
     )?;
     if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
-        return Ok(Next::Phase("freeze".into()));
+        return Ok(Next::Phase("cutover".into()));
     }
     Ok(Next::Stay)
 }
 
-fn freeze(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+/// The cutover, in one step (a crash anywhere in it leaves the job to run
+/// it again from the start, or to roll back):
+/// 1. lock the source shard tables EXCLUSIVE in a transaction kept open:
+///    writers holding locks finish first, new ones wait (the write pause;
+///    readers go on);
+/// 2. a row into the marker table; once it is on the target, every write
+///    before the lock is too;
+/// 3. verify row counts and checksums, source against target;
+/// 4. retire the source shards and commit (the waiting writers get
+///    WrongShard and their routers look for the new map);
+/// 5. activate the target shards at the next map version and publish it
+///    (placement, foreign partitions, version, NOTIFY) with the job's next
+///    phase, in one metadata transaction.
+fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
+    let ids = ids.join(", ");
+    let mut lock_holder = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
+    )?;
     let mut source = connect(&job.source)?;
-    // Writers holding locks finish first; readers are not blocked.
     run_on(
         &job.source,
         &mut source,
         &format!(
-            "BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
-             UPDATE pg_shard.local_shard SET state = 'frozen' WHERE shard_id IN ({}) AND state = 'active';\n\
-             COMMIT;\n\
-             INSERT INTO {} VALUES ({}) ON CONFLICT DO NOTHING",
-            tables.join(", "),
-            ids.join(", "),
+            "INSERT INTO {} VALUES ({}) ON CONFLICT DO NOTHING",
             marker_table(job),
             job.job_id
         ),
     )?;
-    Ok(Next::Phase("wait_final".into()))
+    wait_for_marker(job)?;
+    verify(job, shards)?;
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids});\nCOMMIT"
+        ),
+    )?;
+    // The next version, held until this transaction commits.
+    let version = crate::catalog::write_returning::<i64>(
+        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
+        &[],
+    )?
+    .unwrap_or(1);
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
+        ),
+    )?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
+        &[
+            job.shard_group_id.into(),
+            job.source.node_id.into(),
+            job.target.node_id.into(),
+        ],
+    )?;
+    for shard in shards {
+        repoint_partition(shard, job)?;
+    }
+    let published = crate::catalog::bump_map_version()?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), published.into()],
+    )?;
+    Ok(Next::Phase("cleanup".into()))
 }
 
-fn wait_final(job: &Job) -> Result<Next> {
+fn wait_for_marker(job: &Job) -> Result<()> {
     let mut target = connect(&job.target)?;
     let started = Instant::now();
     loop {
@@ -665,18 +764,18 @@ fn wait_final(job: &Job) -> Result<Next> {
         )?
         .unwrap_or(false);
         if arrived {
-            return Ok(Next::Phase("verify".into()));
+            return Ok(());
         }
         if started.elapsed() > FINAL_WAIT {
             return Err(ShardError::InvalidArgument(format!(
                 "the target did not apply the last writes within {FINAL_WAIT:?}"
             )));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
-fn verify(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+fn verify(job: &Job, shards: &[GroupShard]) -> Result<()> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     for shard in shards {
@@ -704,28 +803,7 @@ fn verify(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             )));
         }
     }
-    Ok(Next::Phase("publish".into()))
-}
-
-fn publish(job: &Job, shards: &[GroupShard]) -> Result<Next> {
-    Spi::run_with_args(
-        "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
-        &[
-            job.shard_group_id.into(),
-            job.source.node_id.into(),
-            job.target.node_id.into(),
-        ],
-    )?;
-    for shard in shards {
-        repoint_partition(shard, job)?;
-    }
-    let version = crate::catalog::bump_map_version()?;
-    Spi::run_with_args(
-        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
-         WHERE job_id = $1",
-        &[job.job_id.into(), version.into()],
-    )?;
-    Ok(Next::Phase("activate".into()))
+    Ok(())
 }
 
 /// Replaces the metadata node's foreign partition of `shard` by one on the
@@ -762,31 +840,6 @@ fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
     ))?;
     Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
     Ok(())
-}
-
-fn activate(job: &Job, shards: &[GroupShard]) -> Result<Next> {
-    let version = query_one::<i64>(
-        "SELECT (resources->>'new_version')::bigint FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into()],
-    )?
-    .unwrap_or(0);
-    let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
-    let ids = ids.join(", ");
-    let mut target = connect(&job.target)?;
-    run_on(
-        &job.target,
-        &mut target,
-        &format!(
-            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
-        ),
-    )?;
-    let mut source = connect(&job.source)?;
-    run_on(
-        &job.source,
-        &mut source,
-        &format!("UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids})"),
-    )?;
-    Ok(Next::Phase("cleanup".into()))
 }
 
 /// Drops the subscription (with its slot), publication and markers.
@@ -904,7 +957,7 @@ fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         &job.source,
         &mut source,
         &format!(
-            "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state = 'frozen'",
+            "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
             ids.join(", ")
         ),
     )?;

@@ -232,6 +232,14 @@ via -qc "SET search_path = pg_catalog, public" -c "SET work_mem = '3MB'" -c "SEL
 fresh=$(via -Atc "SHOW search_path" -c "SHOW work_mem")
 check "SET of one client does not reach the next ($(echo $fresh))" test "$(echo $fresh)" = '"$user", public 4MB'
 
+# A shard move under write load through the coordinator and the metadata
+# node (pg_shard's job runner, logical replication).
+: >"$here/moves.log"
+run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000
+cat "$here/moves.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/moves.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/moves.log")))
+
 # 6. Observability: admin commands and /metrics.
 pools=$(via -Atc "SHOW POOLS")
 check "SHOW POOLS lists the pools" grep -q "127.0.0.1:28321" <<<"$pools"

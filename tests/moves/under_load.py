@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""A shard move under write load: writers through the coordinator and
+through the metadata node insert rows and add to balances while a shard
+group moves. Afterwards every acknowledged write is present exactly once.
+Prints the longest write latency seen during the move (the write pause), the
+move's duration and its copy rate.
+Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS]"""
+import sys
+import threading
+import time
+
+import psycopg
+
+metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
+rows = int(sys.argv[4]) if len(sys.argv) > 4 else 50000
+dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
+failures = 0
+
+
+def check(description, condition):
+    global failures
+    print(("ok - " if condition else "not ok - ") + "move under load: " + description)
+    if not condition:
+        failures += 1
+
+
+meta = psycopg.connect(dsn.format(metadata_port), autocommit=True)
+meta.execute("DROP TABLE IF EXISTS load_entries, load_accounts")
+meta.execute("CREATE TABLE load_accounts (id bigint PRIMARY KEY, balance bigint NOT NULL, pad text)")
+meta.execute("CREATE TABLE load_entries (account bigint NOT NULL, entry bigint NOT NULL, "
+             "amount int NOT NULL, PRIMARY KEY (account, entry))")
+meta.execute("INSERT INTO load_accounts SELECT g, 0, repeat('x', 200) FROM generate_series(1, %s) g", (rows,))
+meta.execute("SELECT pg_shard.create_distributed_table('load_accounts', 'id', shard_count => 4, colocate_with => 'none')")
+meta.execute("SELECT pg_shard.create_distributed_table('load_entries', 'account', colocate_with => 'load_accounts')")
+time.sleep(1)  # the coordinator hears of the new tables (NOTIFY)
+shard, source, target = meta.execute(
+    "SELECT s.shard_id, s.node_id, (SELECT min(node_id) FROM pg_shard.node n "
+    "WHERE n.node_id <> s.node_id AND n.state = 'active') "
+    "FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "
+    "ORDER BY s.range_start LIMIT 1").fetchone()
+
+stop = threading.Event()
+lock = threading.Lock()
+acknowledged = []        # (account, entry, amount)
+errors = []
+latencies = []           # (start, seconds)
+
+
+def writer(name, port, first_entry):
+    conn = psycopg.connect(dsn.format(port), autocommit=True)
+    entry = first_entry
+    account = 0
+    while not stop.is_set():
+        account = account % rows + 1
+        entry += 1
+        started = time.monotonic()
+        try:
+            with conn.transaction():
+                conn.execute("UPDATE load_accounts SET balance = balance + 1 WHERE id = %s", (account,))
+                conn.execute("INSERT INTO load_entries VALUES (%s, %s, 1)", (account, entry))
+            ok = True
+        except psycopg.Error as e:
+            ok = False
+            with lock:
+                errors.append(f"{name}: {e.sqlstate} {str(e).splitlines()[0]}")
+        elapsed = time.monotonic() - started
+        with lock:
+            latencies.append((started, elapsed))
+            if ok:
+                acknowledged.append((account, entry, 1))
+        # Accounts 1.. are spread over every shard: stride to reach all.
+        account += 7919
+
+
+threads = [threading.Thread(target=writer, args=(f"coordinator-{i}", coordinator_port, i * 10**9), daemon=True)
+           for i in range(3)]
+threads.append(threading.Thread(target=writer, args=("metadata", metadata_port, 9 * 10**9), daemon=True))
+for t in threads:
+    t.start()
+time.sleep(2)
+meta.execute("SET pg_shard.move_drop_delay = 0")
+move_started = time.monotonic()
+job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+state = meta.execute("SELECT pg_shard.wait_job(%s, '5 minutes')", (job,)).fetchone()[0]
+move_ended = time.monotonic()
+time.sleep(2)
+stop.set()
+for t in threads:
+    t.join(30)
+
+check(f"job {job} ended done ({state})", state == "done")
+moved = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
+check("the shard is on the target", moved == target)
+# Every acknowledged entry exactly once; balances equal acknowledged adds.
+entries = meta.execute("SELECT account, entry, count(*) FROM load_entries GROUP BY 1, 2").fetchall()
+present = {(a, e): n for a, e, n in entries}
+missing = [(a, e) for a, e, _ in acknowledged if present.get((a, e)) != 1]
+check(f"{len(acknowledged)} acknowledged entries, each present exactly once ({len(missing)} not)", not missing)
+expected_total = len(acknowledged)
+total_balance = meta.execute("SELECT sum(balance) FROM load_accounts").fetchone()[0]
+total_entries = meta.execute("SELECT count(*) FROM load_entries").fetchone()[0]
+check(f"balances equal the entries ({total_balance} = {total_entries}) and the acknowledged writes ({expected_total})",
+      total_balance == total_entries == expected_total)
+coordinator_errors = [e for e in errors if e.startswith("coordinator")]
+check(f"writes through the coordinator saw no error ({coordinator_errors[:3]})", not coordinator_errors)
+leftovers = []
+for port in [r[0] for r in meta.execute("SELECT port FROM pg_shard.node").fetchall()]:
+    with psycopg.connect(dsn.format(port), autocommit=True) as worker:
+        leftovers += worker.execute(
+            "SELECT 'slot ' || slot_name FROM pg_replication_slots UNION ALL "
+            "SELECT 'publication ' || pubname FROM pg_publication UNION ALL "
+            "SELECT 'subscription ' || subname FROM pg_subscription").fetchall()
+check(f"no replication object left behind ({leftovers})", not leftovers)
+
+during = [seconds for started, seconds in latencies if move_started <= started <= move_ended]
+duration, copied = meta.execute(
+    "SELECT extract(epoch FROM finished_at - started_at), bytes_copied FROM pg_shard.job WHERE job_id = %s",
+    (job,)).fetchone()
+metadata_errors = [e for e in errors if e.startswith("metadata")]
+print(f"# move: {float(duration):.2f} s, {copied / 1e6:.1f} MB copied "
+      f"({copied / 1e6 / float(duration):.1f} MB/s); {len(during)} writes during the move, "
+      f"longest {max(during) * 1000:.0f} ms; writes through the metadata node refused: {len(metadata_errors)}"
+      + (f" (e.g. {metadata_errors[0]})" if metadata_errors else ""))
+meta.execute("DROP TABLE load_entries, load_accounts")
+sys.exit(1 if failures else 0)
