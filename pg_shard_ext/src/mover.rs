@@ -156,6 +156,15 @@ pub extern "C-unwind" fn pg_shard_job_runner(_argument: pg_sys::Datum) {
     if !in_charge {
         return;
     }
+    // The job's progress must survive a crash, whatever the server's default.
+    let durable = transaction(|| {
+        Spi::run("SET synchronous_commit = on")?;
+        Ok(())
+    });
+    if let Err(e) = durable {
+        pgrx::warning!("pg_shard job runner: {e}");
+        return;
+    }
     let mut idle_since = Instant::now();
     while BackgroundWorker::wait_latch(Some(POLL)) {
         let job = transaction(next_job);
@@ -381,6 +390,13 @@ fn step(job: &Job) -> Result<Next> {
     if job.cancel_requested && before_publish(&job.phase) && job.phase != "rollback" {
         return Ok(Next::Phase("rollback".into()));
     }
+    // A pause point for tests and operators: a session holding the
+    // advisory lock (hashtext('pg_shard job phase'), hashtext(<phase>))
+    // holds every job at the start of that phase.
+    Spi::run_with_args(
+        "SELECT pg_advisory_xact_lock_shared(hashtext('pg_shard job phase'), hashtext($1))",
+        &[job.phase.as_str().into()],
+    )?;
     let shards = group_shards(job.shard_group_id)?;
     match job.phase.as_str() {
         "plan" => plan(job, &shards),
@@ -421,8 +437,12 @@ fn group_shards(shard_group_id: i64) -> Result<Vec<GroupShard>> {
     })
 }
 
+/// A connection to `node` for the job. Commits wait for their WAL flush
+/// whatever the server's default: a job's progress must survive a crash.
 fn connect(node: &Node) -> Result<Client> {
-    remote::connect(&node.host, node.port)
+    let mut client = remote::connect(&node.host, node.port)?;
+    run_on(node, &mut client, "SET synchronous_commit = on")?;
+    Ok(client)
 }
 
 fn run_on(node: &Node, client: &mut Client, sql: &str) -> Result<()> {

@@ -264,5 +264,14 @@ check "SCRAM: wrong password refused" grep -q "password authentication failed" <
 nodb=$(psql -X -h 127.0.0.1 -p "$coordinator" -d no_such_database -Atc "SELECT 1" 2>&1)
 check "passthrough: the metadata node's refusal reaches the client" grep -q 'database "no_such_database" does not exist' <<<"$nodb"
 
+# Interrupted moves (last: killing the job runner makes the metadata node
+# restart all its backends): canceled at copy and catch-up, runner killed
+# at the start of each phase.
+: >"$here/crash.log"
+run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE"
+cat "$here/crash.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/crash.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/crash.log")))
+
 echo "coordinator: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

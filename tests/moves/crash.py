@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Shard moves interrupted: a job held at the start of a phase (by the
+pause lock) is either canceled, or its runner is killed with SIGKILL (the
+metadata node then restarts its backends and the launcher restarts the
+runner). Afterwards the job has ended (done, or canceled), the map and the
+shards agree, every row is there once, and no slot, publication or
+subscription is left.
+Usage: crash.py METADATA_PORT DATABASE"""
+import os
+import signal
+import sys
+import time
+
+import psycopg
+
+metadata_port, database = sys.argv[1], sys.argv[2]
+dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
+failures = 0
+
+
+def check(description, condition):
+    global failures
+    print(("ok - " if condition else "not ok - ") + "interrupted move: " + description)
+    if not condition:
+        failures += 1
+
+
+def connect(port=metadata_port, tries=100):
+    for _ in range(tries):
+        try:
+            return psycopg.connect(dsn.format(port), autocommit=True)
+        except psycopg.OperationalError:
+            time.sleep(0.2)
+    raise RuntimeError(f"no connection to {port}")
+
+
+def phase_key(phase):
+    return f"hashtext('pg_shard job phase'), hashtext('{phase}')"
+
+
+def wait_phase(meta, job, phase, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        row = meta.execute("SELECT phase, state FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()
+        if row[0] == phase or row[1] not in ("queued", "running"):
+            return row
+        time.sleep(0.1)
+    return None
+
+
+def consistent(meta, expected_rows, expected_sum):
+    """Rows, map and shards agree; nothing of the jobs left on the workers."""
+    count, total = meta.execute("SELECT count(*), sum(id) FROM crash_items").fetchone()
+    placements = meta.execute(
+        "SELECT s.shard_id, s.node_id FROM pg_shard.shards s WHERE s.table_name = 'crash_items'::regclass").fetchall()
+    owners_ok = True
+    leftovers = []
+    for port, node_id in meta.execute("SELECT port, node_id FROM pg_shard.node").fetchall():
+        with connect(port) as worker:
+            active = {r[0] for r in worker.execute(
+                "SELECT shard_id FROM pg_shard.local_shard WHERE state = 'active'").fetchall()}
+            for shard_id, owner in placements:
+                if (owner == node_id) != (shard_id in active):
+                    owners_ok = False
+            leftovers += worker.execute(
+                "SELECT 'slot ' || slot_name FROM pg_replication_slots UNION ALL "
+                "SELECT 'publication ' || pubname FROM pg_publication UNION ALL "
+                "SELECT 'subscription ' || subname FROM pg_subscription").fetchall()
+    return count == expected_rows and total == expected_sum, owners_ok, leftovers
+
+
+meta = connect()
+meta.execute("DROP TABLE IF EXISTS crash_items")
+meta.execute("CREATE TABLE crash_items (id bigint PRIMARY KEY, v text)")
+meta.execute("INSERT INTO crash_items SELECT g, repeat('v', 100) FROM generate_series(1, 20000) g")
+meta.execute("SELECT pg_shard.create_distributed_table('crash_items', 'id', shard_count => 4, colocate_with => 'none')")
+rows, total = meta.execute("SELECT count(*), sum(id) FROM crash_items").fetchone()
+
+
+def start_move(meta, phase):
+    """Queues a move of crash_items' first shard, held at `phase`."""
+    holder = connect()
+    holder.execute(f"SELECT pg_advisory_lock({phase_key(phase)})")
+    shard, target = meta.execute(
+        "SELECT s.shard_id, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id) "
+        "FROM pg_shard.shards s WHERE s.table_name = 'crash_items'::regclass "
+        "ORDER BY s.range_start LIMIT 1").fetchone()
+    meta.execute("SET pg_shard.move_drop_delay = 0")
+    # The local cluster runs with synchronous_commit off: the job must be
+    # on disk before its runner is killed.
+    meta.execute("SET synchronous_commit = on")
+    job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+    return holder, job
+
+
+# Cancel while the copy runs and while it catches up: rolled back.
+for phase in ("copy", "catch_up"):
+    holder, job = start_move(meta, phase)
+    reached = wait_phase(meta, job, phase)
+    meta.execute("SELECT pg_shard.cancel_job(%s)", (job,))
+    holder.close()
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+    check(f"canceled at {phase} ({reached}): {state}, rows intact, map and shards agree, nothing left ({leftovers})",
+          state == "canceled" and rows_ok and owners_ok and not leftovers)
+
+# The runner killed at each phase: the job resumes (or rolls back) after the
+# metadata node's restart of its backends.
+for phase in ("create_target", "copy", "catch_up", "cutover", "cleanup", "drop_old"):
+    holder, job = start_move(meta, phase)
+    reached = wait_phase(meta, job, phase)
+    runner = meta.execute(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pg_shard job runner%'").fetchone()
+    if runner:
+        os.kill(runner[0], signal.SIGKILL)
+    # Every backend goes (crash restart): the lock holder and our session too.
+    time.sleep(1)
+    meta = connect()
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+    check(f"runner killed at {phase} ({reached}, pid {runner}): job {state}, rows intact, "
+          f"map and shards agree, nothing left ({leftovers})",
+          runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
+
+meta.execute("DROP TABLE crash_items")
+sys.exit(1 if failures else 0)
