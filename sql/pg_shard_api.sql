@@ -259,6 +259,110 @@ END $$;
 COMMENT ON FUNCTION pg_shard.wait_job(bigint, interval) IS
     'wait until the job ends (or timeout passes) and return its state';
 
+-- Shard groups of distributed tables with their bytes (a group weighs at
+-- least a page, so empty groups still spread by count), by node.
+CREATE FUNCTION pg_shard.group_loads()
+RETURNS TABLE (shard_group_id bigint, shard_id bigint, node_id integer, bytes bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT s.shard_group_id, min(s.shard_id), p.node_id,
+           greatest(sum(coalesce(z.size_bytes, 0)), 8192)::bigint
+      FROM pg_shard.shard s
+      JOIN pg_shard.logical_table t USING (table_rel)
+      JOIN pg_shard.placement p USING (shard_group_id)
+      LEFT JOIN pg_shard.shard_sizes() z ON z.shard_id = s.shard_id AND z.node_id = p.node_id
+     WHERE t.kind = 'distributed' AND p.state = 'active'
+       AND NOT EXISTS (SELECT 1 FROM pg_shard.job j
+                        WHERE j.shard_group_id = s.shard_group_id AND j.state IN ('queued', 'running'))
+     GROUP BY s.shard_group_id, p.node_id
+$$;
+
+CREATE FUNCTION pg_shard.rebalance(dry_run boolean DEFAULT true)
+RETURNS TABLE (shard_id bigint, source_node integer, target_node integer, size_bytes bigint, job_id bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    heavy record;
+    light record;
+    chosen record;
+    tolerance bigint;
+BEGIN
+    CREATE TEMP TABLE pg_shard_rebalance_groups ON COMMIT DROP AS SELECT * FROM pg_shard.group_loads();
+    CREATE TEMP TABLE pg_shard_rebalance_loads ON COMMIT DROP AS
+        SELECT n.node_id, coalesce(sum(g.bytes), 0)::bigint AS bytes
+          FROM pg_shard.node n LEFT JOIN pg_shard_rebalance_groups g USING (node_id)
+         WHERE n.state = 'active' GROUP BY n.node_id;
+    CREATE TEMP TABLE pg_shard_rebalance_moves
+        (shard_id bigint, source_node integer, target_node integer, size_bytes bigint) ON COMMIT DROP;
+    -- Nodes within 5 % of the average of each other count as balanced
+    -- (no churn of small moves).
+    SELECT coalesce(avg(l.bytes), 0)::bigint / 20 INTO tolerance FROM pg_shard_rebalance_loads l;
+    -- Greedy: the largest group on the fullest node that still narrows the
+    -- gap to the emptiest one moves there; until no move narrows it.
+    LOOP
+        SELECT l.node_id, l.bytes INTO heavy FROM pg_shard_rebalance_loads l ORDER BY l.bytes DESC, l.node_id LIMIT 1;
+        SELECT l.node_id, l.bytes INTO light FROM pg_shard_rebalance_loads l ORDER BY l.bytes, l.node_id LIMIT 1;
+        EXIT WHEN heavy IS NULL OR heavy.node_id = light.node_id OR heavy.bytes - light.bytes <= tolerance;
+        SELECT g.shard_group_id, g.shard_id, g.bytes INTO chosen
+          FROM pg_shard_rebalance_groups g
+         WHERE g.node_id = heavy.node_id AND g.bytes < heavy.bytes - light.bytes
+         ORDER BY g.bytes DESC, g.shard_group_id LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        UPDATE pg_shard_rebalance_groups g SET node_id = light.node_id
+         WHERE g.shard_group_id = chosen.shard_group_id;
+        UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes - chosen.bytes WHERE l.node_id = heavy.node_id;
+        UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes + chosen.bytes WHERE l.node_id = light.node_id;
+        INSERT INTO pg_shard_rebalance_moves VALUES (chosen.shard_id, heavy.node_id, light.node_id, chosen.bytes);
+    END LOOP;
+    FOR chosen IN SELECT * FROM pg_shard_rebalance_moves LOOP
+        shard_id := chosen.shard_id;
+        source_node := chosen.source_node;
+        target_node := chosen.target_node;
+        size_bytes := chosen.size_bytes;
+        job_id := CASE WHEN dry_run THEN NULL
+                       ELSE pg_shard.queue_job('move', chosen.shard_id, chosen.target_node, NULL) END;
+        RETURN NEXT;
+    END LOOP;
+    DROP TABLE pg_shard_rebalance_groups, pg_shard_rebalance_loads, pg_shard_rebalance_moves;
+END $$;
+COMMENT ON FUNCTION pg_shard.rebalance(boolean) IS
+    'plan (dry_run) or queue the moves that even out shard bytes over the active nodes';
+
+CREATE FUNCTION pg_shard.drain_node(node_id integer)
+RETURNS TABLE (shard_id bigint, target_node integer, job_id bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    drained record;
+    chosen record;
+    emptiest integer;
+BEGIN
+    SELECT n.node_id, n.host, n.port INTO drained FROM pg_shard.node n WHERE n.node_id = drain_node.node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'node % does not exist', drain_node.node_id
+            USING ERRCODE = 'undefined_object', HINT = 'pg_shard.node lists the nodes';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_shard.node n WHERE n.node_id <> drain_node.node_id AND n.state = 'active') THEN
+        RAISE EXCEPTION 'node % is the only active node: there is nowhere to move its shards', drain_node.node_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- No new shards land on it (rebalance and new tables skip it).
+    UPDATE pg_shard.node n SET state = 'inactive' WHERE n.node_id = drain_node.node_id;
+    CREATE TEMP TABLE pg_shard_drain_loads ON COMMIT DROP AS
+        SELECT n.node_id, coalesce(sum(g.bytes), 0)::bigint AS bytes
+          FROM pg_shard.node n LEFT JOIN pg_shard.group_loads() g USING (node_id)
+         WHERE n.state = 'active' GROUP BY n.node_id;
+    FOR chosen IN SELECT * FROM pg_shard.group_loads() g WHERE g.node_id = drain_node.node_id
+                   ORDER BY g.bytes DESC, g.shard_group_id LOOP
+        SELECT l.node_id INTO emptiest FROM pg_shard_drain_loads l ORDER BY l.bytes, l.node_id LIMIT 1;
+        UPDATE pg_shard_drain_loads l SET bytes = l.bytes + chosen.bytes WHERE l.node_id = emptiest;
+        shard_id := chosen.shard_id;
+        target_node := emptiest;
+        job_id := pg_shard.queue_job('move', chosen.shard_id, emptiest, NULL);
+        RETURN NEXT;
+    END LOOP;
+    DROP TABLE pg_shard_drain_loads;
+END $$;
+COMMENT ON FUNCTION pg_shard.drain_node(integer) IS
+    'mark the node inactive and queue moves of every shard on it to the emptiest active nodes';
+
 CREATE VIEW pg_shard.jobs AS
     SELECT j.job_id, j.kind, j.state, j.phase, j.shard_id,
            s.table_rel AS table_name,
@@ -321,3 +425,5 @@ REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PU
 REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.rebalance(boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Tests of the coordinator against a throwaway cluster: metadata node on
-# 28320, workers 28321-28322, coordinator 28420 (metrics 28421), a second
-# coordinator on 28422. Prints "coordinator: N passed, M failed".
+# 28320, workers 28321-28322 (28323 joins for rebalancing), coordinator 28420
+# (metrics 28421), a second coordinator on 28422; and shard moves through it. Prints "coordinator: N passed, M failed".
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$repo/tests/coordinator
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-coordinator
 export PGSHARD_BASE_PORT=28320
-export PGSHARD_WORKERS=2
+# A third worker joins only for the rebalancing test.
+export PGSHARD_WORKERS=3
 export PGSHARD_DATABASE=coordinator_test
 export PGUSER=postgres
 coordinator=28420
@@ -236,6 +237,8 @@ check "SET of one client does not reach the next ($(echo $fresh))" test "$(echo 
 # node (pg_shard's job runner, logical replication).
 : >"$here/moves.log"
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000
+# Rebalancing onto the third worker, then draining it.
+run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
 cat "$here/moves.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/moves.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/moves.log")))

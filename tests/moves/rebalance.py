@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Rebalancing and draining: a node joins a cluster of N workers, rebalance
+plans (dry run) and then runs the moves that even out shard bytes (about
+1/(N+1) of them move); draining the node moves everything back off it. Rows
+are intact throughout.
+Usage: rebalance.py METADATA_PORT NEW_WORKER_PORT DATABASE"""
+import sys
+
+import psycopg
+
+metadata_port, new_port, database = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
+failures = 0
+
+
+def check(description, condition):
+    global failures
+    print(("ok - " if condition else "not ok - ") + "rebalance: " + description)
+    if not condition:
+        failures += 1
+
+
+meta = psycopg.connect(dsn.format(metadata_port), autocommit=True)
+meta.execute("SET synchronous_commit = on")
+meta.execute("SET pg_shard.move_drop_delay = 0")
+meta.execute("DROP TABLE IF EXISTS spread_items")
+meta.execute("CREATE TABLE spread_items (id bigint PRIMARY KEY, v text)")
+meta.execute("INSERT INTO spread_items SELECT g, repeat('r', 300) FROM generate_series(1, 30000) g")
+meta.execute("SELECT pg_shard.create_distributed_table('spread_items', 'id', shard_count => 12, colocate_with => 'none')")
+rows = meta.execute("SELECT count(*), sum(id) FROM spread_items").fetchone()
+
+
+def bytes_by_node():
+    return dict(meta.execute(
+        "SELECT node_id, sum(bytes)::bigint FROM pg_shard.group_loads() GROUP BY node_id").fetchall())
+
+
+def wait_all(jobs):
+    return [meta.execute("SELECT pg_shard.wait_job(%s, '5 minutes')", (j,)).fetchone()[0] for j in jobs]
+
+
+workers_before = meta.execute("SELECT count(*) FROM pg_shard.node WHERE state = 'active'").fetchone()[0]
+node = meta.execute("SELECT pg_shard.add_node('127.0.0.1', %s)", (new_port,)).fetchone()[0]
+before = bytes_by_node()
+total = sum(before.values())
+plan = meta.execute("SELECT * FROM pg_shard.rebalance()").fetchall()
+planned_bytes = sum(r[3] for r in plan)
+check(f"dry run plans moves onto the new node only ({len(plan)} moves, {planned_bytes} of {total} bytes) "
+      "and queues nothing",
+      plan and all(r[2] == node and r[4] is None for r in plan)
+      and meta.execute("SELECT count(*) FROM pg_shard.job WHERE state IN ('queued', 'running')").fetchone()[0] == 0)
+share = planned_bytes / total
+expected = 1 / (workers_before + 1)
+check(f"about 1/(N+1) of the bytes move ({share:.2f}, N = {workers_before}: {expected:.2f})",
+      abs(share - expected) < 0.15)
+moves = meta.execute("SELECT * FROM pg_shard.rebalance(dry_run => false)").fetchall()
+states = wait_all([r[4] for r in moves])
+after = bytes_by_node()
+spread = (max(after.values()) - min(after.values())) / total
+check(f"{len(moves)} moves done ({set(states)}); bytes per node {after} (spread {spread:.2f})",
+      states and all(s == "done" for s in states) and after.get(node, 0) > 0)
+check("every row still there after rebalancing",
+      meta.execute("SELECT count(*), sum(id) FROM spread_items").fetchone() == rows)
+again = meta.execute("SELECT * FROM pg_shard.rebalance()").fetchall()
+check(f"balanced: a second dry run plans nothing ({len(again)} moves)", not again)
+
+# Draining the node moves every shard off it and keeps new ones away.
+drained = meta.execute("SELECT * FROM pg_shard.drain_node(%s)", (node,)).fetchall()
+states = wait_all([r[2] for r in drained])
+left = meta.execute("SELECT count(*) FROM pg_shard.shards WHERE node_id = %s AND table_name <> ALL "
+                    "(SELECT table_rel FROM pg_shard.logical_table WHERE kind = 'reference')", (node,)).fetchone()[0]
+check(f"drain_node moved {len(drained)} shard groups off ({set(states)}); {left} left; node inactive",
+      all(s == "done" for s in states) and left == 0
+      and meta.execute("SELECT state FROM pg_shard.node WHERE node_id = %s", (node,)).fetchone()[0] == "inactive")
+check("every row still there after draining",
+      meta.execute("SELECT count(*), sum(id) FROM spread_items").fetchone() == rows)
+for bad, sqlstate in (("SELECT * FROM pg_shard.drain_node(9999)", "42704"),):
+    try:
+        meta.execute(bad)
+        check(f"{bad} is refused", False)
+    except psycopg.Error as e:
+        check(f"{bad} is refused ({e.sqlstate}: {str(e).splitlines()[0]})", e.sqlstate == sqlstate)
+meta.execute("DROP TABLE spread_items")
+sys.exit(1 if failures else 0)
