@@ -186,6 +186,13 @@ BEGIN
         RAISE EXCEPTION 'shard % is already being moved or split by job %', requested_shard, other
             USING ERRCODE = 'object_in_use', HINT = 'pg_shard.wait_job() waits for it';
     END IF;
+    IF job_kind = 'split' THEN
+        -- Checked above so that bad calls say what is wrong with them.
+        RAISE EXCEPTION 'shard splits are not implemented yet (shard %, split at %)',
+            requested_shard, requested_split_at
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Move shards with pg_shard.move_shard or pg_shard.rebalance.';
+    END IF;
     INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at, resources)
     VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at,
             jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay')))
