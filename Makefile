@@ -6,7 +6,7 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
@@ -57,3 +57,6 @@ bench-metadata: install ## SQL through the metadata node vs direct / one Postgre
 
 bench-coordinator: install ## pgbench -S through the coordinator vs direct vs pgbouncer
 	benches/coordinator.sh
+
+bench-move: install ## a shard move under pgbench -N through the coordinator: write pause, duration, MB/s
+	benches/move.sh
