@@ -101,18 +101,25 @@ pub extern "C-unwind" fn pg_shard_job_launcher(_argument: pg_sys::Datum) {
         })
     });
     for database in databases {
-        start_runner(&database);
+        start_runner(&database, RESUME_ONLY);
     }
     // Stays up: after a crash the postmaster restarts it, and it starts the
     // runners again.
     while BackgroundWorker::wait_latch(Some(Duration::from_secs(3600))) {}
 }
 
-fn start_runner(database: &str) {
+/// Runner modes (its Datum argument): started by the launcher, it only
+/// resumes jobs and exits when there is none; started by a SQL call, it
+/// waits a little for the job being queued to commit.
+const RESUME_ONLY: i64 = 1;
+const ON_DEMAND: i64 = 0;
+
+fn start_runner(database: &str, mode: i64) {
     let started = BackgroundWorkerBuilder::new(&format!("pg_shard job runner ({database})"))
         .set_function("pg_shard_job_runner")
         .set_library("pg_shard")
         .set_extra(database)
+        .set_argument(Some(pg_sys::Datum::from(mode)))
         .enable_spi_access()
         // After an error exit it comes back and resumes its job.
         .set_restart_time(Some(Duration::from_secs(5)))
@@ -130,31 +137,48 @@ fn start_job_runner() {
         .ok()
         .flatten()
         .unwrap_or_default();
-    start_runner(&database);
+    start_runner(&database, ON_DEMAND);
 }
 
 #[pg_guard]
 #[unsafe(no_mangle)]
-pub extern "C-unwind" fn pg_shard_job_runner(_argument: pg_sys::Datum) {
+pub extern "C-unwind" fn pg_shard_job_runner(argument: pg_sys::Datum) {
+    let idle_exit = if argument.value() as i64 == RESUME_ONLY {
+        Duration::ZERO
+    } else {
+        IDLE_EXIT
+    };
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let database = BackgroundWorker::get_extra().to_owned();
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
-    let in_charge = BackgroundWorker::transaction(|| {
-        // One runner per database: a session-level lock, held until exit.
-        let installed = Spi::get_one::<bool>(
-            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_shard')",
-        )
-        .ok()
-        .flatten()
-        .unwrap_or(false);
-        installed
-            && Spi::get_one::<bool>("SELECT pg_try_advisory_lock(hashtext('pg_shard job runner'))")
+    // One runner per database: a session-level lock, held until exit. One
+    // started for a new job waits a while for a runner that is finishing
+    // (it may have looked for jobs before the new one committed).
+    let started = Instant::now();
+    loop {
+        let (installed, in_charge) = BackgroundWorker::transaction(|| {
+            let installed = Spi::get_one::<bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_shard')",
+            )
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            let in_charge = installed
+                && Spi::get_one::<bool>(
+                    "SELECT pg_try_advisory_lock(hashtext('pg_shard job runner'))",
+                )
                 .ok()
                 .flatten()
-                .unwrap_or(false)
-    });
-    if !in_charge {
-        return;
+                .unwrap_or(false);
+            (installed, in_charge)
+        });
+        if in_charge {
+            break;
+        }
+        if !installed || started.elapsed() >= idle_exit || !BackgroundWorker::wait_latch(Some(POLL))
+        {
+            return;
+        }
     }
     // The job's progress must survive a crash, whatever the server's default.
     let durable = transaction(|| {
@@ -173,7 +197,7 @@ pub extern "C-unwind" fn pg_shard_job_runner(_argument: pg_sys::Datum) {
                 idle_since = Instant::now();
                 run_step(job);
             }
-            Ok(None) if idle_since.elapsed() > IDLE_EXIT => break,
+            Ok(None) if idle_since.elapsed() >= idle_exit => break,
             Ok(None) => {}
             Err(e) => {
                 pgrx::warning!("pg_shard job runner: {e}");
