@@ -232,6 +232,10 @@ BEGIN
         UPDATE pg_shard.job j SET state = 'canceled', finished_at = now(), error = 'canceled before it started'
          WHERE j.job_id = cancel_job.job_id;
         RETURN true;
+    ELSIF current = 'running' AND (SELECT j.phase FROM pg_shard.job j WHERE j.job_id = cancel_job.job_id)
+                                  IN ('cleanup', 'drop_old') THEN
+        RAISE NOTICE 'job % is past its cutover (the new map is published); it finishes', cancel_job.job_id;
+        RETURN false;
     ELSIF current = 'running' THEN
         -- the runner rolls the job back at its next step (or finishes it
         -- when the new map is already published)

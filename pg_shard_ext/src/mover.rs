@@ -197,8 +197,20 @@ pub extern "C-unwind" fn pg_shard_job_runner(argument: pg_sys::Datum) {
                 idle_since = Instant::now();
                 run_step(job);
             }
-            Ok(None) if idle_since.elapsed() >= idle_exit => break,
-            Ok(None) => {}
+            Ok(None) => {
+                // Jobs waiting to drop their old tables keep the runner.
+                let waiting = transaction(|| {
+                    Ok(query_one::<i64>(
+                        "SELECT count(*) FROM pg_shard.job WHERE state IN ('queued', 'running')",
+                        &[],
+                    )?
+                    .unwrap_or(0))
+                })
+                .unwrap_or(0);
+                if waiting == 0 && idle_since.elapsed() >= idle_exit {
+                    break;
+                }
+            }
             Err(e) => {
                 pgrx::warning!("pg_shard job runner: {e}");
                 break;
@@ -235,7 +247,9 @@ impl GroupShard {
     }
 }
 
-/// The oldest unfinished job; running ones first (they resume).
+/// The oldest unfinished job that can go on now; running ones first (they
+/// resume). A job waiting for its old tables' drop time does not hold up
+/// the others.
 fn next_job() -> Result<Option<Job>> {
     Spi::connect(|client| {
         let rows = client.select(
@@ -245,6 +259,7 @@ fn next_job() -> Result<Option<Job>> {
              JOIN pg_shard.node s ON s.node_id = j.source_node \
              JOIN pg_shard.node t ON t.node_id = j.target_node \
              WHERE j.state IN ('queued', 'running') \
+               AND NOT (j.phase = 'drop_old' AND (j.resources->>'drop_after')::timestamptz > now()) \
              ORDER BY j.state = 'running' DESC, j.job_id LIMIT 1",
             None,
             &[],

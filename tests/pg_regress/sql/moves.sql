@@ -50,3 +50,49 @@ SELECT count(*) AS publications FROM pg_publication;
 SELECT count(*) AS unfinished FROM pg_shard.jobs WHERE state IN ('queued', 'running');
 -- later suites count shards per node
 DROP TABLE moving_notes, moving;
+-- Old tables kept for a while (move_drop_delay): a stale router writing to
+-- the old owner gets WrongShard, and so does a read; other jobs go on
+-- meanwhile.
+CREATE TABLE kept (id bigint PRIMARY KEY, v text);
+INSERT INTO kept SELECT g, 'k' FROM generate_series(1, 500) g;
+SELECT pg_shard.create_distributed_table('kept', 'id', shard_count => 2, colocate_with => 'none');
+SELECT s.shard_id AS kept_shard, s.node_id AS kept_source, s.shard_table AS kept_table,
+       (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id AND n.state = 'active') AS kept_target,
+       (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id AND n.state = 'active') AS other_target,
+       pg_shard.map_version() AS kept_version
+  FROM pg_shard.shards s WHERE s.table_name = 'kept'::regclass ORDER BY s.range_start LIMIT 1 \gset
+SET pg_shard.move_drop_delay = '1h';
+SELECT pg_shard.move_shard(:kept_shard, :kept_target) AS kept_job \gset
+-- (wait_job returns after its timeout: the job waits to drop the old tables)
+SELECT pg_shard.wait_job(:kept_job, '10 seconds');
+SELECT state, phase FROM pg_shard.jobs WHERE job_id = :kept_job;
+-- the cutover is over: only the old tables' drop is pending
+SELECT count(*) FROM kept;
+SELECT format('dbname=%s host=127.0.0.1 port=%s', current_database(), port) AS kept_source_dsn
+  FROM pg_shard.node WHERE node_id = :kept_source \gset
+\c :kept_source_dsn
+SET pg_shard.map_version = :kept_version;
+\set VERBOSITY terse
+INSERT INTO :kept_table VALUES (1000000, 'stale');
+SELECT count(*) FROM :kept_table;
+\set VERBOSITY default
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- another move runs while the first waits to drop its old tables
+SELECT s.shard_id AS second_shard,
+       (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id AND n.state = 'active') AS second_target
+  FROM pg_shard.shards s WHERE s.table_name = 'kept'::regclass ORDER BY s.range_start DESC LIMIT 1 \gset
+SET pg_shard.move_drop_delay = 0;
+SELECT pg_shard.move_shard(:second_shard, :second_target) AS second_job \gset
+SELECT pg_shard.wait_job(:second_job, '2 minutes');
+SELECT state, phase FROM pg_shard.jobs WHERE job_id = :kept_job;
+-- past its cutover a job cannot be canceled; its drop time can be brought
+-- forward
+SELECT pg_shard.cancel_job(:kept_job);
+UPDATE pg_shard.job SET resources = jsonb_set(resources, '{drop_after}', to_jsonb(now()))
+ WHERE job_id = :kept_job;
+SELECT pg_shard.wait_job(:kept_job, '1 minute');
+\c :kept_source_dsn
+SELECT count(*) AS old_copies FROM pg_shard.local_shard WHERE shard_id = :kept_shard;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+SELECT count(*) FROM kept;
+DROP TABLE kept;
