@@ -78,6 +78,16 @@ isolation=$(pg_config --pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress
 if [ -f "$repo/tests/isolation/regression.diffs" ]; then
     cat "$repo/tests/isolation/regression.diffs"
 fi
+# Moves under concurrent writes, on the metadata node (its job runner).
+"$isolation" \
+    --use-existing \
+    --host=127.0.0.1 --port="$PGSHARD_BASE_PORT" --user=postgres \
+    --dbname="$PGSHARD_DATABASE" \
+    --inputdir="$repo/tests/isolation" --outputdir="$repo/tests/isolation" \
+    --schedule="$repo/tests/isolation/schedule_metadata" 2>&1 | tee -a "$suite/pg_isolation_regress.log" || true
+if [ -f "$repo/tests/isolation/regression.diffs" ]; then
+    cat "$repo/tests/isolation/regression.diffs"
+fi
 passed=$((passed + $(grep -cE '^(ok|test) .* \.\.\. ok' "$suite/pg_isolation_regress.log" || true)))
 failed=$((failed + $(grep -cE '\.\.\. FAILED|\.\.\. failed' "$suite/pg_isolation_regress.log" || true)))
 if [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then
