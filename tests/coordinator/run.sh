@@ -269,9 +269,9 @@ check "passthrough: the metadata node's refusal reaches the client" grep -q 'dat
 
 # Interrupted moves (last: killing the job runner makes the metadata node
 # restart all its backends): canceled at copy and catch-up, runner killed
-# at the start of each phase.
+# at the start of each phase, source, target and metadata node restarted.
 : >"$here/crash.log"
-run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE"
+run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE" "$cluster_dir"
 cat "$here/crash.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/crash.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/crash.log")))

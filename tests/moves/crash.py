@@ -5,15 +5,17 @@ metadata node then restarts its backends and the launcher restarts the
 runner). Afterwards the job has ended (done, or canceled), the map and the
 shards agree, every row is there once, and no slot, publication or
 subscription is left.
-Usage: crash.py METADATA_PORT DATABASE"""
+Usage: crash.py METADATA_PORT DATABASE CLUSTER_DIR"""
 import os
 import signal
+import subprocess
 import sys
 import time
 
 import psycopg
 
-metadata_port, database = sys.argv[1], sys.argv[2]
+metadata_port, database, cluster_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
 failures = 0
 
@@ -121,6 +123,38 @@ for phase in ("create_target", "copy", "catch_up", "cutover", "cleanup", "drop_o
     check(f"runner killed at {phase} ({reached}, pid {runner}): job {state}, rows intact, "
           f"map and shards agree, nothing left ({leftovers})",
           runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
+
+
+
+def restart(port):
+    """Restarts the server on `port` (fast shutdown) and waits for it."""
+    offset = int(port) - int(metadata_port)
+    data = os.path.join(cluster_dir, "metadata" if offset == 0 else f"worker{offset}")
+    subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(bindir, "pg_ctl"), "-D", data,
+                    "-m", "fast", "-w", "-s", "restart", "-l", os.path.join(data, "server.log")],
+                   cwd="/", check=True, stdout=subprocess.DEVNULL)
+
+
+# A server restarted while the job waits at a phase: the source, the
+# target, the metadata node (whose restart also ends the pause).
+for phase, which in (("catch_up", "target"), ("cutover", "source"), ("cutover", "target"),
+                     ("copy", "metadata"), ("cutover", "metadata")):
+    holder, job = start_move(meta, phase)
+    reached = wait_phase(meta, job, phase)
+    source_port, target_port = meta.execute(
+        "SELECT s.port, t.port FROM pg_shard.job j JOIN pg_shard.node s ON s.node_id = j.source_node "
+        "JOIN pg_shard.node t ON t.node_id = j.target_node WHERE j.job_id = %s", (job,)).fetchone()
+    port = {"source": source_port, "target": target_port, "metadata": metadata_port}[which]
+    restart(port)
+    if which == "metadata":
+        meta = connect()
+    else:
+        holder.close()
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+    check(f"{which} restarted at {phase} ({reached}): job {state}, rows intact, map and shards agree, "
+          f"nothing left ({leftovers})",
+          state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
 meta.execute("DROP TABLE crash_items")
 sys.exit(1 if failures else 0)
