@@ -48,6 +48,9 @@ const POLL: Duration = Duration::from_millis(200);
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 /// Replication lag (bytes) below which writes are frozen for the cutover.
 const CUTOVER_LAG: i64 = 1024 * 1024;
+/// Tries of a step that failed because a node could not be reached, before
+/// the job rolls back.
+const TRANSIENT_TRIES: i64 = 5;
 /// Longest wait for the target to apply the last frozen write.
 const FINAL_WAIT: Duration = Duration::from_secs(60);
 
@@ -226,6 +229,8 @@ struct Job {
     kind: String,
     phase: String,
     shard_group_id: i64,
+    /// Steps that failed in a row (reset when a phase completes).
+    failures: i64,
     source: Node,
     target: Node,
     cancel_requested: bool,
@@ -254,7 +259,8 @@ fn next_job() -> Result<Option<Job>> {
     Spi::connect(|client| {
         let rows = client.select(
             "SELECT j.job_id, j.kind, j.phase, j.shard_group_id, j.cancel_requested, \
-                    s.node_id, s.host, s.port, t.node_id, t.host, t.port \
+                    s.node_id, s.host, s.port, t.node_id, t.host, t.port, \
+                    coalesce((j.resources->>'failures')::bigint, 0) \
              FROM pg_shard.job j \
              JOIN pg_shard.node s ON s.node_id = j.source_node \
              JOIN pg_shard.node t ON t.node_id = j.target_node \
@@ -283,6 +289,7 @@ fn next_job() -> Result<Option<Job>> {
                 host: row.get::<String>(10)?.unwrap_or_default(),
                 port: row.get::<i32>(11)?.unwrap_or_default(),
             },
+            failures: row.get::<i64>(12)?.unwrap_or_default(),
         }))
     })
 }
@@ -302,7 +309,14 @@ fn run_step(job: Job) {
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase, error.as_deref()),
         Err(e) => {
             let message = e.to_string();
-            if before_publish(&job.phase) && job.phase != "rollback" {
+            // A node that cannot be reached (restarting, a network blip)
+            // gets a few more tries before the job gives up.
+            let transient = matches!(e, ShardError::Unreachable { .. });
+            if transient && job.failures < TRANSIENT_TRIES && job.phase != "rollback" {
+                pgrx::log!("pg_shard job {}: {message}; will try again", job.job_id);
+                record_failure(&job, &message);
+                std::thread::sleep(Duration::from_secs(1 << job.failures.min(4)));
+            } else if before_publish(&job.phase) && job.phase != "rollback" {
                 pgrx::log!("pg_shard job {}: {message}; rolling back", job.job_id);
                 record(&job, "running", "rollback", Some(&message));
             } else {
@@ -369,8 +383,8 @@ fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
 
 fn write_state(job: &Job, state: &str, phase: &str, error: Option<&str>) -> Result<()> {
     Spi::run_with_args(
-        "UPDATE pg_shard.job SET state = $2, phase = $3, \
-             error = coalesce($4, error), \
+        "UPDATE pg_shard.job SET state = $2, phase = $3, resources = resources - 'failures', \
+             error = CASE WHEN $2 = 'running' AND $4 IS NULL THEN NULL ELSE coalesce($4, error) END, \
              started_at = coalesce(started_at, now()), \
              phase_started_at = CASE WHEN phase = $3 THEN phase_started_at ELSE now() END, \
              finished_at = CASE WHEN $2 IN ('done', 'failed', 'canceled') THEN now() END \
@@ -389,6 +403,25 @@ fn record(job: &Job, state: &str, phase: &str, error: Option<&str>) {
     if let Err(e) = transaction(|| write_state(job, state, phase, error)) {
         pgrx::warning!(
             "pg_shard job {}: could not record its state: {e}",
+            job.job_id
+        );
+    }
+}
+
+/// Records a failed try of the job's current step.
+fn record_failure(job: &Job, error: &str) {
+    let recorded = transaction(|| {
+        Spi::run_with_args(
+            "UPDATE pg_shard.job SET error = $2, \
+                 resources = resources || jsonb_build_object('failures', $3::bigint) \
+             WHERE job_id = $1",
+            &[job.job_id.into(), error.into(), (job.failures + 1).into()],
+        )?;
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        pgrx::warning!(
+            "pg_shard job {}: could not record its failure: {e}",
             job.job_id
         );
     }

@@ -156,5 +156,27 @@ for phase, which in (("catch_up", "target"), ("cutover", "source"), ("cutover", 
           f"nothing left ({leftovers})",
           state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
+# The target down for a few seconds when the job goes on: the step is tried
+# again (a node that cannot be reached gets a few tries) and the move ends
+# done.
+holder, job = start_move(meta, "catch_up")
+reached = wait_phase(meta, job, "catch_up")
+target_port = meta.execute(
+    "SELECT t.port FROM pg_shard.job j JOIN pg_shard.node t ON t.node_id = j.target_node WHERE j.job_id = %s",
+    (job,)).fetchone()[0]
+data = os.path.join(cluster_dir, f"worker{int(target_port) - int(metadata_port)}")
+pg_ctl = [os.path.join(bindir, "pg_ctl"), "-D", data, "-w", "-s"]
+subprocess.run(["runuser", "-u", "postgres", "--", *pg_ctl, "-m", "fast", "stop"], cwd="/", check=True)
+holder.close()
+time.sleep(3)
+subprocess.run(["runuser", "-u", "postgres", "--", *pg_ctl, "-l", os.path.join(data, "server.log"), "start"],
+               cwd="/", check=True, stdout=subprocess.DEVNULL)
+state, error = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes'), NULL", (job,)).fetchone()
+error = meta.execute("SELECT error FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0]
+rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+check(f"target down for 3 s at {reached}: job {state} (error {error}), rows intact, map and shards agree, "
+      f"nothing left ({leftovers})",
+      state == "done" and error is None and rows_ok and owners_ok and not leftovers)
+
 meta.execute("DROP TABLE crash_items")
 sys.exit(1 if failures else 0)
