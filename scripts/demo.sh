@@ -54,6 +54,24 @@ psql_node "$coordinator_port" -d "$database" \
     -c "SHOW STATS"
 
 echo
+echo "== 9. customer 42's shard moves to the other worker online (a background job over logical"
+echo "      replication); the coordinator follows the new map"
+read -r shard42 target < <(psql_node "$base_port" -d "$database" -Atc "
+    SELECT s.shard_id, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id AND n.state = 'active')
+    FROM pg_shard.shards s WHERE s.table_name = 'orders'::regclass
+      AND pg_shard.keyspace_id(42::bigint) BETWEEN s.range_start AND s.range_end" | tr '|' ' ')
+if [ -n "$target" ]; then
+    psql_node "$base_port" -d "$database" -v ON_ERROR_STOP=1 \
+        -c "SET pg_shard.move_drop_delay = 0" \
+        -c "SELECT pg_shard.move_shard($shard42, $target) AS job" -Atq >/dev/null
+    psql_node "$base_port" -d "$database" \
+        -c "SELECT pg_shard.wait_job(max(job_id), '2 minutes') FROM pg_shard.job" \
+        -c "SELECT job_id, kind, state, phase, source, target, rows_copied, duration FROM pg_shard.jobs ORDER BY job_id DESC LIMIT 1"
+    psql_node "$coordinator_port" -d "$database" \
+        -c "SELECT count(*) AS orders_of_42 FROM orders WHERE customer_id = 42"
+fi
+
+echo
 echo "The cluster keeps running: psql -h 127.0.0.1 -p $base_port -U postgres $database (metadata node)"
 echo "                       or: psql -h 127.0.0.1 -p $coordinator_port -U postgres $database (coordinator)"
 echo "Stop it with: make stop"
