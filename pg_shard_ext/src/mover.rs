@@ -314,7 +314,7 @@ fn run_step(job: Job) {
             let transient = matches!(e, ShardError::Unreachable { .. });
             if transient && job.failures < TRANSIENT_TRIES && job.phase != "rollback" {
                 pgrx::log!("pg_shard job {}: {message}; will try again", job.job_id);
-                record_failure(&job, &message);
+                record_error(&job, &message, Some(job.failures + 1));
                 std::thread::sleep(Duration::from_secs(1 << job.failures.min(4)));
             } else if before_publish(&job.phase) && job.phase != "rollback" {
                 pgrx::log!("pg_shard job {}: {message}; rolling back", job.job_id);
@@ -322,7 +322,7 @@ fn run_step(job: Job) {
             } else {
                 // Past the point of no return: keep trying the phase.
                 pgrx::log!("pg_shard job {}: {message}; will retry", job.job_id);
-                record_error(&job, &message);
+                record_error(&job, &message, None);
             }
         }
     }
@@ -408,30 +408,16 @@ fn record(job: &Job, state: &str, phase: &str, error: Option<&str>) {
     }
 }
 
-/// Records a failed try of the job's current step.
-fn record_failure(job: &Job, error: &str) {
+/// Records an error of the job's current step; `failures`: the count of
+/// failed tries so far, when the step will be tried again.
+fn record_error(job: &Job, error: &str, failures: Option<i64>) {
     let recorded = transaction(|| {
         Spi::run_with_args(
             "UPDATE pg_shard.job SET error = $2, \
-                 resources = resources || jsonb_build_object('failures', $3::bigint) \
+                 resources = CASE WHEN $3::bigint IS NULL THEN resources \
+                                  ELSE resources || jsonb_build_object('failures', $3::bigint) END \
              WHERE job_id = $1",
-            &[job.job_id.into(), error.into(), (job.failures + 1).into()],
-        )?;
-        Ok(())
-    });
-    if let Err(e) = recorded {
-        pgrx::warning!(
-            "pg_shard job {}: could not record its failure: {e}",
-            job.job_id
-        );
-    }
-}
-
-fn record_error(job: &Job, error: &str) {
-    let recorded = transaction(|| {
-        Spi::run_with_args(
-            "UPDATE pg_shard.job SET error = $2 WHERE job_id = $1",
-            &[job.job_id.into(), error.into()],
+            &[job.job_id.into(), error.into(), failures.into()],
         )?;
         Ok(())
     });
@@ -531,6 +517,34 @@ where
         .query_opt(sql, &[])
         .map_err(|e| remote::remote_error(node, &e))?;
     Ok(row.map(|row| row.get(0)))
+}
+
+/// Whether `catalog` on `node` has a row whose `column` is `name`.
+fn exists_on(
+    node: &Node,
+    client: &mut Client,
+    catalog: &str,
+    column: &str,
+    name: &str,
+) -> Result<bool> {
+    Ok(value_on::<bool>(
+        node,
+        client,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.{catalog} WHERE {column} = {})",
+            quote::literal(name)
+        ),
+    )?
+    .unwrap_or(false))
+}
+
+/// The group's shard ids, as a SQL list.
+fn shard_id_list(shards: &[GroupShard]) -> String {
+    shards
+        .iter()
+        .map(|s| s.shard_id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
@@ -640,15 +654,7 @@ fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let name = replication_name(job);
     let mut source = connect(&job.source)?;
-    let exists = value_on::<bool>(
-        &job.source,
-        &mut source,
-        &format!(
-            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = {})",
-            quote::literal(&name)
-        ),
-    )?
-    .unwrap_or(false);
+    let exists = exists_on(&job.source, &mut source, "pg_publication", "pubname", &name)?;
     if !exists {
         let mut tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
         tables.push(marker_table(job));
@@ -665,15 +671,13 @@ fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let database = query_one::<String>("SELECT current_database()::text", &[])?.unwrap_or_default();
     let user = query_one::<String>("SELECT current_user::text", &[])?.unwrap_or_default();
     let mut target = connect(&job.target)?;
-    let subscribed = value_on::<bool>(
+    let subscribed = exists_on(
         &job.target,
         &mut target,
-        &format!(
-            "SELECT EXISTS (SELECT 1 FROM pg_subscription WHERE subname = {})",
-            quote::literal(&name)
-        ),
-    )?
-    .unwrap_or(false);
+        "pg_subscription",
+        "subname",
+        &name,
+    )?;
     if !subscribed {
         let connection = format!(
             "host={} port={} dbname={} user={} application_name={}",
@@ -780,8 +784,7 @@ fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 ///    phase, in one metadata transaction.
 fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
-    let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
-    let ids = ids.join(", ");
+    let ids = shard_id_list(shards);
     let mut lock_holder = connect(&job.source)?;
     run_on(
         &job.source,
@@ -938,15 +941,13 @@ fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
 fn drop_replication(job: &Job) -> Result<()> {
     let name = replication_name(job);
     let mut target = connect(&job.target)?;
-    let subscribed = value_on::<bool>(
+    let subscribed = exists_on(
         &job.target,
         &mut target,
-        &format!(
-            "SELECT EXISTS (SELECT 1 FROM pg_subscription WHERE subname = {})",
-            quote::literal(&name)
-        ),
-    )?
-    .unwrap_or(false);
+        "pg_subscription",
+        "subname",
+        &name,
+    )?;
     if subscribed {
         run_on(
             &job.target,
@@ -962,15 +963,13 @@ fn drop_replication(job: &Job) -> Result<()> {
     let mut source = connect(&job.source)?;
     // The slot goes with the subscription; one left by a subscription that
     // was never made (or lost its connection) goes here.
-    let leftover_slot = value_on::<bool>(
+    let leftover_slot = exists_on(
         &job.source,
         &mut source,
-        &format!(
-            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = {})",
-            quote::literal(&name)
-        ),
-    )?
-    .unwrap_or(false);
+        "pg_replication_slots",
+        "slot_name",
+        &name,
+    )?;
     if leftover_slot {
         run_on(
             &job.source,
@@ -1010,47 +1009,40 @@ fn drop_old(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     if !due {
         return Ok(Next::Stay);
     }
+    drop_shard_tables(&job.source, shards, "")?;
+    Ok(Next::Finished("done".into(), None))
+}
+
+/// Drops the group's shard tables on `node` and their ownership records
+/// (those matching `condition`, e.g. only the unpublished copies), in one
+/// transaction.
+fn drop_shard_tables(node: &Node, shards: &[GroupShard], condition: &str) -> Result<()> {
     let mut script = Vec::new();
     for shard in shards {
         script.push(format!(
-            "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
+            "DELETE FROM pg_shard.local_shard WHERE shard_id = {}{condition}",
             shard.shard_id
         ));
         script.push(format!("DROP TABLE IF EXISTS {}", shard.qualified()));
     }
-    let mut source = connect(&job.source)?;
+    let mut client = connect(node)?;
     run_on(
-        &job.source,
-        &mut source,
+        node,
+        &mut client,
         &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
-    )?;
-    Ok(Next::Finished("done".into(), None))
+    )
 }
 
 fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     drop_replication(job)?;
-    let mut script = Vec::new();
-    for shard in shards {
-        script.push(format!(
-            "DELETE FROM pg_shard.local_shard WHERE shard_id = {} AND state = 'frozen' AND epoch = 0",
-            shard.shard_id
-        ));
-        script.push(format!("DROP TABLE IF EXISTS {}", shard.qualified()));
-    }
-    let mut target = connect(&job.target)?;
-    run_on(
-        &job.target,
-        &mut target,
-        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
-    )?;
-    let ids: Vec<String> = shards.iter().map(|s| s.shard_id.to_string()).collect();
+    drop_shard_tables(&job.target, shards, " AND state = 'frozen' AND epoch = 0")?;
     let mut source = connect(&job.source)?;
     run_on(
         &job.source,
         &mut source,
         &format!(
             "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
-            ids.join(", ")
+            shard_id_list(shards)
         ),
     )?;
     let state = if job.cancel_requested {
