@@ -40,6 +40,7 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::prelude::*;
 use postgres::Client;
+use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 /// How often a runner looks at its jobs and their progress.
@@ -58,6 +59,10 @@ const FINAL_WAIT: Duration = Duration::from_secs(60);
 /// cutover (recorded per job when it is queued).
 static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// The database the launcher connects to (to list the others).
+static LAUNCHER_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+
 pub fn register_gucs() {
     GucRegistry::define_int_guc(
         c"pg_shard.move_drop_delay",
@@ -68,6 +73,14 @@ pub fn register_gucs() {
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_string_guc(
+        c"pg_shard.launcher_database",
+        c"Database the pg_shard job launcher connects to, to find the databases whose jobs to resume.",
+        c"It stays connected (a database with a session cannot serve as a CREATE DATABASE template).",
+        &LAUNCHER_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
     );
 }
 
@@ -87,7 +100,11 @@ pub fn register_launcher() {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_shard_job_launcher(_argument: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    BackgroundWorker::connect_worker_to_spi(Some("postgres"), None);
+    let database = LAUNCHER_DATABASE
+        .get()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "postgres".to_owned());
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     let databases: Vec<String> = BackgroundWorker::transaction(|| {
         Spi::connect(|client| {
             client
