@@ -206,12 +206,6 @@ pub struct Turn {
     connection: Option<ServerConnection>,
 }
 
-/// What the caller's request builder gets to see: what the connection
-/// will have prepared when the request runs.
-pub struct Prepared<'a> {
-    pub prepared: &'a HashSet<String>,
-}
-
 /// A request built for a pipe.
 pub struct Built {
     pub bytes: BytesMut,
@@ -312,7 +306,7 @@ impl Pipe {
     pub fn enqueue(
         self: &Arc<Self>,
         map_version: i64,
-        build: impl FnOnce(Prepared<'_>) -> Option<Built>,
+        build: impl FnOnce(&HashSet<String>) -> Option<Built>,
     ) -> Option<Ticket> {
         let mut state = self.lock();
         if !matches!(state.phase, Phase::Open) || state.in_flight.len() >= MOST_IN_FLIGHT {
@@ -325,9 +319,8 @@ impl Pipe {
         {
             return None;
         }
-        let built = build(Prepared {
-            prepared: &state.prepared,
-        })?;
+        // What the connection will have prepared when the request runs.
+        let built = build(&state.prepared)?;
         // A statement another request is still preparing may not exist
         // when this one runs; too many prepared ones cost server memory.
         if built.prepares.iter().any(|n| state.preparing.contains(n))

@@ -1399,7 +1399,7 @@ impl Session {
                 let ran = self
                     .multiplexed(pipe, map, plan.shard, retryable, |session, prepared| {
                         let (bytes, expects, prepares) =
-                            session.batch_request(batch, plan, prepared.prepared);
+                            session.batch_request(batch, plan, prepared);
                         let built = Built {
                             bytes,
                             answers,
@@ -1708,7 +1708,7 @@ impl Session {
         map: &ClusterMap,
         shard: Option<i64>,
         retryable: bool,
-        build: impl FnOnce(&mut Self, crate::multiplex::Prepared<'_>) -> Option<(Built, Vec<Expect>)>,
+        build: impl FnOnce(&mut Self, &HashSet<String>) -> Option<(Built, Vec<Expect>)>,
     ) -> Result<Option<Outcome>, SessionError> {
         let started = Instant::now();
         let mut expects = None;

@@ -333,7 +333,7 @@ fn run_step(job: Job) {
                 pgrx::log!("pg_shard job {}: {message}; will try again", job.job_id);
                 record_error(&job, &message, Some(job.failures + 1));
                 std::thread::sleep(Duration::from_secs(1 << job.failures.min(4)));
-            } else if before_publish(&job.phase) && job.phase != "rollback" {
+            } else if before_publish(&job.phase) {
                 pgrx::log!("pg_shard job {}: {message}; rolling back", job.job_id);
                 record(&job, "running", "rollback", Some(&message));
             } else {
@@ -353,10 +353,12 @@ enum Next {
     Finished(String, Option<String>),
 }
 
+/// Phases that a failure or a cancel rolls back (the new map is not
+/// published yet).
 fn before_publish(phase: &str) -> bool {
     matches!(
         phase,
-        "plan" | "create_target" | "copy" | "catch_up" | "cutover" | "rollback"
+        "plan" | "create_target" | "copy" | "catch_up" | "cutover"
     )
 }
 
@@ -462,7 +464,7 @@ fn step(job: &Job) -> Result<Next> {
             Some("shard splits are not implemented yet".into()),
         ));
     }
-    if job.cancel_requested && before_publish(&job.phase) && job.phase != "rollback" {
+    if job.cancel_requested && before_publish(&job.phase) {
         return Ok(Next::Phase("rollback".into()));
     }
     // A pause point for tests and operators: a session holding the

@@ -53,6 +53,18 @@ def read_messages(sock, timeout=5):
         data += chunk
 
 
+def receive_until(sock, marker, timeout=5):
+    """Raw bytes until `marker` has arrived (or the connection closed)."""
+    sock.settimeout(timeout)
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def read_until_ready(sock):
     messages, _ = read_messages(sock)
     return messages
@@ -119,13 +131,7 @@ sock = connect()
 sock.sendall(message(b"P", b"\0SELECT owner FROM accounts WHERE id = $1\0\0\0")
              + message(b"B", b"\0\0\0\0\0\x01\0\0\0\x0242\0\0")
              + message(b"E", b"\0\0\0\0\0") + message(b"H", b""))
-sock.settimeout(5)
-data = b""
-while b"C\0\0\0\x0dSELECT 1\0" not in data:
-    chunk = sock.recv(65536)
-    if not chunk:
-        break
-    data += chunk
+data = receive_until(sock, b"C\0\0\0\x0dSELECT 1\0")
 flushed = data.startswith(b"1\0\0\0\x04" + b"2\0\0\0\x04") and b"owner 42" in data and b"Z" not in data[-6:]
 sock.sendall(message(b"S", b""))
 messages, closed = read_messages(sock)
@@ -184,14 +190,8 @@ sock.close()
 # COPY FROM STDIN over the extended protocol.
 sock = connect()
 sock.sendall(extended("COPY accounts (id, owner, balance) FROM STDIN") + message(b"S", b""))
-sock.settimeout(5)
-data = b""
 # ParseComplete, BindComplete, then CopyInResponse
-while b"2\0\0\0\x04G" not in data:
-    chunk = sock.recv(65536)
-    if not chunk:
-        break
-    data += chunk
+data = receive_until(sock, b"2\0\0\0\x04G")
 sock.sendall(message(b"d", b"6001\textended copy\t1\n") + message(b"c", b"") + message(b"S", b""))
 messages, closed = read_messages(sock)
 sock.sendall(message(b"Q", b"SELECT owner FROM accounts WHERE id = 6001\0"))
