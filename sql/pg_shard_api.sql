@@ -186,16 +186,10 @@ BEGIN
         RAISE EXCEPTION 'shard % is already being moved or split by job %', requested_shard, other
             USING ERRCODE = 'object_in_use', HINT = 'pg_shard.wait_job() waits for it';
     END IF;
-    IF job_kind = 'split' THEN
-        -- Checked above so that bad calls say what is wrong with them.
-        RAISE EXCEPTION 'shard splits are not implemented yet (shard %, split at %)',
-            requested_shard, requested_split_at
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Move shards with pg_shard.move_shard or pg_shard.rebalance.';
-    END IF;
     INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at, resources)
     VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at,
-            jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay')))
+            jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay'),
+                               'copy_rate', current_setting('pg_shard.copy_rate_limit')::bigint))
     RETURNING job_id INTO new_job;
     PERFORM pg_notify('pg_shard_jobs', new_job::text);
     -- the runner of this database (a no-op when one runs already)
@@ -376,7 +370,11 @@ COMMENT ON FUNCTION pg_shard.drain_node(integer) IS
 
 CREATE VIEW pg_shard.jobs AS
     SELECT j.job_id, j.kind, j.state, j.phase, j.shard_id,
-           s.table_rel AS table_name,
+           -- (a split replaces the shard asked for by its halves)
+           coalesce(s.table_rel, (SELECT h.table_rel FROM pg_shard.shard h
+                                   WHERE h.shard_id = (SELECT (x->>'lower_id')::bigint
+                                                         FROM jsonb_array_elements(j.resources->'halves') x
+                                                        WHERE (x->>'source_id')::bigint = j.shard_id))) AS table_name,
            format('%s:%s', src.host, src.port) AS source,
            format('%s:%s', dst.host, dst.port) AS target,
            j.split_at, j.rows_copied, j.bytes_copied, j.lag_bytes,

@@ -1049,15 +1049,7 @@ fn declared_type_matches(oid: u32, encoding: KeyEncoding) -> bool {
 }
 
 fn text_key(text: &str, encoding: KeyEncoding) -> Option<KeyspaceId> {
-    match encoding {
-        KeyEncoding::Integer => text.trim().parse::<i64>().ok().map(keyspace_id_of_int),
-        KeyEncoding::Text => Some(keyspace_id_of_text(text)),
-        KeyEncoding::Uuid => parse_uuid(text).map(|u| keyspace_id(&u)),
-        KeyEncoding::Bytes => {
-            let hex = text.strip_prefix("\\x")?;
-            decode_hex(hex).map(|b| keyspace_id(&b))
-        }
-    }
+    encoding.keyspace_id_of_text_form(text)
 }
 
 fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
@@ -1075,32 +1067,6 @@ fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
         KeyEncoding::Uuid => (bytes.len() == 16).then(|| keyspace_id(bytes)),
         KeyEncoding::Bytes => Some(keyspace_id(bytes)),
     }
-}
-
-/// PostgreSQL's uuid input: hex digits, optional braces, optional hyphen
-/// after any group of four digits.
-fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let text = text.trim();
-    let inner = text
-        .strip_prefix('{')
-        .and_then(|t| t.strip_suffix('}'))
-        .unwrap_or(text);
-    let digits: String = inner.chars().filter(|c| *c != '-').collect();
-    if digits.len() != 32 || inner.starts_with('-') || inner.ends_with('-') || inner.contains("--")
-    {
-        return None;
-    }
-    decode_hex(&digits)?.try_into().ok()
-}
-
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The statement with each relation's name replaced by `names[i]`, keeping
@@ -1608,14 +1574,5 @@ mod tests {
             route(&shape, sql, &normalized, &map, &as_other, None),
             Route::Worker { .. }
         ));
-    }
-
-    #[test]
-    fn uuid_and_hex_inputs() {
-        let a = parse_uuid("123e4567-e89b-12d3-a456-426614174000").unwrap();
-        assert_eq!(parse_uuid("{123e4567e89b12d3a456426614174000}"), Some(a));
-        assert_eq!(parse_uuid("123e4567-e89b-12d3-a456-42661417400"), None);
-        assert_eq!(decode_hex("0aff"), Some(vec![10, 255]));
-        assert_eq!(decode_hex("0g"), None);
     }
 }

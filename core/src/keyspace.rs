@@ -110,6 +110,49 @@ impl KeyEncoding {
     }
 }
 
+impl KeyEncoding {
+    /// Keyspace id of a key given in PostgreSQL's text output form (a text
+    /// parameter, a literal, a value decoded from WAL); None when the text is
+    /// not a valid key of this encoding.
+    pub fn keyspace_id_of_text_form(self, text: &str) -> Option<KeyspaceId> {
+        match self {
+            KeyEncoding::Integer => text.trim().parse::<i64>().ok().map(keyspace_id_of_int),
+            KeyEncoding::Text => Some(keyspace_id_of_text(text)),
+            KeyEncoding::Uuid => parse_uuid(text).map(|u| keyspace_id(&u)),
+            KeyEncoding::Bytes => {
+                let hex = text.strip_prefix("\\x")?;
+                decode_hex(hex).map(|b| keyspace_id(&b))
+            }
+        }
+    }
+}
+
+/// PostgreSQL's uuid input: hex digits, optional braces, optional hyphen
+/// after any group of four digits.
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let text = text.trim();
+    let inner = text
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or(text);
+    let digits: String = inner.chars().filter(|c| *c != '-').collect();
+    if digits.len() != 32 || inner.starts_with('-') || inner.ends_with('-') || inner.contains("--")
+    {
+        return None;
+    }
+    decode_hex(&digits)?.try_into().ok()
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// Keyspace id of an integer key of any width.
 #[inline]
 pub fn keyspace_id_of_int(value: i64) -> KeyspaceId {
@@ -131,6 +174,37 @@ pub fn keyspace_id_of_uuid(value: &[u8; 16]) -> KeyspaceId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_forms_of_keys() {
+        let uuid = KeyEncoding::Uuid;
+        let a = uuid.keyspace_id_of_text_form("123e4567-e89b-12d3-a456-426614174000");
+        assert!(a.is_some());
+        assert_eq!(
+            uuid.keyspace_id_of_text_form("{123e4567e89b12d3a456426614174000}"),
+            a
+        );
+        assert_eq!(
+            uuid.keyspace_id_of_text_form("123e4567-e89b-12d3-a456-42661417400"),
+            None
+        );
+        let bytes = KeyEncoding::Bytes;
+        assert_eq!(
+            bytes.keyspace_id_of_text_form("\\x0aff"),
+            Some(keyspace_id(&[10, 255]))
+        );
+        assert_eq!(bytes.keyspace_id_of_text_form("\\x0g"), None);
+        assert_eq!(bytes.keyspace_id_of_text_form("0aff"), None);
+        assert_eq!(
+            KeyEncoding::Integer.keyspace_id_of_text_form(" -42"),
+            Some(keyspace_id_of_int(-42))
+        );
+        assert_eq!(KeyEncoding::Integer.keyspace_id_of_text_form("4.2"), None);
+        assert_eq!(
+            KeyEncoding::Text.keyspace_id_of_text_form("héllo"),
+            Some(keyspace_id_of_text("héllo"))
+        );
+    }
 
     // The vectors from the design; any change here moves every row.
     #[test]

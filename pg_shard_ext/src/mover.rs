@@ -43,6 +43,8 @@ use postgres::Client;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
+mod split;
+
 /// How often a runner looks at its jobs and their progress.
 const POLL: Duration = Duration::from_millis(200);
 /// A runner with no unfinished job for this long exits.
@@ -59,6 +61,10 @@ const FINAL_WAIT: Duration = Duration::from_secs(60);
 /// cutover (recorded per job when it is queued).
 static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// MB/s a split's initial copy may read (0: no limit), recorded per job
+/// when it is queued.
+static COPY_RATE_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(32);
+
 /// The database the launcher connects to (to list the others).
 static LAUNCHER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -73,6 +79,16 @@ pub fn register_gucs() {
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.copy_rate_limit",
+        c"Megabytes per second a shard split's initial copy may read (0: no limit).",
+        c"Read when pg_shard.split_shard() queues the job; it keeps the copy from taking the node's I/O and CPU from live traffic.",
+        &COPY_RATE_LIMIT,
+        0,
+        1_000_000,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_string_guc(
         c"pg_shard.launcher_database",
@@ -246,6 +262,8 @@ struct Job {
     kind: String,
     phase: String,
     shard_group_id: i64,
+    /// A split's first keyspace id of the upper half.
+    split_at: Option<i64>,
     /// Steps that failed in a row (reset when a phase completes).
     failures: i64,
     source: Node,
@@ -277,7 +295,7 @@ fn next_job() -> Result<Option<Job>> {
         let rows = client.select(
             "SELECT j.job_id, j.kind, j.phase, j.shard_group_id, j.cancel_requested, \
                     s.node_id, s.host, s.port, t.node_id, t.host, t.port, \
-                    coalesce((j.resources->>'failures')::bigint, 0) \
+                    coalesce((j.resources->>'failures')::bigint, 0), j.split_at \
              FROM pg_shard.job j \
              JOIN pg_shard.node s ON s.node_id = j.source_node \
              JOIN pg_shard.node t ON t.node_id = j.target_node \
@@ -307,6 +325,7 @@ fn next_job() -> Result<Option<Job>> {
                 port: row.get::<i32>(11)?.unwrap_or_default(),
             },
             failures: row.get::<i64>(12)?.unwrap_or_default(),
+            split_at: row.get::<i64>(13)?,
         }))
     })
 }
@@ -458,12 +477,6 @@ fn marker_table(job: &Job) -> String {
 }
 
 fn step(job: &Job) -> Result<Next> {
-    if job.kind != "move" {
-        return Ok(Next::Finished(
-            "failed".into(),
-            Some("shard splits are not implemented yet".into()),
-        ));
-    }
     if job.cancel_requested && before_publish(&job.phase) {
         return Ok(Next::Phase("rollback".into()));
     }
@@ -475,6 +488,9 @@ fn step(job: &Job) -> Result<Next> {
         &[job.phase.as_str().into()],
     )?;
     let shards = group_shards(job.shard_group_id)?;
+    if job.kind == "split" {
+        return split::step(job, &shards);
+    }
     match job.phase.as_str() {
         "plan" => plan(job, &shards),
         "create_target" => create_target(job, &shards),
@@ -1079,5 +1095,20 @@ fn shard_table_ddl(shard_rel: pg_sys::Oid) -> Vec<String> {
     use crate::error::OrReport;
     crate::shard_ddl::TableShape::load(shard_rel)
         .map(|shape| shape.same_ddl())
+        .or_report()
+}
+
+/// The statements that create a copy of a shard table of this node under
+/// another name and shard id (a half of a split).
+#[pg_extern(schema = "pg_shard", volatile)]
+fn shard_table_ddl_as(
+    shard_rel: pg_sys::Oid,
+    shard_name: &str,
+    old_shard_id: i64,
+    new_shard_id: i64,
+) -> Vec<String> {
+    use crate::error::OrReport;
+    crate::shard_ddl::TableShape::load(shard_rel)
+        .map(|shape| shape.renamed_shard_ddl(shard_name, old_shard_id, new_shard_id))
         .or_report()
 }

@@ -308,6 +308,34 @@ impl TableShape {
         self.ddl_with_suffix(&self.name, "")
     }
 
+    /// The statements that create a copy of this shard table (whose index
+    /// names end in `_{old_shard_id}`) as `schema.shard_name` with shard id
+    /// `new_shard_id` (a half of a split).
+    pub fn renamed_shard_ddl(
+        &self,
+        shard_name: &str,
+        old_shard_id: i64,
+        new_shard_id: i64,
+    ) -> Vec<String> {
+        let old_suffix = format!("_{old_shard_id}");
+        let mut shape = self.clone();
+        let base = |name: &mut String| {
+            if let Some(stripped) = name.strip_suffix(&old_suffix) {
+                *name = stripped.to_owned();
+            }
+        };
+        shape.constraints.iter_mut().for_each(|c| {
+            if c.has_index {
+                base(&mut c.name)
+            }
+        });
+        shape.indexes.iter_mut().for_each(|i| base(&mut i.name));
+        if let Some(index) = shape.replica_identity_index.as_mut() {
+            base(index);
+        }
+        shape.shard_table_ddl(shard_name, new_shard_id)
+    }
+
     fn ddl_with_suffix(&self, shard_name: &str, suffix: &str) -> Vec<String> {
         let target = quote::qualified(&self.schema, shard_name);
         let columns = self.column_definitions(false);

@@ -1,0 +1,1181 @@
+//! Shard splits: a shard group becomes two, each holding half of its range,
+//! on the same node.
+//!
+//! A subscription cannot do this: it applies a change to the table with the
+//! source's name, which on the same node is the source itself. So the split
+//! runs the same phases as a move with its own copy and its own apply:
+//!
+//! * plan: new shard ids and names for both halves of every table, the
+//!   columns that identify a row (primary key or replica identity index).
+//! * create_target: the halves, frozen at epoch 0 (only the job writes them),
+//!   and a progress table.
+//! * copy: a publication and a logical replication slot (pgoutput) on the
+//!   source tables; then a transaction that stays open exports its snapshot,
+//!   and the rows visible in it are copied into the halves in page ranges,
+//!   at most `pg_shard.copy_rate_limit` MB/s, each range in a short
+//!   transaction that imports the snapshot.
+//! * catch_up: the slot's changes are read (`pg_logical_slot_peek_binary_changes`)
+//!   and applied to the halves, routed by keyspace id. Transactions the
+//!   snapshot saw are skipped; each batch records the position it applied in
+//!   the progress table in the same transaction, then the slot advances, so
+//!   a crash never applies a transaction twice or skips one.
+//! * cutover: as for a move, with the last changes applied by the job itself;
+//!   then the metadata node's catalog gets two shard groups for one.
+//! * cleanup, drop_old and rollback as for a move.
+
+use super::{
+    connect, drop_replication, drop_shard_tables, marker_table, replication_name, run_on,
+    shard_id_list, value_on, GroupShard, Job, Next,
+};
+use crate::catalog::query_one;
+use crate::error::{Result, ShardError};
+use crate::quote;
+use crate::remote;
+use pg_shard_core::pgoutput::{self, Lsn, Message, SnapshotVisibility, Value};
+use pg_shard_core::KeyEncoding;
+use pgrx::prelude::*;
+use postgres::Client;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Changes read from the slot per round.
+const CHANGES_PER_ROUND: i64 = 10_000;
+/// How long one step of the copy or of the catch-up goes on before the job's
+/// progress is recorded.
+const STEP_TIME: Duration = Duration::from_secs(1);
+/// Largest page range copied in one transaction.
+const MAX_PAGES_PER_BATCH: i64 = 1024;
+const PAGE_BYTES: i64 = 8192;
+
+/// One table of the group: the shard being split and its two halves.
+#[derive(Clone, Debug)]
+pub(super) struct SplitTable {
+    pub source: GroupShard,
+    /// Columns identifying a row (the primary key or replica identity index).
+    pub key_columns: Vec<String>,
+    pub lower: Half,
+    pub upper: Half,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Half {
+    pub shard_id: i64,
+    pub name: String,
+}
+
+impl SplitTable {
+    fn qualified(&self, half: &Half) -> String {
+        quote::qualified(&self.source.schema, &half.name)
+    }
+
+    fn halves(&self) -> [&Half; 2] {
+        [&self.lower, &self.upper]
+    }
+}
+
+/// The split's ranges and how keys are read.
+struct Ranges {
+    range_start: i64,
+    range_end: i64,
+    /// First keyspace id (signed form) of the upper half.
+    split_at: i64,
+    encoding: KeyEncoding,
+}
+
+impl Ranges {
+    fn load(job: &Job) -> Result<Ranges> {
+        let row = Spi::connect(|client| -> Result<Option<(i64, i64, String)>> {
+            let rows = client.select(
+                "SELECT g.range_start, g.range_end, c.key_encoding \
+                 FROM pg_shard.shard_group g JOIN pg_shard.colocation_group c USING (colocation_id) \
+                 WHERE g.shard_group_id = $1",
+                Some(1),
+                &[job.shard_group_id.into()],
+            )?;
+            let Some(row) = rows.into_iter().next() else {
+                return Ok(None);
+            };
+            Ok(Some((
+                row.get::<i64>(1)?.unwrap_or_default(),
+                row.get::<i64>(2)?.unwrap_or_default(),
+                row.get::<String>(3)?.unwrap_or_default(),
+            )))
+        })?;
+        let (range_start, range_end, encoding) = row.ok_or_else(|| {
+            ShardError::InvalidArgument(format!("shard group {} is gone", job.shard_group_id))
+        })?;
+        let split_at = job.split_at.ok_or_else(|| {
+            ShardError::InvalidArgument(format!("split job {} has no split point", job.job_id))
+        })?;
+        let encoding = KeyEncoding::from_name(&encoding).ok_or_else(|| {
+            ShardError::InvalidArgument(format!("unknown key encoding {encoding}"))
+        })?;
+        Ok(Ranges {
+            range_start,
+            range_end,
+            split_at,
+            encoding,
+        })
+    }
+
+    /// Whether the key (text form) belongs to the upper half.
+    fn upper(&self, key: &str) -> Result<bool> {
+        let id = self.encoding.keyspace_id_of_text_form(key).ok_or_else(|| {
+            ShardError::InvalidArgument(format!("cannot read distribution key {key:?}"))
+        })?;
+        Ok(id.to_sql() >= self.split_at)
+    }
+}
+
+/// A number the job recorded in its resources.
+fn resource(job: &Job, key: &str) -> Result<Option<i64>> {
+    query_one::<i64>(
+        "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into(), key.into()],
+    )
+}
+
+/// The group's tables with their halves, as the plan recorded them.
+pub(super) fn split_tables(job: &Job) -> Result<Vec<SplitTable>> {
+    Spi::connect(|client| {
+        let mut tables = Vec::new();
+        for row in client.select(
+            "SELECT h.source_id, h.schema, h.source_name, h.table_name, h.dist_column, \
+                    h.key_columns, h.lower_id, h.lower_name, h.upper_id, h.upper_name \
+             FROM pg_shard.job j, jsonb_to_recordset(j.resources->'halves') AS h( \
+                  source_id bigint, schema text, source_name text, table_name text, \
+                  dist_column text, key_columns text[], lower_id bigint, lower_name text, \
+                  upper_id bigint, upper_name text) \
+             WHERE j.job_id = $1 ORDER BY h.source_id",
+            None,
+            &[job.job_id.into()],
+        )? {
+            tables.push(SplitTable {
+                source: GroupShard {
+                    shard_id: row.get::<i64>(1)?.unwrap_or_default(),
+                    schema: row.get::<String>(2)?.unwrap_or_default(),
+                    name: row.get::<String>(3)?.unwrap_or_default(),
+                    table_name: row.get::<String>(4)?.unwrap_or_default(),
+                    dist_column: row.get::<String>(5)?,
+                },
+                key_columns: row.get::<Vec<String>>(6)?.unwrap_or_default(),
+                lower: Half {
+                    shard_id: row.get::<i64>(7)?.unwrap_or_default(),
+                    name: row.get::<String>(8)?.unwrap_or_default(),
+                },
+                upper: Half {
+                    shard_id: row.get::<i64>(9)?.unwrap_or_default(),
+                    name: row.get::<String>(10)?.unwrap_or_default(),
+                },
+            });
+        }
+        Ok(tables)
+    })
+}
+
+/// Runs one step of a split job.
+pub(super) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    if job.phase == "plan" {
+        return plan(job, shards);
+    }
+    let tables = split_tables(job)?;
+    match job.phase.as_str() {
+        "create_target" => create_target(job, &tables),
+        "copy" => copy(job, &tables),
+        "catch_up" => catch_up(job, &tables),
+        "cutover" => cutover(job, &tables),
+        "cleanup" => super::cleanup(job, shards),
+        "drop_old" => {
+            let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
+            super::drop_old(job, &sources)
+        }
+        "rollback" => rollback(job, &tables),
+        other => Err(ShardError::InvalidArgument(format!(
+            "job {} is in an unknown phase {other}",
+            job.job_id
+        ))),
+    }
+}
+
+fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut halves = Vec::new();
+    for shard in shards {
+        // Rows are found by their key when changes are applied, and the
+        // source must log it (REPLICA IDENTITY NOTHING would also make its
+        // updates fail once it is published).
+        let key_columns = value_on::<Vec<String>>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT CASE WHEN c.relreplident = 'n' THEN '{{}}'::text[] ELSE array(SELECT a.attname::text \
+                   FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n) \
+                   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                  WHERE i.indrelid = c.oid \
+                    AND CASE WHEN c.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END \
+                  ORDER BY k.n) END \
+                 FROM pg_class c WHERE c.oid = {}::regclass",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or_default();
+        if key_columns.is_empty() {
+            return Err(ShardError::NoReplicaIdentity(shard.qualified()));
+        }
+        let lower_id = crate::catalog::next_shard_id()?;
+        let upper_id = crate::catalog::next_shard_id()?;
+        let name = |id| crate::shard_ddl::shard_table_name(&shard.table_name, id);
+        halves.push((
+            shard,
+            key_columns,
+            lower_id,
+            name(lower_id),
+            upper_id,
+            name(upper_id),
+        ));
+    }
+    let name = replication_name(job);
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET planned_version = pg_shard.map_version(), \
+             resources = resources || jsonb_build_object('publication', $2::text, 'slot', $2::text, \
+                 'marker', $3::text, 'tables', $4::text[], 'halves', '[]'::jsonb) \
+         WHERE job_id = $1",
+        &[
+            job.job_id.into(),
+            name.as_str().into(),
+            marker_table(job).into(),
+            tables.into(),
+        ],
+    )?;
+    for (shard, key_columns, lower_id, lower_name, upper_id, upper_name) in halves {
+        Spi::run_with_args(
+            "UPDATE pg_shard.job SET resources = jsonb_set(resources, '{halves}', \
+                 resources->'halves' || jsonb_build_object('source_id', $2::bigint, 'schema', $3::text, \
+                     'source_name', $4::text, 'table_name', $5::text, 'dist_column', $6::text, \
+                     'key_columns', $7::text[], 'lower_id', $8::bigint, 'lower_name', $9::text, \
+                     'upper_id', $10::bigint, 'upper_name', $11::text)) \
+             WHERE job_id = $1",
+            &[
+                job.job_id.into(),
+                shard.shard_id.into(),
+                shard.schema.as_str().into(),
+                shard.name.as_str().into(),
+                shard.table_name.as_str().into(),
+                shard.dist_column.clone().into(),
+                key_columns.into(),
+                lower_id.into(),
+                lower_name.into(),
+                upper_id.into(),
+                upper_name.into(),
+            ],
+        )?;
+    }
+    Ok(Next::Phase("create_target".into()))
+}
+
+fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let mut node = connect(&job.source)?;
+    let mut script = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY, applied pg_lsn NOT NULL)",
+        marker_table(job)
+    )];
+    for table in tables {
+        for (half, start, end) in [
+            (&table.lower, ranges.range_start, ranges.split_at - 1),
+            (&table.upper, ranges.split_at, ranges.range_end),
+        ] {
+            let qualified = table.qualified(half);
+            let ddl = value_on::<Vec<String>>(
+                &job.source,
+                &mut node,
+                &format!(
+                    "SELECT pg_shard.shard_table_ddl_as({}::regclass, {}, {}, {})",
+                    quote::literal(&table.source.qualified()),
+                    quote::literal(&half.name),
+                    table.source.shard_id,
+                    half.shard_id
+                ),
+            )?
+            .unwrap_or_default();
+            // A repeated step starts over.
+            script.push(format!(
+                "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
+                half.shard_id
+            ));
+            script.push(format!("DROP TABLE IF EXISTS {qualified}"));
+            script.extend(ddl.into_iter().filter(|s| !s.starts_with("CREATE SCHEMA")));
+            script.extend(crate::fencing::guard_trigger_ddl(
+                &qualified,
+                table.source.dist_column.as_deref(),
+                start,
+                end,
+            ));
+            script.push(format!(
+                "INSERT INTO pg_shard.local_shard \
+                 (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
+                 VALUES ({}::regclass, {}, {}, {start}, {end}, 'frozen', 0)",
+                quote::literal(&qualified),
+                half.shard_id,
+                table
+                    .source
+                    .dist_column
+                    .as_deref()
+                    .map_or_else(|| "NULL".to_string(), quote::literal),
+            ));
+        }
+    }
+    run_on(
+        &job.source,
+        &mut node,
+        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+    )?;
+    Ok(Next::Phase("copy".into()))
+}
+
+/// The copy's snapshot: exported by a transaction this runner keeps open
+/// while the copy runs (a new runner starts the copy over).
+struct ExportedSnapshot {
+    job_id: i64,
+    holder: Client,
+    name: String,
+}
+
+thread_local! {
+    static EXPORTED: RefCell<Option<ExportedSnapshot>> = const { RefCell::new(None) };
+}
+
+/// The snapshot of `job`'s copy if this runner holds it.
+fn exported_snapshot(job: &Job) -> Option<String> {
+    EXPORTED.with(|cell| {
+        let mut exported = cell.borrow_mut();
+        match exported.as_ref() {
+            Some(e) if e.job_id == job.job_id && !e.holder.is_closed() => Some(e.name.clone()),
+            Some(_) => {
+                *exported = None;
+                None
+            }
+            None => None,
+        }
+    })
+}
+
+fn release_snapshot() {
+    EXPORTED.with(|cell| cell.borrow_mut().take());
+}
+
+/// Where the copy is: table index, next page, pages of that table.
+struct CopyPosition {
+    table: usize,
+    page: i64,
+}
+
+fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let mut node = connect(&job.source)?;
+    let snapshot = match exported_snapshot(job) {
+        Some(snapshot) => snapshot,
+        None => start_copy(job, tables, &mut node)?,
+    };
+    let rate = resource(job, "copy_rate")?.unwrap_or(0);
+    let mut position = CopyPosition {
+        table: resource(job, "copy_table")?.unwrap_or(0) as usize,
+        page: resource(job, "copy_page")?.unwrap_or(0),
+    };
+    // Page ranges sized for about ten per second at the rate.
+    let pages_per_batch = if rate > 0 {
+        (rate * 1024 * 1024 / PAGE_BYTES / 10).clamp(1, MAX_PAGES_PER_BATCH)
+    } else {
+        MAX_PAGES_PER_BATCH
+    };
+    let started = Instant::now();
+    let (mut rows, mut bytes) = (0i64, 0i64);
+    let mut finished = false;
+    while started.elapsed() < STEP_TIME {
+        let Some(table) = tables.get(position.table) else {
+            finished = true;
+            break;
+        };
+        let pages = value_on::<i64>(
+            &job.source,
+            &mut node,
+            &format!(
+                "SELECT pg_relation_size({}::regclass) / {PAGE_BYTES}",
+                quote::literal(&table.source.qualified())
+            ),
+        )?
+        .unwrap_or(0);
+        if position.page >= pages {
+            position = CopyPosition {
+                table: position.table + 1,
+                page: 0,
+            };
+            continue;
+        }
+        let end = (position.page + pages_per_batch).min(pages);
+        rows += copy_pages(
+            job,
+            &ranges,
+            table,
+            &snapshot,
+            position.page,
+            end,
+            &mut node,
+        )?;
+        bytes += (end - position.page) * PAGE_BYTES;
+        position.page = end;
+        if rate > 0 {
+            // Stay under the rate: sleep until this step's bytes are due.
+            let due = Duration::from_secs_f64(bytes as f64 / (rate as f64 * 1024.0 * 1024.0));
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
+             resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
+         WHERE job_id = $1",
+        &[
+            job.job_id.into(),
+            rows.into(),
+            bytes.into(),
+            (position.table as i64).into(),
+            position.page.into(),
+        ],
+    )?;
+    if finished {
+        release_snapshot();
+        return Ok(Next::Phase("catch_up".into()));
+    }
+    Ok(Next::Stay)
+}
+
+/// Starts (or starts over) the copy: empties the halves, makes sure the
+/// publication and the slot exist, and exports a snapshot taken after the
+/// slot, recording which transactions it sees.
+fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<String> {
+    release_snapshot();
+    let name = replication_name(job);
+    let halves: Vec<String> = tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| t.qualified(h)))
+        .collect();
+    run_on(
+        &job.source,
+        node,
+        &format!(
+            "BEGIN;\nSET LOCAL session_replication_role = replica;\nTRUNCATE {};\n\
+             DELETE FROM {marker};\nINSERT INTO {marker} VALUES ({}, '0/0');\nCOMMIT",
+            halves.join(", "),
+            job.job_id,
+            marker = marker_table(job),
+        ),
+    )?;
+    let published = super::exists_on(&job.source, node, "pg_publication", "pubname", &name)?;
+    if !published {
+        let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+        run_on(
+            &job.source,
+            node,
+            &format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote::ident(&name),
+                sources.join(", ")
+            ),
+        )?;
+    }
+    let slot = super::exists_on(
+        &job.source,
+        node,
+        "pg_replication_slots",
+        "slot_name",
+        &name,
+    )?;
+    if !slot {
+        run_on(
+            &job.source,
+            node,
+            &format!(
+                "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
+                quote::literal(&name)
+            ),
+        )?;
+    }
+    // Every transaction that commits after the snapshot is in the slot:
+    // the slot was consistent before the snapshot was taken.
+    let mut holder = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut holder,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    )?;
+    let row = holder
+        .query_one(
+            "SELECT pg_export_snapshot(), pg_current_snapshot()::text",
+            &[],
+        )
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
+    let snapshot: String = row.get(0);
+    let visible: String = row.get(1);
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET rows_copied = 0, bytes_copied = 0, \
+             resources = resources || jsonb_build_object('copy_snapshot', $2::text, \
+                 'copy_table', 0, 'copy_page', 0) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), visible.as_str().into()],
+    )?;
+    EXPORTED.with(|cell| {
+        *cell.borrow_mut() = Some(ExportedSnapshot {
+            job_id: job.job_id,
+            holder,
+            name: snapshot.clone(),
+        })
+    });
+    Ok(snapshot)
+}
+
+/// Copies the rows of pages [start, end) of the source, as the snapshot
+/// sees them, into the halves; returns the rows copied.
+fn copy_pages(
+    job: &Job,
+    ranges: &Ranges,
+    table: &SplitTable,
+    snapshot: &str,
+    start: i64,
+    end: i64,
+    node: &mut Client,
+) -> Result<i64> {
+    let dist = quote::ident(table.source.dist_column.as_deref().unwrap_or_default());
+    run_on(
+        &job.source,
+        node,
+        &format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSET TRANSACTION SNAPSHOT {};\n\
+             SET LOCAL session_replication_role = replica",
+            quote::literal(snapshot)
+        ),
+    )?;
+    let copied = value_on::<i64>(
+        &job.source,
+        node,
+        &format!(
+            "WITH page_rows AS MATERIALIZED ( \
+                 SELECT * FROM {source} WHERE ctid >= '({start},0)'::tid AND ctid < '({end},0)'::tid), \
+             low AS (INSERT INTO {lower} SELECT * FROM page_rows \
+                     WHERE pg_shard.keyspace_id(page_rows.{dist}) < {split} RETURNING 1), \
+             high AS (INSERT INTO {upper} SELECT * FROM page_rows \
+                      WHERE pg_shard.keyspace_id(page_rows.{dist}) >= {split} RETURNING 1) \
+             SELECT (SELECT count(*) FROM low) + (SELECT count(*) FROM high)",
+            source = table.source.qualified(),
+            lower = table.qualified(&table.lower),
+            upper = table.qualified(&table.upper),
+            split = ranges.split_at,
+        ),
+    )?
+    .unwrap_or(0);
+    run_on(&job.source, node, "COMMIT")?;
+    Ok(copied)
+}
+
+fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let mut node = connect(&job.source)?;
+    let started = Instant::now();
+    loop {
+        let applied = apply_round(job, tables, &ranges, &mut node, None)?;
+        if applied < CHANGES_PER_ROUND || started.elapsed() >= STEP_TIME {
+            break;
+        }
+    }
+    let name = quote::literal(&replication_name(job));
+    let lag = value_on::<Option<i64>>(
+        &job.source,
+        &mut node,
+        &format!(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
+             FROM pg_replication_slots WHERE slot_name = {name}"
+        ),
+    )?
+    .flatten();
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        &[job.job_id.into(), lag.into()],
+    )?;
+    if lag.is_some_and(|lag| lag < super::CUTOVER_LAG) {
+        return Ok(Next::Phase("cutover".into()));
+    }
+    Ok(Next::Stay)
+}
+
+/// Reads the next changes from the slot (those committed before `upto`,
+/// or before the current end of WAL), applies the ones the halves do not
+/// have yet and advances the slot; returns the number of messages read.
+fn apply_round(
+    job: &Job,
+    tables: &[SplitTable],
+    ranges: &Ranges,
+    node: &mut Client,
+    upto: Option<Lsn>,
+) -> Result<i64> {
+    let name = replication_name(job);
+    let visibility = query_one::<String>(
+        "SELECT resources->>'copy_snapshot' FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .and_then(|text| SnapshotVisibility::parse(&text))
+    .ok_or_else(|| {
+        ShardError::InvalidArgument(format!("job {} has no copy snapshot", job.job_id))
+    })?;
+    let applied = value_on::<String>(
+        &job.source,
+        node,
+        &format!(
+            "SELECT applied::text FROM {} WHERE job = {}",
+            marker_table(job),
+            job.job_id
+        ),
+    )?
+    .and_then(|text| Lsn::parse(&text))
+    .unwrap_or_default();
+    // Read before the changes: the slot may advance to it only if every
+    // transaction committed before it was read. Decoding stops at the
+    // flushed end of WAL (the local cluster commits asynchronously), and so
+    // must this position.
+    let upto = match upto {
+        Some(lsn) => lsn,
+        None => value_on::<String>(&job.source, node, "SELECT pg_current_wal_flush_lsn()::text")?
+            .and_then(|text| Lsn::parse(&text))
+            .unwrap_or_default(),
+    };
+    let rows = node
+        .query(
+            &format!(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
+                     'proto_version', '1', 'publication_names', {})",
+                quote::literal(&name),
+                quote::literal(&upto.to_string()),
+                quote::literal(&name),
+            ),
+            &[],
+        )
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
+    let mut relations: HashMap<u32, pgoutput::Relation> = HashMap::new();
+    let mut statements = Vec::new();
+    let mut skipping = true;
+    let mut last_final = None;
+    let mut last_end = None;
+    for row in &rows {
+        let data: &[u8] = row.get(0);
+        let message = pgoutput::decode(data)
+            .map_err(|e| ShardError::InvalidArgument(format!("reading slot {name}: {e}")))?;
+        match message {
+            Message::Begin { final_lsn, xid } => {
+                skipping = final_lsn <= applied || visibility.sees(xid);
+                last_final = Some(final_lsn);
+            }
+            Message::Commit { end_lsn, .. } => last_end = Some(end_lsn),
+            Message::Relation(relation) => {
+                relations.insert(relation.relid, relation);
+            }
+            change if !skipping => {
+                statements.extend(change_statements(&change, &relations, tables, ranges)?)
+            }
+            _ => {}
+        }
+    }
+    // A full round may have stopped early: the slot goes to the end of
+    // what was read, else to `upto` (nothing published committed before it
+    // that was not read).
+    let complete = (rows.len() as i64) < CHANGES_PER_ROUND;
+    let end = match last_end {
+        Some(end) if !complete => end,
+        _ => upto,
+    };
+    if let Some(final_lsn) = last_final.filter(|lsn| *lsn > applied) {
+        statements.push(format!(
+            "UPDATE {} SET applied = '{final_lsn}' WHERE job = {}",
+            marker_table(job),
+            job.job_id
+        ));
+        run_on(
+            &job.source,
+            node,
+            &format!(
+                "BEGIN;\nSET LOCAL session_replication_role = replica;\n{};\nCOMMIT",
+                statements.join(";\n")
+            ),
+        )?;
+    }
+    run_on(
+        &job.source,
+        node,
+        &format!(
+            "SELECT pg_replication_slot_advance({}, {}) \
+             FROM pg_replication_slots WHERE slot_name = {0} AND confirmed_flush_lsn < {1}",
+            quote::literal(&name),
+            quote::literal(&end.to_string())
+        ),
+    )?;
+    Ok(rows.len() as i64)
+}
+
+/// The statements applying one change of a source table to its halves.
+fn change_statements(
+    change: &Message,
+    relations: &HashMap<u32, pgoutput::Relation>,
+    tables: &[SplitTable],
+    ranges: &Ranges,
+) -> Result<Vec<String>> {
+    let relid = match change {
+        Message::Insert { relid, .. }
+        | Message::Update { relid, .. }
+        | Message::Delete { relid, .. } => *relid,
+        Message::Truncate { relids } => {
+            let mut statements = Vec::new();
+            for relid in relids {
+                if let Some(table) = table_of(*relid, relations, tables) {
+                    statements.push(format!(
+                        "TRUNCATE {}, {}",
+                        table.qualified(&table.lower),
+                        table.qualified(&table.upper)
+                    ));
+                }
+            }
+            return Ok(statements);
+        }
+        _ => return Ok(Vec::new()),
+    };
+    let relation = relations.get(&relid).ok_or_else(|| {
+        ShardError::InvalidArgument(format!("change of relation {relid} before its description"))
+    })?;
+    let Some(table) = table_of(relid, relations, tables) else {
+        return Ok(Vec::new());
+    };
+    let row = RowImage {
+        columns: &relation.columns,
+        table,
+        ranges,
+    };
+    match change {
+        Message::Insert { new, .. } => {
+            let half = row.half_of(new)?.ok_or_else(|| {
+                ShardError::InvalidArgument("an inserted row without its key".into())
+            })?;
+            Ok(vec![row.insert(half, new)])
+        }
+        Message::Update { old, new, .. } => row.update(old.as_deref(), new),
+        Message::Delete { old, .. } => Ok(row.delete(old)?),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn table_of<'a>(
+    relid: u32,
+    relations: &HashMap<u32, pgoutput::Relation>,
+    tables: &'a [SplitTable],
+) -> Option<&'a SplitTable> {
+    let relation = relations.get(&relid)?;
+    tables
+        .iter()
+        .find(|t| t.source.schema == relation.namespace && t.source.name == relation.name)
+}
+
+/// A row image of a source table and the statements that apply it.
+struct RowImage<'a> {
+    columns: &'a [String],
+    table: &'a SplitTable,
+    ranges: &'a Ranges,
+}
+
+impl RowImage<'_> {
+    fn value<'v>(&self, values: &'v [Value], column: &str) -> Option<&'v Value> {
+        let index = self.columns.iter().position(|c| c == column)?;
+        values.get(index)
+    }
+
+    /// The half the image's distribution key belongs to; None when the key
+    /// was not sent (an unchanged TOASTed value).
+    fn half_of(&self, values: &[Value]) -> Result<Option<&Half>> {
+        let dist = self.table.source.dist_column.as_deref().unwrap_or_default();
+        match self.value(values, dist) {
+            Some(Value::Text(key)) => Ok(Some(if self.ranges.upper(key)? {
+                &self.table.upper
+            } else {
+                &self.table.lower
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    fn literal(value: &Value) -> String {
+        match value {
+            Value::Text(text) => quote::literal(text),
+            Value::Null | Value::Unchanged => "NULL".into(),
+        }
+    }
+
+    /// `key = value AND …` for the image (which carries the key columns).
+    fn key_condition(&self, values: &[Value]) -> Result<String> {
+        let mut conditions = Vec::new();
+        for column in &self.table.key_columns {
+            match self.value(values, column) {
+                Some(Value::Text(text)) => conditions.push(format!(
+                    "{} = {}",
+                    quote::ident(column),
+                    quote::literal(text)
+                )),
+                _ => {
+                    return Err(ShardError::InvalidArgument(format!(
+                        "a change of {} without its key column {column}",
+                        self.table.source.qualified()
+                    )))
+                }
+            }
+        }
+        Ok(conditions.join(" AND "))
+    }
+
+    fn insert(&self, half: &Half, values: &[Value]) -> String {
+        let columns: Vec<String> = self.columns.iter().map(|c| quote::ident(c)).collect();
+        let literals: Vec<String> = values.iter().map(Self::literal).collect();
+        format!(
+            "INSERT INTO {} ({}) VALUES ({})",
+            self.table.qualified(half),
+            columns.join(", "),
+            literals.join(", ")
+        )
+    }
+
+    fn delete(&self, old: &[Value]) -> Result<Vec<String>> {
+        let condition = self.key_condition(old)?;
+        let halves: Vec<&Half> = match self.half_of(old)? {
+            Some(half) if self.key_has_dist() => vec![half],
+            _ => self.table.halves().to_vec(),
+        };
+        Ok(halves
+            .into_iter()
+            .map(|half| {
+                format!(
+                    "DELETE FROM {} WHERE {condition}",
+                    self.table.qualified(half)
+                )
+            })
+            .collect())
+    }
+
+    fn key_has_dist(&self) -> bool {
+        let dist = self.table.source.dist_column.as_deref().unwrap_or_default();
+        self.table.key_columns.iter().any(|c| c == dist)
+    }
+
+    /// An update: in place when the row stays in its half, otherwise moved
+    /// (deleted from whichever half holds it, inserted into the new one,
+    /// unsent TOASTed values taken from the old row).
+    fn update(&self, old: Option<&[Value]>, new: &[Value]) -> Result<Vec<String>> {
+        let key_image = old.unwrap_or(new);
+        let condition = self.key_condition(key_image)?;
+        let new_half = self.half_of(new)?;
+        // The old row's half: from the old image, or from the new one when
+        // the key (with the distribution column in it) did not change.
+        let old_half = match old {
+            Some(old) => self.half_of(old)?,
+            None if self.key_has_dist() => new_half,
+            None => None,
+        };
+        let assignments: Vec<String> = self
+            .columns
+            .iter()
+            .zip(new)
+            .filter(|(_, value)| **value != Value::Unchanged)
+            .map(|(column, value)| format!("{} = {}", quote::ident(column), Self::literal(value)))
+            .collect();
+        let in_place = |halves: Vec<&Half>| -> Vec<String> {
+            halves
+                .into_iter()
+                .map(|half| {
+                    format!(
+                        "UPDATE {} SET {} WHERE {condition}",
+                        self.table.qualified(half),
+                        assignments.join(", ")
+                    )
+                })
+                .collect()
+        };
+        match (old_half, new_half) {
+            // The key's half did not change (or the key was not sent, so it
+            // did not change either).
+            (Some(old), Some(new)) if old.shard_id == new.shard_id => Ok(in_place(vec![new])),
+            (Some(old), None) => Ok(in_place(vec![old])),
+            (None, None) => Ok(in_place(self.table.halves().to_vec())),
+            (_, Some(new_half)) => {
+                let selected: Vec<String> = self
+                    .columns
+                    .iter()
+                    .zip(new)
+                    .map(|(column, value)| match value {
+                        Value::Unchanged => format!("moved.{}", quote::ident(column)),
+                        other => Self::literal(other),
+                    })
+                    .collect();
+                let columns: Vec<String> = self.columns.iter().map(|c| quote::ident(c)).collect();
+                Ok(vec![format!(
+                    "WITH from_lower AS (DELETE FROM {lower} WHERE {condition} RETURNING *), \
+                          from_upper AS (DELETE FROM {upper} WHERE {condition} RETURNING *) \
+                     INSERT INTO {target} ({columns}) \
+                     SELECT {selected} FROM (SELECT * FROM from_lower UNION ALL SELECT * FROM from_upper) moved",
+                    lower = self.table.qualified(&self.table.lower),
+                    upper = self.table.qualified(&self.table.upper),
+                    target = self.table.qualified(new_half),
+                    columns = columns.join(", "),
+                    selected = selected.join(", "),
+                )])
+            }
+        }
+    }
+}
+
+/// The split's cutover: writes to the source wait on a lock while the job
+/// applies the last of them, the halves are verified against the source,
+/// the source is retired and the halves activated at the next map version in
+/// one transaction on the node, then the new map is published.
+fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let mut lock_holder = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!(
+            "BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE",
+            sources.join(", ")
+        ),
+    )?;
+    // Nothing writes the source from here on. A synchronous commit flushes
+    // the WAL of every write before it (writers may commit asynchronously):
+    // everything up to the flushed end is everything there is.
+    let mut node = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut node,
+        &format!(
+            "UPDATE {} SET applied = applied WHERE job = {}",
+            marker_table(job),
+            job.job_id
+        ),
+    )?;
+    let last = value_on::<String>(
+        &job.source,
+        &mut node,
+        "SELECT pg_current_wal_flush_lsn()::text",
+    )?
+    .and_then(|text| Lsn::parse(&text))
+    .unwrap_or_default();
+    let started = Instant::now();
+    while apply_round(job, tables, &ranges, &mut node, Some(last))? > 0 {
+        if started.elapsed() > super::FINAL_WAIT {
+            return Err(ShardError::InvalidArgument(format!(
+                "the last writes were not applied within {:?}",
+                super::FINAL_WAIT
+            )));
+        }
+    }
+    verify(job, tables, &mut node)?;
+    // The next version, held until the metadata transaction commits.
+    let version = crate::catalog::write_returning::<i64>(
+        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
+        &[],
+    )?
+    .unwrap_or(1);
+    let source_ids = shard_id_list(&tables.iter().map(|t| t.source.clone()).collect::<Vec<_>>());
+    let half_ids: Vec<String> = tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| h.shard_id.to_string()))
+        .collect();
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({source_ids});\n\
+             UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
+             COMMIT",
+            half_ids.join(", ")
+        ),
+    )?;
+    publish(job, tables, &ranges)?;
+    let published = crate::catalog::bump_map_version()?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), published.into()],
+    )?;
+    Ok(Next::Phase("cleanup".into()))
+}
+
+/// Row counts and checksums of every source table against its two halves.
+fn verify(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<()> {
+    for table in tables {
+        let digest = |from: String| {
+            format!(
+                "SELECT count(*)::bigint, coalesce(sum(hashtext(t::text)::bigint), 0)::bigint FROM ({from}) t"
+            )
+        };
+        let read = |node: &mut Client, sql: String| -> Result<(i64, i64)> {
+            node.query_one(&sql, &[])
+                .map(|row| (row.get(0), row.get(1)))
+                .map_err(|e| remote::remote_error(&job.source, &e))
+        };
+        let source = read(
+            node,
+            digest(format!("SELECT * FROM {}", table.source.qualified())),
+        )?;
+        let halves = read(
+            node,
+            digest(format!(
+                "SELECT * FROM {} UNION ALL SELECT * FROM {}",
+                table.qualified(&table.lower),
+                table.qualified(&table.upper)
+            )),
+        )?;
+        if source != halves {
+            return Err(ShardError::InvalidArgument(format!(
+                "verification failed for {}: {} rows (checksum {}) in the source, {} rows (checksum {}) in its halves",
+                table.source.qualified(),
+                source.0,
+                source.1,
+                halves.0,
+                halves.1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The metadata catalog after the split: the group keeps the lower half,
+/// a new group on the same node takes the upper one; every table's shard
+/// is replaced by its halves, in the catalog and as foreign partitions.
+fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
+    use crate::routing_table::partition_name;
+    let upper_group = crate::catalog::write_returning::<i64>(
+        "WITH lower AS (UPDATE pg_shard.shard_group SET range_end = $2 - 1 \
+                        WHERE shard_group_id = $1 RETURNING colocation_id) \
+         INSERT INTO pg_shard.shard_group (colocation_id, range_start, range_end) \
+         SELECT colocation_id, $2, $3 FROM lower RETURNING shard_group_id",
+        &[
+            job.shard_group_id.into(),
+            ranges.split_at.into(),
+            ranges.range_end.into(),
+        ],
+    )?
+    .ok_or_else(|| {
+        ShardError::InvalidArgument(format!("shard group {} is gone", job.shard_group_id))
+    })?;
+    crate::catalog::insert_placement(upper_group, job.source.node_id)?;
+    Spi::run_with_args(
+        "UPDATE pg_shard.colocation_group SET shard_count = shard_count + 1 \
+          WHERE colocation_id = (SELECT colocation_id FROM pg_shard.shard_group WHERE shard_group_id = $1)",
+        &[upper_group.into()],
+    )?;
+    let server = quote::ident(&crate::fdw::server_name(job.source.node_id));
+    for table in tables {
+        let partition = |id| {
+            quote::qualified(
+                "pg_shard_partitions",
+                &partition_name(&table.source.table_name, id, job.source.node_id),
+            )
+        };
+        let old = partition(table.source.shard_id);
+        let parent = query_one::<String>(
+            "SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = to_regclass($1)",
+            &[old.as_str().into()],
+        )?;
+        let table_rel = query_one::<pg_sys::Oid>(
+            "SELECT table_rel::oid FROM pg_shard.shard WHERE shard_id = $1",
+            &[table.source.shard_id.into()],
+        )?
+        .ok_or_else(|| {
+            ShardError::InvalidArgument(format!("shard {} is gone", table.source.shard_id))
+        })?;
+        Spi::run_with_args(
+            "DELETE FROM pg_shard.shard WHERE shard_id = $1",
+            &[table.source.shard_id.into()],
+        )?;
+        for (half, group) in [
+            (&table.lower, job.shard_group_id),
+            (&table.upper, upper_group),
+        ] {
+            crate::catalog::insert_shard(
+                half.shard_id,
+                table_rel,
+                group,
+                &table.source.schema,
+                &half.name,
+            )?;
+        }
+        let Some(parent) = parent else {
+            continue;
+        };
+        Spi::run(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
+        Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
+        let upper_bound = if ranges.range_end == i64::MAX {
+            "MAXVALUE".to_string()
+        } else {
+            (ranges.range_end + 1).to_string()
+        };
+        for (half, from, to) in [
+            (
+                &table.lower,
+                ranges.range_start.to_string(),
+                ranges.split_at.to_string(),
+            ),
+            (&table.upper, ranges.split_at.to_string(), upper_bound),
+        ] {
+            Spi::run(&format!(
+                "CREATE FOREIGN TABLE {} PARTITION OF {parent} FOR VALUES FROM ({from}) TO ({to}) \
+                 SERVER {server} OPTIONS (schema_name {}, table_name {})",
+                partition(half.shard_id),
+                quote::literal(&table.source.schema),
+                quote::literal(&half.name),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+fn rollback(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    release_snapshot();
+    drop_replication(job)?;
+    let halves: Vec<GroupShard> = tables
+        .iter()
+        .flat_map(|t| {
+            t.halves().map(|h| GroupShard {
+                shard_id: h.shard_id,
+                schema: t.source.schema.clone(),
+                name: h.name.clone(),
+                table_name: t.source.table_name.clone(),
+                dist_column: t.source.dist_column.clone(),
+            })
+        })
+        .collect();
+    drop_shard_tables(&job.source, &halves, "")?;
+    if !tables.is_empty() {
+        let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
+        let mut node = connect(&job.source)?;
+        run_on(
+            &job.source,
+            &mut node,
+            &format!(
+                "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
+                shard_id_list(&sources)
+            ),
+        )?;
+    }
+    let state = if job.cancel_requested {
+        "canceled"
+    } else {
+        "failed"
+    };
+    Ok(Next::Finished(state.into(), None))
+}
