@@ -57,6 +57,12 @@ fn check_query(query: *mut pg_sys::QueryDesc, eflags: i32) -> Result<(), Rejecti
     if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
         return Ok(());
     }
+    // SAFETY: a plain read of a backend-local global.
+    if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
+        // A parallel worker runs part of a query its leader checked (and
+        // may not take the fresh snapshot the check reads with).
+        return Ok(());
+    }
     // SAFETY: the planned statement and its range table belong to the query
     // being started; relations in it are locked by the caller.
     unsafe {

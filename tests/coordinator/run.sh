@@ -233,10 +233,14 @@ via -qc "SET search_path = pg_catalog, public" -c "SET work_mem = '3MB'" -c "SEL
 fresh=$(via -Atc "SHOW search_path" -c "SHOW work_mem")
 check "SET of one client does not reach the next ($(echo $fresh))" test "$(echo $fresh)" = '"$user", public 4MB'
 
-# A shard move under write load through the coordinator and the metadata
-# node (pg_shard's job runner, logical replication).
+# A shard move and a split under write load through the coordinator and
+# the metadata node (pg_shard's job runner, logical replication); a split
+# under every kind of change with its runner killed mid-copy and
+# mid-catch-up.
 : >"$here/moves.log"
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000
+run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
+run_script "$here/moves.log" "$python" "$repo/tests/moves/split_churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 # Rebalancing onto the third worker, then draining it.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
 cat "$here/moves.log"
@@ -267,11 +271,12 @@ check "SCRAM: wrong password refused" grep -q "password authentication failed" <
 nodb=$(psql -X -h 127.0.0.1 -p "$coordinator" -d no_such_database -Atc "SELECT 1" 2>&1)
 check "passthrough: the metadata node's refusal reaches the client" grep -q 'database "no_such_database" does not exist' <<<"$nodb"
 
-# Interrupted moves (last: killing the job runner makes the metadata node
+# Interrupted moves and splits (last: killing the job runner makes the metadata node
 # restart all its backends): canceled at copy and catch-up, runner killed
 # at the start of each phase, source, target and metadata node restarted.
 : >"$here/crash.log"
 run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE" "$cluster_dir"
+run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE" "$cluster_dir" split
 cat "$here/crash.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/crash.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/crash.log")))

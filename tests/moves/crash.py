@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Shard moves interrupted: a job held at the start of a phase (by the
-pause lock) is either canceled, or its runner is killed with SIGKILL (the
-metadata node then restarts its backends and the launcher restarts the
-runner). Afterwards the job has ended (done, or canceled), the map and the
-shards agree, every row is there once, and no slot, publication or
-subscription is left.
-Usage: crash.py METADATA_PORT DATABASE CLUSTER_DIR"""
+"""Shard moves (or splits) interrupted: a job held at the start of a phase
+(by the pause lock) is either canceled, or its runner is killed with SIGKILL
+(the metadata node then restarts its backends and the launcher restarts the
+runner), or a node restarts. Afterwards the job has ended (done, or
+canceled), the map and the shards agree, every row is there once, and no
+slot, publication or subscription is left.
+Usage: crash.py METADATA_PORT DATABASE CLUSTER_DIR [move|split]"""
 import os
 import signal
 import subprocess
@@ -15,6 +15,7 @@ import time
 import psycopg
 
 metadata_port, database, cluster_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+kind = sys.argv[4] if len(sys.argv) > 4 else "move"
 bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
 failures = 0
@@ -22,7 +23,7 @@ failures = 0
 
 def check(description, condition):
     global failures
-    print(("ok - " if condition else "not ok - ") + "interrupted move: " + description)
+    print(("ok - " if condition else "not ok - ") + f"interrupted {kind}: " + description)
     if not condition:
         failures += 1
 
@@ -80,7 +81,7 @@ rows, total = meta.execute("SELECT count(*), sum(id) FROM crash_items").fetchone
 
 
 def start_move(meta, phase):
-    """Queues a move of crash_items' first shard, held at `phase`."""
+    """Queues a move (or split) of crash_items' first shard, held at `phase`."""
     holder = connect()
     holder.execute(f"SELECT pg_advisory_lock({phase_key(phase)})")
     shard, target = meta.execute(
@@ -91,7 +92,10 @@ def start_move(meta, phase):
     # The local cluster runs with synchronous_commit off: the job must be
     # on disk before its runner is killed.
     meta.execute("SET synchronous_commit = on")
-    job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+    if kind == "split":
+        job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+    else:
+        job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
     return holder, job
 
 
@@ -137,8 +141,13 @@ def restart(port):
 
 # A server restarted while the job waits at a phase: the source, the
 # target, the metadata node (whose restart also ends the pause).
-for phase, which in (("catch_up", "target"), ("cutover", "source"), ("cutover", "target"),
-                     ("copy", "metadata"), ("cutover", "metadata")):
+# (A split's source and target are one node.)
+restarts = (("catch_up", "target"), ("cutover", "source"), ("cutover", "target"),
+            ("copy", "metadata"), ("cutover", "metadata"))
+if kind == "split":
+    restarts = (("copy", "source"), ("catch_up", "source"), ("cutover", "source"),
+                ("copy", "metadata"), ("cutover", "metadata"))
+for phase, which in restarts:
     holder, job = start_move(meta, phase)
     reached = wait_phase(meta, job, phase)
     source_port, target_port = meta.execute(
@@ -157,7 +166,7 @@ for phase, which in (("catch_up", "target"), ("cutover", "source"), ("cutover", 
           state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
 # The target down for a few seconds when the job goes on: the step is tried
-# again (a node that cannot be reached gets a few tries) and the move ends
+# again (a node that cannot be reached gets a few tries) and the job ends
 # done.
 holder, job = start_move(meta, "catch_up")
 reached = wait_phase(meta, job, "catch_up")

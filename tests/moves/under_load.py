@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""A shard move under write load: writers through the coordinator and
-through the metadata node insert rows and add to balances while a shard
-group moves. Afterwards every acknowledged write is present exactly once.
-Prints the longest write latency seen during the move (the write pause), the
-move's duration and its copy rate.
-Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS]"""
+"""A shard move or split under write load: writers through the coordinator
+and through the metadata node insert rows and add to balances while a shard
+group moves to another node (or splits in two). Afterwards every
+acknowledged write is present exactly once. Prints the longest write latency
+seen during the job (the write pause), its duration and its copy rate.
+Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS [move|split]]"""
 import sys
 import threading
 import time
@@ -13,13 +13,14 @@ import psycopg
 
 metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = int(sys.argv[4]) if len(sys.argv) > 4 else 50000
+kind = sys.argv[5] if len(sys.argv) > 5 else "move"
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
 failures = 0
 
 
 def check(description, condition):
     global failures
-    print(("ok - " if condition else "not ok - ") + "move under load: " + description)
+    print(("ok - " if condition else "not ok - ") + f"{kind} under load: " + description)
     if not condition:
         failures += 1
 
@@ -33,9 +34,9 @@ meta.execute("INSERT INTO load_accounts SELECT g, 0, repeat('x', 200) FROM gener
 meta.execute("SELECT pg_shard.create_distributed_table('load_accounts', 'id', shard_count => 4, colocate_with => 'none')")
 meta.execute("SELECT pg_shard.create_distributed_table('load_entries', 'account', colocate_with => 'load_accounts')")
 time.sleep(1)  # the coordinator hears of the new tables (NOTIFY)
-shard, source, target = meta.execute(
+shard, source, target, first_start, first_end = meta.execute(
     "SELECT s.shard_id, s.node_id, (SELECT min(node_id) FROM pg_shard.node n "
-    "WHERE n.node_id <> s.node_id AND n.state = 'active') "
+    "WHERE n.node_id <> s.node_id AND n.state = 'active'), s.range_start, s.range_end "
     "FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "
     "ORDER BY s.range_start LIMIT 1").fetchone()
 
@@ -80,7 +81,10 @@ for t in threads:
 time.sleep(2)
 meta.execute("SET pg_shard.move_drop_delay = 0")
 move_started = time.monotonic()
-job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+if kind == "split":
+    job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+else:
+    job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
 state = meta.execute("SELECT pg_shard.wait_job(%s, '5 minutes')", (job,)).fetchone()[0]
 move_ended = time.monotonic()
 time.sleep(2)
@@ -89,8 +93,14 @@ for t in threads:
     t.join(30)
 
 check(f"job {job} ended done ({state})", state == "done")
-moved = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
-check("the shard is on the target", moved == target)
+if kind == "split":
+    halves = meta.execute(
+        "SELECT count(*), count(DISTINCT node_id) FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "
+        "AND s.range_start BETWEEN %s AND %s", (first_start, first_end)).fetchone()
+    check(f"the shard became two on its node ({halves})", tuple(halves) == (2, 1))
+else:
+    moved = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
+    check("the shard is on the target", moved == target)
 # Every acknowledged entry exactly once; balances equal acknowledged adds.
 entries = meta.execute("SELECT account, entry, count(*) FROM load_entries GROUP BY 1, 2").fetchall()
 present = {(a, e): n for a, e, n in entries}
@@ -117,8 +127,8 @@ duration, copied = meta.execute(
     "SELECT extract(epoch FROM finished_at - started_at), bytes_copied FROM pg_shard.job WHERE job_id = %s",
     (job,)).fetchone()
 metadata_errors = [e for e in errors if e.startswith("metadata")]
-print(f"# move: {float(duration):.2f} s, {copied / 1e6:.1f} MB copied "
-      f"({copied / 1e6 / float(duration):.1f} MB/s); {len(during)} writes during the move, "
+print(f"# {kind}: {float(duration):.2f} s, {copied / 1e6:.1f} MB copied "
+      f"({copied / 1e6 / float(duration):.1f} MB/s); {len(during)} writes during the {kind}, "
       f"longest {max(during) * 1000:.0f} ms; writes through the metadata node refused: {len(metadata_errors)}"
       + (f" (e.g. {metadata_errors[0]})" if metadata_errors else ""))
 meta.execute("DROP TABLE load_entries, load_accounts")

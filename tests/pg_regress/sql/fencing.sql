@@ -8,6 +8,15 @@ SELECT pg_shard.keyspace_id(42::bigint) BETWEEN range_start AND range_end AS own
        pg_shard.keyspace_id(1::bigint) BETWEEN range_start AND range_end AS owns_1
 FROM pg_shard.local_shard WHERE shard_id = 100000;
 SELECT count(*) AS rows_before FROM orders_100000 \gset
+-- a read of a shard in parallel workers (they do not repeat the leader's
+-- check of the shard's state)
+BEGIN;
+SET LOCAL parallel_setup_cost = 0;
+SET LOCAL parallel_tuple_cost = 0;
+SET LOCAL min_parallel_table_scan_size = 0;
+SET LOCAL max_parallel_workers_per_gather = 2;
+SELECT count(*) = :rows_before AS all_rows FROM orders_100000;
+COMMIT;
 
 -- a row in range is accepted
 INSERT INTO orders_100000 VALUES (42, 900001, 1);
