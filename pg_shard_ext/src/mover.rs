@@ -43,6 +43,7 @@ use postgres::Client;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
+mod snapshot_copy;
 mod split;
 
 /// How often a runner looks at its jobs and their progress.
@@ -61,8 +62,8 @@ const FINAL_WAIT: Duration = Duration::from_secs(60);
 /// cutover (recorded per job when it is queued).
 static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
 
-/// MB/s a split's initial copy may read (0: no limit), recorded per job
-/// when it is queued.
+/// MB/s the initial copy of a move or split may read (0: no limit),
+/// recorded per job when it is queued.
 static COPY_RATE_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(32);
 
 /// The database the launcher connects to (to list the others).
@@ -82,8 +83,8 @@ pub fn register_gucs() {
     );
     GucRegistry::define_int_guc(
         c"pg_shard.copy_rate_limit",
-        c"Megabytes per second a shard split's initial copy may read (0: no limit).",
-        c"Read when pg_shard.split_shard() queues the job; it keeps the copy from taking the node's I/O and CPU from live traffic.",
+        c"Megabytes per second the initial copy of a shard move or split may read (0: no limit).",
+        c"Read when the job is queued; it keeps the copy from taking the nodes' I/O and CPU from live traffic.",
         &COPY_RATE_LIMIT,
         0,
         1_000_000,
@@ -686,57 +687,249 @@ fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     Ok(Next::Phase("copy".into()))
 }
 
+/// The initial copy (throttled, [`snapshot_copy`]), then a subscription
+/// that streams every change committed after the copy's snapshot.
 fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let name = replication_name(job);
-    let mut source = connect(&job.source)?;
-    let exists = exists_on(&job.source, &mut source, "pg_publication", "pubname", &name)?;
-    if !exists {
-        let mut tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
-        tables.push(marker_table(job));
-        run_on(
-            &job.source,
-            &mut source,
-            &format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
-                quote::ident(&name),
-                tables.join(", ")
-            ),
-        )?;
-    }
-    let database = query_one::<String>("SELECT current_database()::text", &[])?.unwrap_or_default();
-    let user = query_one::<String>("SELECT current_user::text", &[])?.unwrap_or_default();
     let mut target = connect(&job.target)?;
-    let subscribed = exists_on(
+    // Once subscribed the copy is complete (it is made last).
+    if exists_on(
         &job.target,
         &mut target,
         "pg_subscription",
         "subname",
         &name,
+    )? {
+        snapshot_copy::release_snapshot();
+        return Ok(Next::Phase("catch_up".into()));
+    }
+    let mut source = connect(&job.source)?;
+    let snapshot = match snapshot_copy::exported_snapshot(job) {
+        Some(snapshot) => snapshot,
+        None => match start_copy(job, shards, &mut source, &mut target)? {
+            Some(snapshot) => snapshot,
+            // Writers held the tables: try again at the next step.
+            None => return Ok(Next::Stay),
+        },
+    };
+    let sources: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    let finished =
+        snapshot_copy::copy_step(job, &sources, &mut source, |index, start, end, source| {
+            copy_pages(
+                job,
+                &shards[index],
+                &snapshot,
+                (start, end),
+                source,
+                &mut target,
+            )
+        })?;
+    if !finished {
+        return Ok(Next::Stay);
+    }
+    snapshot_copy::release_snapshot();
+    subscribe(job, &mut target)?;
+    Ok(Next::Phase("catch_up".into()))
+}
+
+/// Starts (or starts over) the copy: empties the target tables, makes sure
+/// the publication and the slot exist, and takes the copy's snapshot at a
+/// moment when no write to the source tables is in flight (they wait on a
+/// lock for that moment), so that the WAL position then separates what the
+/// snapshot sees from what the slot must stream; the slot is advanced to
+/// it. None: the lock could not be had within a second (a long write
+/// transaction), nothing was waited for longer.
+fn start_copy(
+    job: &Job,
+    shards: &[GroupShard],
+    source: &mut Client,
+    target: &mut Client,
+) -> Result<Option<String>> {
+    snapshot_copy::release_snapshot();
+    let name = replication_name(job);
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    run_on(
+        &job.target,
+        target,
+        &format!(
+            "BEGIN;\nSET LOCAL session_replication_role = replica;\nTRUNCATE {};\nCOMMIT",
+            tables.join(", ")
+        ),
     )?;
-    if !subscribed {
-        let connection = format!(
-            "host={} port={} dbname={} user={} application_name={}",
-            conninfo_value(&job.source.host),
-            job.source.port,
-            conninfo_value(&database),
-            conninfo_value(&user),
-            conninfo_value(&name),
-        );
-        // Not in a transaction block: CREATE SUBSCRIPTION creates the slot.
+    if !exists_on(&job.source, source, "pg_publication", "pubname", &name)? {
         run_on(
-            &job.target,
-            &mut target,
+            &job.source,
+            source,
             &format!(
-                "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
-                 WITH (slot_name = {}, copy_data = true)",
+                "CREATE PUBLICATION {} FOR TABLE {}, {}",
                 quote::ident(&name),
-                quote::literal(&connection),
-                quote::ident(&name),
-                quote::literal(&name),
+                tables.join(", "),
+                marker_table(job)
             ),
         )?;
     }
-    Ok(Next::Phase("catch_up".into()))
+    if !exists_on(
+        &job.source,
+        source,
+        "pg_replication_slots",
+        "slot_name",
+        &name,
+    )? {
+        run_on(
+            &job.source,
+            source,
+            &format!(
+                "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
+                quote::literal(&name)
+            ),
+        )?;
+    }
+    let mut lock = connect(&job.source)?;
+    let locked = lock.batch_execute(&format!(
+        "BEGIN;\nSET LOCAL lock_timeout = '1s';\nLOCK TABLE {} IN EXCLUSIVE MODE",
+        tables.join(", ")
+    ));
+    if let Err(e) = locked {
+        if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
+            pgrx::log!(
+                "pg_shard job {}: writers held the source tables; the copy starts later",
+                job.job_id
+            );
+            return Ok(None);
+        }
+        return Err(remote::remote_error(&job.source, &e));
+    }
+    let mut holder = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut holder,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    )?;
+    let row = holder
+        .query_one(
+            "SELECT pg_export_snapshot(), pg_current_wal_insert_lsn()::text",
+            &[],
+        )
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
+    let (snapshot, cut): (String, String) = (row.get(0), row.get(1));
+    run_on(&job.source, &mut lock, "COMMIT")?;
+    // The slot may only move over flushed WAL (the node may commit
+    // asynchronously): wait for the cut to be flushed, then move the slot.
+    let started = Instant::now();
+    loop {
+        let flushed = value_on::<bool>(
+            &job.source,
+            source,
+            &format!(
+                "SELECT pg_current_wal_flush_lsn() >= {}::pg_lsn",
+                quote::literal(&cut)
+            ),
+        )?
+        .unwrap_or(false);
+        if flushed {
+            break;
+        }
+        if started.elapsed() > FINAL_WAIT {
+            return Err(ShardError::InvalidArgument(format!(
+                "the source did not flush its WAL to {cut} within {FINAL_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    run_on(
+        &job.source,
+        source,
+        &format!(
+            "SELECT pg_replication_slot_advance(slot_name, {cut}) FROM pg_replication_slots \
+             WHERE slot_name = {} AND confirmed_flush_lsn < {cut}",
+            quote::literal(&name),
+            cut = quote::literal(&cut),
+        ),
+    )?;
+    snapshot_copy::restart_progress(job)?;
+    snapshot_copy::hold_snapshot(job, holder, &snapshot);
+    Ok(Some(snapshot))
+}
+
+/// Copies the rows of pages [start, end) of a source table, as the
+/// snapshot sees them, to the target (binary COPY, one transaction on each
+/// side); returns the rows copied.
+fn copy_pages(
+    job: &Job,
+    shard: &GroupShard,
+    snapshot: &str,
+    (start, end): (i64, i64),
+    source: &mut Client,
+    target: &mut Client,
+) -> Result<i64> {
+    run_on(
+        &job.source,
+        source,
+        &format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSET TRANSACTION SNAPSHOT {}",
+            quote::literal(snapshot)
+        ),
+    )?;
+    run_on(
+        &job.target,
+        target,
+        "BEGIN;\nSET LOCAL session_replication_role = replica",
+    )?;
+    let copy_error = |node: &Node, e: std::io::Error| ShardError::Remote {
+        host: node.host.clone(),
+        port: node.port,
+        cause: e.to_string(),
+    };
+    let mut reader = source
+        .copy_out(&format!(
+            "COPY (SELECT * FROM {} WHERE ctid >= '({start},0)'::tid AND ctid < '({end},0)'::tid) \
+             TO STDOUT (FORMAT binary)",
+            shard.qualified()
+        ))
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
+    let mut writer = target
+        .copy_in(&format!(
+            "COPY {} FROM STDIN (FORMAT binary)",
+            shard.qualified()
+        ))
+        .map_err(|e| remote::remote_error(&job.target, &e))?;
+    std::io::copy(&mut reader, &mut writer).map_err(|e| copy_error(&job.source, e))?;
+    drop(reader);
+    let rows = writer
+        .finish()
+        .map_err(|e| remote::remote_error(&job.target, &e))?;
+    run_on(&job.target, target, "COMMIT")?;
+    run_on(&job.source, source, "COMMIT")?;
+    Ok(rows as i64)
+}
+
+/// The subscription streaming from the slot (positioned after the copy's
+/// snapshot): no initial copy of its own, no slot of its own.
+fn subscribe(job: &Job, target: &mut Client) -> Result<()> {
+    let name = replication_name(job);
+    let database = query_one::<String>("SELECT current_database()::text", &[])?.unwrap_or_default();
+    let user = query_one::<String>("SELECT current_user::text", &[])?.unwrap_or_default();
+    let connection = format!(
+        "host={} port={} dbname={} user={} application_name={}",
+        conninfo_value(&job.source.host),
+        job.source.port,
+        conninfo_value(&database),
+        conninfo_value(&user),
+        conninfo_value(&name),
+    );
+    // Not in a transaction block: CREATE SUBSCRIPTION connects to the source.
+    run_on(
+        &job.target,
+        target,
+        &format!(
+            "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
+             WITH (slot_name = {}, create_slot = false, copy_data = false)",
+            quote::ident(&name),
+            quote::literal(&connection),
+            quote::ident(&name),
+            quote::literal(&name),
+        ),
+    )
 }
 
 /// A value in a libpq connection string, quoted.
@@ -773,30 +966,13 @@ fn replication_state(
     Ok((lag, pending == 0))
 }
 
-fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     let (lag, synced) = replication_state(job, &mut source, &mut target)?;
-    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
-    let list = tables
-        .iter()
-        .map(|t| quote::literal(t))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let (rows, bytes) = target
-        .query_one(
-            &format!(
-                "SELECT coalesce(sum(n_live_tup), 0)::bigint, \
-                        coalesce(sum(pg_total_relation_size(relid)), 0)::bigint \
-                 FROM pg_stat_user_tables WHERE relid IN (SELECT x::regclass FROM unnest(ARRAY[{list}]) x)"
-            ),
-            &[],
-        )
-        .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
-        .map_err(|e| remote::remote_error(&job.target, &e))?;
     Spi::run_with_args(
-        "UPDATE pg_shard.job SET lag_bytes = $2, rows_copied = $3, bytes_copied = $4 WHERE job_id = $1",
-        &[job.job_id.into(), lag.into(), rows.into(), bytes.into()],
+        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        &[job.job_id.into(), lag.into()],
     )?;
     if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
         return Ok(Next::Phase("cutover".into()));
@@ -1069,6 +1245,7 @@ fn drop_shard_tables(node: &Node, shards: &[GroupShard], condition: &str) -> Res
 }
 
 fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    snapshot_copy::release_snapshot();
     drop_replication(job)?;
     drop_shard_tables(&job.target, shards, " AND state = 'frozen' AND epoch = 0")?;
     let mut source = connect(&job.source)?;

@@ -235,12 +235,13 @@ check "SET of one client does not reach the next ($(echo $fresh))" test "$(echo 
 
 # A shard move and a split under write load through the coordinator and
 # the metadata node (pg_shard's job runner, logical replication); a split
-# under every kind of change with its runner killed mid-copy and
+# and a move under every kind of change with the runner killed mid-copy and
 # mid-catch-up.
 : >"$here/moves.log"
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
-run_script "$here/moves.log" "$python" "$repo/tests/moves/split_churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
+run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
+run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" move
 # Rebalancing onto the third worker, then draining it.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
 cat "$here/moves.log"

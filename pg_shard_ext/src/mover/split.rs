@@ -23,6 +23,7 @@
 //!   then the metadata node's catalog gets two shard groups for one.
 //! * cleanup, drop_old and rollback as for a move.
 
+use super::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use super::{
     connect, drop_replication, drop_shard_tables, marker_table, replication_name, run_on,
     shard_id_list, value_on, GroupShard, Job, Next,
@@ -35,7 +36,6 @@ use pg_shard_core::pgoutput::{self, Lsn, Message, SnapshotVisibility, Value};
 use pg_shard_core::KeyEncoding;
 use pgrx::prelude::*;
 use postgres::Client;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -46,12 +46,9 @@ const CHANGES_PER_ROUND: i64 = 10_000;
 /// caught up: the cutover's pause then only has to apply what came in
 /// during one round.
 const CAUGHT_UP: i64 = 3_000;
-/// How long one step of the copy or of the catch-up goes on before the job's
-/// progress is recorded.
+/// How long one step of the catch-up goes on before the job's progress is
+/// recorded.
 const STEP_TIME: Duration = Duration::from_secs(1);
-/// Largest page range copied in one transaction.
-const MAX_PAGES_PER_BATCH: i64 = 1024;
-const PAGE_BYTES: i64 = 8192;
 
 /// One table of the group: the shard being split and its two halves.
 #[derive(Clone, Debug)]
@@ -131,14 +128,6 @@ impl Ranges {
         })?;
         Ok(id.to_sql() >= self.split_at)
     }
-}
-
-/// A number the job recorded in its resources.
-fn resource(job: &Job, key: &str) -> Result<Option<i64>> {
-    query_one::<i64>(
-        "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into(), key.into()],
-    )
 }
 
 /// The group's tables with their halves, as the plan recorded them.
@@ -340,43 +329,6 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     Ok(Next::Phase("copy".into()))
 }
 
-/// The copy's snapshot: exported by a transaction this runner keeps open
-/// while the copy runs (a new runner starts the copy over).
-struct ExportedSnapshot {
-    job_id: i64,
-    holder: Client,
-    name: String,
-}
-
-thread_local! {
-    static EXPORTED: RefCell<Option<ExportedSnapshot>> = const { RefCell::new(None) };
-}
-
-/// The snapshot of `job`'s copy if this runner holds it.
-fn exported_snapshot(job: &Job) -> Option<String> {
-    EXPORTED.with(|cell| {
-        let mut exported = cell.borrow_mut();
-        match exported.as_ref() {
-            Some(e) if e.job_id == job.job_id && !e.holder.is_closed() => Some(e.name.clone()),
-            Some(_) => {
-                *exported = None;
-                None
-            }
-            None => None,
-        }
-    })
-}
-
-fn release_snapshot() {
-    EXPORTED.with(|cell| cell.borrow_mut().take());
-}
-
-/// Where the copy is: table index, next page, pages of that table.
-struct CopyPosition {
-    table: usize,
-    page: i64,
-}
-
 fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let mut node = connect(&job.source)?;
@@ -384,73 +336,11 @@ fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         Some(snapshot) => snapshot,
         None => start_copy(job, tables, &mut node)?,
     };
-    let rate = resource(job, "copy_rate")?.unwrap_or(0);
-    let mut position = CopyPosition {
-        table: resource(job, "copy_table")?.unwrap_or(0) as usize,
-        page: resource(job, "copy_page")?.unwrap_or(0),
-    };
-    // Page ranges sized for about ten per second at the rate.
-    let pages_per_batch = if rate > 0 {
-        (rate * 1024 * 1024 / PAGE_BYTES / 10).clamp(1, MAX_PAGES_PER_BATCH)
-    } else {
-        MAX_PAGES_PER_BATCH
-    };
-    let started = Instant::now();
-    let (mut rows, mut bytes) = (0i64, 0i64);
-    let mut finished = false;
-    while started.elapsed() < STEP_TIME {
-        let Some(table) = tables.get(position.table) else {
-            finished = true;
-            break;
-        };
-        let pages = value_on::<i64>(
-            &job.source,
-            &mut node,
-            &format!(
-                "SELECT pg_relation_size({}::regclass) / {PAGE_BYTES}",
-                quote::literal(&table.source.qualified())
-            ),
-        )?
-        .unwrap_or(0);
-        if position.page >= pages {
-            position = CopyPosition {
-                table: position.table + 1,
-                page: 0,
-            };
-            continue;
-        }
-        let end = (position.page + pages_per_batch).min(pages);
-        rows += copy_pages(
-            job,
-            &ranges,
-            table,
-            &snapshot,
-            position.page,
-            end,
-            &mut node,
-        )?;
-        bytes += (end - position.page) * PAGE_BYTES;
-        position.page = end;
-        if rate > 0 {
-            // Stay under the rate: sleep until this step's bytes are due.
-            let due = Duration::from_secs_f64(bytes as f64 / (rate as f64 * 1024.0 * 1024.0));
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-    }
-    Spi::run_with_args(
-        "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
-             resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
-         WHERE job_id = $1",
-        &[
-            job.job_id.into(),
-            rows.into(),
-            bytes.into(),
-            (position.table as i64).into(),
-            position.page.into(),
-        ],
-    )?;
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let finished =
+        snapshot_copy::copy_step(job, &sources, &mut node, |index, start, end, node| {
+            copy_pages(job, &ranges, &tables[index], &snapshot, start, end, node)
+        })?;
     if finished {
         release_snapshot();
         return Ok(Next::Phase("catch_up".into()));
@@ -525,20 +415,13 @@ fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<Str
         .map_err(|e| remote::remote_error(&job.source, &e))?;
     let snapshot: String = row.get(0);
     let visible: String = row.get(1);
+    snapshot_copy::restart_progress(job)?;
     Spi::run_with_args(
-        "UPDATE pg_shard.job SET rows_copied = 0, bytes_copied = 0, \
-             resources = resources || jsonb_build_object('copy_snapshot', $2::text, \
-                 'copy_table', 0, 'copy_page', 0) \
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copy_snapshot', $2::text) \
          WHERE job_id = $1",
         &[job.job_id.into(), visible.as_str().into()],
     )?;
-    EXPORTED.with(|cell| {
-        *cell.borrow_mut() = Some(ExportedSnapshot {
-            job_id: job.job_id,
-            holder,
-            name: snapshot.clone(),
-        })
-    });
+    hold_snapshot(job, holder, &snapshot);
     Ok(snapshot)
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A shard split under every kind of row change, with its job runner killed
-in the middle of the copy and of the catch-up. One client inserts, deletes,
+"""A shard split (or move) under every kind of row change, with its job
+runner killed in the middle of the copy and of the catch-up. One client inserts, deletes,
 updates values (leaving large, out-of-line documents alone) and rewrites
 documents through the coordinator, changes keys (to either half) on the
 shard table itself until the cutover retires it (the coordinator and the
@@ -8,7 +8,7 @@ metadata node refuse updates of the distribution column), and keeps a model
 of what it was told committed. The copy is throttled so that
 the changes pile up while it runs. Afterwards the table equals the model
 row for row, the job is done and nothing of it is left.
-Usage: split_churn.py METADATA_PORT COORDINATOR_PORT DATABASE"""
+Usage: churn.py METADATA_PORT COORDINATOR_PORT DATABASE [split|move]"""
 import hashlib
 import os
 import random
@@ -20,13 +20,14 @@ import time
 import psycopg
 
 metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
+kind = sys.argv[4] if len(sys.argv) > 4 else "split"
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
 failures = 0
 
 
 def check(description, condition):
     global failures
-    print(("ok - " if condition else "not ok - ") + "split under churn: " + description)
+    print(("ok - " if condition else "not ok - ") + f"{kind} under churn: " + description)
     if not condition:
         failures += 1
 
@@ -140,7 +141,11 @@ time.sleep(1)
 meta.execute("SET pg_shard.move_drop_delay = 0")
 meta.execute("SET pg_shard.copy_rate_limit = 2")
 meta.execute("SET synchronous_commit = on")
-job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+if kind == "split":
+    job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+else:
+    job = meta.execute("SELECT pg_shard.move_shard(%s, (SELECT min(node_id) FROM pg_shard.node "
+                       "WHERE port <> %s AND state = 'active'))", (shard, node_port)).fetchone()[0]
 mid_copy = kill_runner_when("copy", "bytes_copied > 0")
 time.sleep(1)
 meta = connect(metadata_port)
@@ -155,8 +160,11 @@ error = meta.execute("SELECT error FROM pg_shard.job WHERE job_id = %s", (job,))
 
 check(f"runner killed mid-copy ({mid_copy}) and mid-catch-up ({mid_catch_up}); job {state} ({error})",
       state == "done")
-shards = meta.execute("SELECT count(*) FROM pg_shard.shards WHERE table_name = 'churn'::regclass").fetchone()[0]
-check(f"two shards ({shards})", shards == 2)
+shards = meta.execute("SELECT count(*), min(port) FROM pg_shard.shards WHERE table_name = 'churn'::regclass").fetchone()
+if kind == "split":
+    check(f"two shards ({shards[0]})", shards[0] == 2)
+else:
+    check(f"one shard, on another node ({shards})", shards[0] == 1 and shards[1] != node_port)
 table = {i: (v, pad, doc) for i, v, pad, doc in meta.execute("SELECT id, v, pad, doc FROM churn").fetchall()}
 missing = [k for k in model if k not in table]
 extra = [k for k in table if k not in model]
@@ -172,14 +180,16 @@ check(f"{stats['key_changes']} keys changed on the shard table before the cutove
 duration, copied = meta.execute(
     "SELECT extract(epoch FROM finished_at - started_at), bytes_copied FROM pg_shard.job WHERE job_id = %s",
     (job,)).fetchone()
-print(f"# split under churn: {float(duration):.1f} s (copy limited to 2 MB/s, runner killed twice), "
+print(f"# {kind} under churn: {float(duration):.1f} s (copy limited to 2 MB/s, runner killed twice), "
       f"{copied / 1e6:.1f} MB copied")
-port = meta.execute("SELECT port FROM pg_shard.shards WHERE table_name = 'churn'::regclass LIMIT 1").fetchone()[0]
-with connect(port) as node:
-    leftovers = node.execute(
-        "SELECT 'slot ' || slot_name FROM pg_replication_slots UNION ALL "
-        "SELECT 'publication ' || pubname FROM pg_publication UNION ALL "
-        "SELECT 'table ' || relname FROM pg_class WHERE relname LIKE 'job_%marker'").fetchall()
+leftovers = []
+for (port,) in meta.execute("SELECT port FROM pg_shard.node").fetchall():
+    with connect(port) as node:
+        leftovers += node.execute(
+            "SELECT 'slot ' || slot_name FROM pg_replication_slots UNION ALL "
+            "SELECT 'publication ' || pubname FROM pg_publication UNION ALL "
+            "SELECT 'subscription ' || subname FROM pg_subscription UNION ALL "
+            "SELECT 'table ' || relname FROM pg_class WHERE relname LIKE 'job_%marker'").fetchall()
 check(f"no replication object left behind ({leftovers})", not leftovers)
 meta.execute("DROP TABLE churn")
 sys.exit(1 if failures else 0)
