@@ -58,5 +58,5 @@ bench-metadata: install ## SQL through the metadata node vs direct / one Postgre
 bench-coordinator: install ## pgbench -S through the coordinator vs direct vs pgbouncer
 	benches/coordinator.sh
 
-bench-move: install ## a shard move under pgbench -N through the coordinator: write pause, duration, MB/s
+bench-move: install ## shard moves (copy rate limits) and a split under pgbench -N: write pause, latency, duration, MB/s
 	benches/move.sh

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# A shard move under write load, at pgbench scale S (default 10):
-# pgbench_accounts distributed by aid (8 shards over 2 workers), history
-# co-located, branches and tellers reference tables; pgbench -N runs through
-# the coordinator (8 clients) while the shard group of aid 1 moves to the
-# other worker. Reports the move's duration, bytes copied and MB/s, and the
-# longest pgbench transaction that ended while the move ran (the write
-# pause is inside it), with failures and the balance invariant.
+# Shard moves and a split under write load, at pgbench scale S (default
+# 10): pgbench_accounts distributed by aid (8 shards over 2 workers),
+# history co-located, branches and tellers reference tables; pgbench -N runs
+# through the coordinator (8 clients) while the shard group of aid 1 moves
+# (copy rate unlimited, the default 32 MB/s, 8 MB/s) and then splits. Reports
+# each job's duration, bytes copied and MB/s, and the pgbench latency while
+# it ran (the longest transaction contains the write pause) against the 5 s
+# before it, with failures and the balance invariant.
 #
 # Own throwaway cluster: metadata 29520, workers 29521-29522, coordinator
 # 29620. Run with: make bench-move
@@ -37,25 +38,55 @@ SELECT pg_shard.create_reference_table('pgbench_branches');
 SELECT pg_shard.create_reference_table('pgbench_tellers');
 SQL
 sleep 1
-read -r shard target <<<"$(meta -F ' ' -c "SELECT s.shard_id, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id)
-    FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
+# The shard group of aid 1 moves to the other worker without a copy rate
+# limit, moves back at the default limit, moves again at 8 MB/s, then
+# splits (default limit); each job gets a 20 s slot of the pgbench run.
+read -r shard <<<"$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
      AND pg_shard.keyspace_id(1) BETWEEN s.range_start AND s.range_end")"
-seconds=40
+scenarios=("move 0" "move 32" "move 8" "split 32")
+slot=20
+seconds=$((8 + slot * ${#scenarios[@]}))
 (cd "$scratch" && pgbench -n -N -c 8 -j 2 -T $seconds -h 127.0.0.1 -p 29620 -l --log-prefix="$scratch/tx" bench \
     >"$scratch/pgbench.out" 2>&1) &
 bench=$!
-sleep 8
-job=$(meta -c "SET pg_shard.move_drop_delay = 0" -c "SELECT pg_shard.move_shard($shard, $target)")
-state=$(meta -c "SELECT pg_shard.wait_job($job, '10 minutes')")
+began=$(date +%s)
+jobs=()
+for scenario in "${scenarios[@]}"; do
+    read -r kind rate <<<"$scenario"
+    # wait for the scenario's slot
+    while [ $(($(date +%s) - began)) -lt $((8 + slot * ${#jobs[@]})) ]; do sleep 0.2; done
+    shard=$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
+         AND pg_shard.keyspace_id(1) BETWEEN s.range_start AND s.range_end")
+    if [ "$kind" = split ]; then
+        call="pg_shard.split_shard($shard)"
+    else
+        call="pg_shard.move_shard($shard, (SELECT min(node_id) FROM pg_shard.node n
+              WHERE n.node_id <> (SELECT node_id FROM pg_shard.shards WHERE shard_id = $shard)))"
+    fi
+    job=$(meta -c "SET pg_shard.move_drop_delay = 0" -c "SET pg_shard.copy_rate_limit = $rate" -c "SELECT $call")
+    meta -c "SELECT pg_shard.wait_job($job, '10 minutes')" >/dev/null
+    jobs+=("$job")
+done
 wait "$bench"
-read -r started finished duration bytes <<<"$(meta -F ' ' -c "SELECT extract(epoch FROM started_at), extract(epoch FROM finished_at),
-    extract(epoch FROM finished_at - started_at), bytes_copied FROM pg_shard.job WHERE job_id = $job")"
-# pgbench's log: field 3 the latency (µs), fields 5-6 the end time (s, µs).
-longest=$(cat "$scratch"/tx.* | awk -v from="$started" -v to="$finished" \
-    '{ t = $5 + $6 / 1e6; if (t >= from && t <= to + 1 && $3 > max) max = $3 } END { printf "%.0f", max / 1000 }')
-echo "pgbench scale $scale; move of shard $shard (its group: accounts and history) to node $target: $state"
-printf 'move: %.2f s, %.1f MB copied, %.1f MB/s\n' "$duration" "$(awk "BEGIN {print $bytes / 1e6}")" \
-    "$(awk "BEGIN {print $bytes / 1e6 / $duration}")"
-echo "longest pgbench -N transaction ending during the move: $longest ms"
+echo "pgbench scale $scale, pgbench -N through the coordinator (8 clients); the shard group of aid 1 (accounts and history)"
+printf '%-6s %-10s %-6s %9s %9s %8s   %-28s %-28s\n' job kind limit seconds "MB copied" "MB/s" \
+    "latency during: p50/p99/max" "5 s before: p50/p99/max"
+for i in "${!jobs[@]}"; do
+    job=${jobs[$i]}
+    read -r kind rate <<<"${scenarios[$i]}"
+    read -r state started finished duration bytes <<<"$(meta -F ' ' -c "SELECT state, extract(epoch FROM started_at),
+        extract(epoch FROM finished_at), extract(epoch FROM finished_at - started_at), bytes_copied
+        FROM pg_shard.job WHERE job_id = $job")"
+    # pgbench's log: field 3 the latency (µs), fields 5-6 the end time (s, µs).
+    window() {
+        cat "$scratch"/tx.* | awk -v from="$1" -v to="$2" '{ t = $5 + $6 / 1e6; if (t >= from && t <= to) print $3 }' |
+            sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit }
+                printf "%.1f/%.1f/%.0f ms", v[int(NR * 0.5) + 1] / 1000, v[int(NR * 0.99) + 1] / 1000, v[NR] / 1000 }'
+    }
+    during=$(window "$started" "$(awk "BEGIN {printf \"%.6f\", $finished + 1}")")
+    before=$(window "$(awk "BEGIN {printf \"%.6f\", $started - 5}")" "$started")
+    printf '%-6s %-10s %-6s %9.2f %9.1f %8.1f   %-28s %-28s\n' "$job" "$kind:$state" "$rate" "$duration" \
+        "$(awk "BEGIN {print $bytes / 1e6}")" "$(awk "BEGIN {print $bytes / 1e6 / $duration}")" "$during" "$before"
+done
 grep -E "^(tps|number of failed|number of transactions actually)" "$scratch/pgbench.out"
 echo "balances equal history deltas: $(meta -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")"

@@ -72,6 +72,23 @@ if [ -n "$target" ]; then
 fi
 
 echo
+echo "== 10. customer 42's shard splits in two on its node (new shards, each with half of the range);"
+echo "       its rows are copied and its changes applied to the half they belong to, online"
+shard42=$(psql_node "$base_port" -d "$database" -Atc "
+    SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'orders'::regclass
+      AND pg_shard.keyspace_id(42::bigint) BETWEEN s.range_start AND s.range_end")
+psql_node "$base_port" -d "$database" -v ON_ERROR_STOP=1 \
+    -c "SET pg_shard.move_drop_delay = 0" \
+    -c "SELECT pg_shard.split_shard($shard42) AS job" -Atq >/dev/null
+psql_node "$base_port" -d "$database" \
+    -c "SELECT pg_shard.wait_job(max(job_id), '2 minutes') FROM pg_shard.job" \
+    -c "SELECT job_id, kind, state, phase, split_at, rows_copied, duration FROM pg_shard.jobs ORDER BY job_id DESC LIMIT 1" \
+    -c "SELECT shard_id, shard_table, range_start, range_end, port FROM pg_shard.shards
+         WHERE table_name = 'orders'::regclass ORDER BY range_start"
+psql_node "$coordinator_port" -d "$database" \
+    -c "SELECT count(*) AS orders_of_42 FROM orders WHERE customer_id = 42"
+
+echo
 echo "The cluster keeps running: psql -h 127.0.0.1 -p $base_port -U postgres $database (metadata node)"
 echo "                       or: psql -h 127.0.0.1 -p $coordinator_port -U postgres $database (coordinator)"
 echo "Stop it with: make stop"

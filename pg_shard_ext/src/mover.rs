@@ -1,5 +1,5 @@
-//! Shard moves, run by background workers over PostgreSQL logical
-//! replication.
+//! Shard moves (and, in [`split`], splits), run by background workers over
+//! PostgreSQL logical replication.
 //!
 //! `pg_shard.move_shard` queues a job (sql/pg_shard_api.sql); a *job runner*
 //! (one dynamic background worker per database, started on demand and by
@@ -16,9 +16,11 @@
 //! * create_target: the group's shard tables on the target, recreated from
 //!   the source's (same names), recorded as `frozen` at epoch 0 so nothing
 //!   but replication writes them; a marker table on both sides.
-//! * copy: publication on the source, subscription on the target (its
-//!   initial copy, then streaming).
-//! * catch_up: until every table is synchronized and the slot's lag is small.
+//! * copy: publication and slot on the source, a snapshot cut while writers
+//!   wait for a moment, its rows copied at a limited rate
+//!   ([`snapshot_copy`]), then a subscription on the target streaming from
+//!   the slot (advanced to the cut).
+//! * catch_up: until the slot's lag is small.
 //! * cutover ([`cutover`]): writes to the source wait on a lock while the
 //!   last of them reach the target (a marker row tells), the copies are
 //!   verified (row counts and checksums; a mismatch rolls back), the source

@@ -54,7 +54,10 @@ const STEP_TIME: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub(super) struct SplitTable {
     pub source: GroupShard,
-    /// Columns identifying a row (the primary key or replica identity index).
+    /// Columns identifying a row (the primary key or replica identity
+    /// index); empty under REPLICA IDENTITY FULL without a primary key:
+    /// a row is then found by all its values, as PostgreSQL's own apply
+    /// does.
     pub key_columns: Vec<String>,
     pub lower: Half,
     pub upper: Half,
@@ -196,9 +199,18 @@ fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut halves = Vec::new();
     for shard in shards {
-        // Rows are found by their key when changes are applied, and the
-        // source must log it (REPLICA IDENTITY NOTHING would also make its
-        // updates fail once it is published).
+        // Rows are found by their key (or all their values) when changes
+        // are applied, and the source must log it (REPLICA IDENTITY NOTHING
+        // would also make its updates fail once it is published).
+        let identity = value_on::<String>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT relreplident::text FROM pg_class WHERE oid = {}::regclass",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or_default();
         let key_columns = value_on::<Vec<String>>(
             &job.source,
             &mut source,
@@ -214,7 +226,7 @@ fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             ),
         )?
         .unwrap_or_default();
-        if key_columns.is_empty() {
+        if key_columns.is_empty() && identity != "f" {
             return Err(ShardError::NoReplicaIdentity(shard.qualified()));
         }
         let lower_id = crate::catalog::next_shard_id()?;
@@ -710,23 +722,36 @@ impl RowImage<'_> {
         }
     }
 
-    /// `key = value AND …` for the image (which carries the key columns).
-    fn key_condition(&self, values: &[Value]) -> Result<String> {
+    /// The condition finding the image's row in `half`: `key = value AND …`,
+    /// or under REPLICA IDENTITY FULL the first row with all its values.
+    fn row_condition(&self, half: &Half, values: &[Value]) -> Result<String> {
+        let full = self.table.key_columns.is_empty();
+        let columns: Vec<&String> = if full {
+            self.columns.iter().collect()
+        } else {
+            self.table.key_columns.iter().collect()
+        };
         let mut conditions = Vec::new();
-        for column in &self.table.key_columns {
-            match self.value(values, column) {
-                Some(Value::Text(text)) => conditions.push(format!(
-                    "{} = {}",
-                    quote::ident(column),
-                    quote::literal(text)
-                )),
+        for column in columns {
+            let value = match self.value(values, column) {
+                Some(Value::Text(text)) => quote::literal(text),
+                Some(Value::Null) if full => "NULL".to_string(),
                 _ => {
                     return Err(ShardError::InvalidArgument(format!(
                         "a change of {} without its key column {column}",
                         self.table.source.qualified()
                     )))
                 }
-            }
+            };
+            let operator = if full { "IS NOT DISTINCT FROM" } else { "=" };
+            conditions.push(format!("{} {operator} {value}", quote::ident(column)));
+        }
+        if full {
+            return Ok(format!(
+                "ctid = (SELECT ctid FROM {} WHERE {} LIMIT 1)",
+                self.table.qualified(half),
+                conditions.join(" AND ")
+            ));
         }
         Ok(conditions.join(" AND "))
     }
@@ -743,25 +768,27 @@ impl RowImage<'_> {
     }
 
     fn delete(&self, old: &[Value]) -> Result<Vec<String>> {
-        let condition = self.key_condition(old)?;
         let halves: Vec<&Half> = match self.half_of(old)? {
-            Some(half) if self.key_has_dist() => vec![half],
+            Some(half) if self.old_image_has_dist() => vec![half],
             _ => self.table.halves().to_vec(),
         };
-        Ok(halves
+        halves
             .into_iter()
             .map(|half| {
-                format!(
-                    "DELETE FROM {} WHERE {condition}",
-                    self.table.qualified(half)
-                )
+                Ok(format!(
+                    "DELETE FROM {} WHERE {}",
+                    self.table.qualified(half),
+                    self.row_condition(half, old)?
+                ))
             })
-            .collect())
+            .collect()
     }
 
-    fn key_has_dist(&self) -> bool {
+    /// Whether old row images carry the distribution column: it is part of
+    /// the key, or the whole row is sent.
+    fn old_image_has_dist(&self) -> bool {
         let dist = self.table.source.dist_column.as_deref().unwrap_or_default();
-        self.table.key_columns.iter().any(|c| c == dist)
+        self.table.key_columns.is_empty() || self.table.key_columns.iter().any(|c| c == dist)
     }
 
     /// An update: in place when the row stays in its half, otherwise moved
@@ -769,13 +796,12 @@ impl RowImage<'_> {
     /// unsent TOASTed values taken from the old row).
     fn update(&self, old: Option<&[Value]>, new: &[Value]) -> Result<Vec<String>> {
         let key_image = old.unwrap_or(new);
-        let condition = self.key_condition(key_image)?;
         let new_half = self.half_of(new)?;
         // The old row's half: from the old image, or from the new one when
         // the key (with the distribution column in it) did not change.
         let old_half = match old {
             Some(old) => self.half_of(old)?,
-            None if self.key_has_dist() => new_half,
+            None if self.old_image_has_dist() => new_half,
             None => None,
         };
         let assignments: Vec<String> = self
@@ -785,24 +811,25 @@ impl RowImage<'_> {
             .filter(|(_, value)| **value != Value::Unchanged)
             .map(|(column, value)| format!("{} = {}", quote::ident(column), Self::literal(value)))
             .collect();
-        let in_place = |halves: Vec<&Half>| -> Vec<String> {
+        let in_place = |halves: Vec<&Half>| -> Result<Vec<String>> {
             halves
                 .into_iter()
                 .map(|half| {
-                    format!(
-                        "UPDATE {} SET {} WHERE {condition}",
+                    Ok(format!(
+                        "UPDATE {} SET {} WHERE {}",
                         self.table.qualified(half),
-                        assignments.join(", ")
-                    )
+                        assignments.join(", "),
+                        self.row_condition(half, key_image)?
+                    ))
                 })
                 .collect()
         };
         match (old_half, new_half) {
             // The key's half did not change (or the key was not sent, so it
             // did not change either).
-            (Some(old), Some(new)) if old.shard_id == new.shard_id => Ok(in_place(vec![new])),
-            (Some(old), None) => Ok(in_place(vec![old])),
-            (None, None) => Ok(in_place(self.table.halves().to_vec())),
+            (Some(old), Some(new)) if old.shard_id == new.shard_id => in_place(vec![new]),
+            (Some(old), None) => in_place(vec![old]),
+            (None, None) => in_place(self.table.halves().to_vec()),
             (_, Some(new_half)) => {
                 let selected: Vec<String> = self
                     .columns
@@ -815,12 +842,14 @@ impl RowImage<'_> {
                     .collect();
                 let columns: Vec<String> = self.columns.iter().map(|c| quote::ident(c)).collect();
                 Ok(vec![format!(
-                    "WITH from_lower AS (DELETE FROM {lower} WHERE {condition} RETURNING *), \
-                          from_upper AS (DELETE FROM {upper} WHERE {condition} RETURNING *) \
+                    "WITH from_lower AS (DELETE FROM {lower} WHERE {lower_row} RETURNING *), \
+                          from_upper AS (DELETE FROM {upper} WHERE {upper_row} RETURNING *) \
                      INSERT INTO {target} ({columns}) \
                      SELECT {selected} FROM (SELECT * FROM from_lower UNION ALL SELECT * FROM from_upper) moved",
                     lower = self.table.qualified(&self.table.lower),
                     upper = self.table.qualified(&self.table.upper),
+                    lower_row = self.row_condition(&self.table.lower, key_image)?,
+                    upper_row = self.row_condition(&self.table.upper, key_image)?,
                     target = self.table.qualified(new_half),
                     columns = columns.join(", "),
                     selected = selected.join(", "),

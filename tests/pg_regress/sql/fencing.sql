@@ -15,6 +15,7 @@ SET LOCAL parallel_setup_cost = 0;
 SET LOCAL parallel_tuple_cost = 0;
 SET LOCAL min_parallel_table_scan_size = 0;
 SET LOCAL max_parallel_workers_per_gather = 2;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM orders_100000;
 SELECT count(*) = :rows_before AS all_rows FROM orders_100000;
 COMMIT;
 
