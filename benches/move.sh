@@ -5,8 +5,8 @@
 # through the coordinator (8 clients) while the shard group of aid 1 moves
 # (copy rate unlimited, the default 32 MB/s, 8 MB/s) and then splits. Reports
 # each job's duration, bytes copied and MB/s, and the pgbench latency while
-# it ran (the longest transaction contains the write pause) against the 5 s
-# before it, with failures and the balance invariant.
+# it copied and while it ran (the longest transaction contains the write
+# pause) against the 5 s before it, with failures and the balance invariant.
 #
 # Own throwaway cluster: metadata 29520, workers 29521-29522, coordinator
 # 29620. Run with: make bench-move
@@ -69,13 +69,15 @@ for scenario in "${scenarios[@]}"; do
 done
 wait "$bench"
 echo "pgbench scale $scale, pgbench -N through the coordinator (8 clients); the shard group of aid 1 (accounts and history)"
-printf '%-6s %-10s %-6s %9s %9s %8s   %-28s %-28s\n' job kind limit seconds "MB copied" "MB/s" \
-    "latency during: p50/p99/max" "5 s before: p50/p99/max"
+printf '%-6s %-11s %-6s %8s %10s %6s %8s   %-22s %-22s %-22s\n' job kind limit seconds "MB copied" "MB/s" \
+    "copy (s)" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max"
 for i in "${!jobs[@]}"; do
     job=${jobs[$i]}
     read -r kind rate <<<"${scenarios[$i]}"
-    read -r state started finished duration bytes <<<"$(meta -F ' ' -c "SELECT state, extract(epoch FROM started_at),
-        extract(epoch FROM finished_at), extract(epoch FROM finished_at - started_at), bytes_copied
+    read -r state started finished duration bytes copy_from copy_to <<<"$(meta -F ' ' -c "SELECT state,
+        extract(epoch FROM started_at), extract(epoch FROM finished_at), extract(epoch FROM finished_at - started_at),
+        bytes_copied, extract(epoch FROM (resources->'phase_times'->>'copy')::timestamptz),
+        extract(epoch FROM (resources->'phase_times'->>'catch_up')::timestamptz)
         FROM pg_shard.job WHERE job_id = $job")"
     # pgbench's log: field 3 the latency (µs), fields 5-6 the end time (s, µs).
     window() {
@@ -85,8 +87,10 @@ for i in "${!jobs[@]}"; do
     }
     during=$(window "$started" "$(awk "BEGIN {printf \"%.6f\", $finished + 1}")")
     before=$(window "$(awk "BEGIN {printf \"%.6f\", $started - 5}")" "$started")
-    printf '%-6s %-10s %-6s %9.2f %9.1f %8.1f   %-28s %-28s\n' "$job" "$kind:$state" "$rate" "$duration" \
-        "$(awk "BEGIN {print $bytes / 1e6}")" "$(awk "BEGIN {print $bytes / 1e6 / $duration}")" "$during" "$before"
+    copying=$(window "$copy_from" "$copy_to")
+    printf '%-6s %-11s %-6s %8.2f %10.1f %6.1f %8.2f   %-22s %-22s %-22s\n' "$job" "$kind:$state" "$rate" "$duration" \
+        "$(awk "BEGIN {print $bytes / 1e6}")" "$(awk "BEGIN {print $bytes / 1e6 / $duration}")" \
+        "$(awk "BEGIN {print $copy_to - $copy_from}")" "$before" "$copying" "$during"
 done
 grep -E "^(tps|number of failed|number of transactions actually)" "$scratch/pgbench.out"
 echo "balances equal history deltas: $(meta -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")"

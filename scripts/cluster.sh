@@ -107,6 +107,9 @@ unix_socket_directories = '$cluster_dir'
 wal_level = logical
 max_replication_slots = 16
 max_wal_senders = 16
+# job runners (one per database, and one briefly per queued job), the
+# launcher, logical replication apply workers, parallel query workers
+max_worker_processes = 32
 max_connections = 200
 shared_buffers = 128MB
 fsync = off

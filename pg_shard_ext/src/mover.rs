@@ -424,10 +424,13 @@ fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
 
 fn write_state(job: &Job, state: &str, phase: &str, error: Option<&str>) -> Result<()> {
     Spi::run_with_args(
-        "UPDATE pg_shard.job SET state = $2, phase = $3, resources = resources - 'failures', \
+        "UPDATE pg_shard.job SET state = $2, phase = $3, \
+             resources = (resources - 'failures') || CASE WHEN phase = $3 THEN '{}'::jsonb \
+                 ELSE jsonb_build_object('phase_times', coalesce(resources->'phase_times', '{}'::jsonb) \
+                                                        || jsonb_build_object($3, clock_timestamp())) END, \
              error = CASE WHEN $2 = 'running' AND $4 IS NULL THEN NULL ELSE coalesce($4, error) END, \
              started_at = coalesce(started_at, now()), \
-             phase_started_at = CASE WHEN phase = $3 THEN phase_started_at ELSE now() END, \
+             phase_started_at = CASE WHEN phase = $3 THEN phase_started_at ELSE clock_timestamp() END, \
              finished_at = CASE WHEN $2 IN ('done', 'failed', 'canceled') THEN now() END \
          WHERE job_id = $1",
         &[
@@ -644,33 +647,7 @@ fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             )
             .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
             .map_err(|e| remote::remote_error(&job.source, &e))?;
-        let qualified = shard.qualified();
-        // A leftover of an interrupted attempt of this job goes first.
-        script.push(format!(
-            "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
-            shard.shard_id
-        ));
-        script.push(format!("DROP TABLE IF EXISTS {qualified}"));
-        script.extend(ddl);
-        script.extend(crate::fencing::guard_trigger_ddl(
-            &qualified,
-            shard.dist_column.as_deref(),
-            range_start,
-            range_end,
-        ));
-        // Frozen until published: no write but replication's (which fires
-        // no trigger), and readable for the verification.
-        script.push(format!(
-            "INSERT INTO pg_shard.local_shard \
-             (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
-             VALUES ({}::regclass, {}, {}, {range_start}, {range_end}, 'frozen', 0)",
-            quote::literal(&qualified),
-            shard.shard_id,
-            shard
-                .dist_column
-                .as_deref()
-                .map_or_else(|| "NULL".to_string(), quote::literal),
-        ));
+        script.extend(frozen_shard_script(shard, ddl, (range_start, range_end)));
     }
     let mut target = connect(&job.target)?;
     run_on(
@@ -687,6 +664,76 @@ fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         ),
     )?;
     Ok(Next::Phase("copy".into()))
+}
+
+/// The statements that (re)create a shard table of a job from its DDL, with
+/// its guard triggers and ownership record: frozen at epoch 0 until the job
+/// publishes it, so nothing writes it but the job (whose sessions fire no
+/// trigger), and readable for the verification. A leftover of an
+/// interrupted attempt goes first.
+fn frozen_shard_script(shard: &GroupShard, ddl: Vec<String>, range: (i64, i64)) -> Vec<String> {
+    let qualified = shard.qualified();
+    let (range_start, range_end) = range;
+    let mut script = vec![
+        format!(
+            "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
+            shard.shard_id
+        ),
+        format!("DROP TABLE IF EXISTS {qualified}"),
+    ];
+    script.extend(ddl);
+    script.extend(crate::fencing::guard_trigger_ddl(
+        &qualified,
+        shard.dist_column.as_deref(),
+        range_start,
+        range_end,
+    ));
+    script.push(format!(
+        "INSERT INTO pg_shard.local_shard \
+         (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
+         VALUES ({}::regclass, {}, {}, {range_start}, {range_end}, 'frozen', 0)",
+        quote::literal(&qualified),
+        shard.shard_id,
+        shard
+            .dist_column
+            .as_deref()
+            .map_or_else(|| "NULL".to_string(), quote::literal),
+    ));
+    script
+}
+
+/// Makes sure the job's publication (of `tables`) and its `pgoutput` slot
+/// exist on the source.
+fn publish_and_reserve_slot(job: &Job, source: &mut Client, tables: &[String]) -> Result<()> {
+    let name = replication_name(job);
+    if !exists_on(&job.source, source, "pg_publication", "pubname", &name)? {
+        run_on(
+            &job.source,
+            source,
+            &format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote::ident(&name),
+                tables.join(", ")
+            ),
+        )?;
+    }
+    if !exists_on(
+        &job.source,
+        source,
+        "pg_replication_slots",
+        "slot_name",
+        &name,
+    )? {
+        run_on(
+            &job.source,
+            source,
+            &format!(
+                "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
+                quote::literal(&name)
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 /// The initial copy (throttled, [`snapshot_copy`]), then a subscription
@@ -758,34 +805,9 @@ fn start_copy(
             tables.join(", ")
         ),
     )?;
-    if !exists_on(&job.source, source, "pg_publication", "pubname", &name)? {
-        run_on(
-            &job.source,
-            source,
-            &format!(
-                "CREATE PUBLICATION {} FOR TABLE {}, {}",
-                quote::ident(&name),
-                tables.join(", "),
-                marker_table(job)
-            ),
-        )?;
-    }
-    if !exists_on(
-        &job.source,
-        source,
-        "pg_replication_slots",
-        "slot_name",
-        &name,
-    )? {
-        run_on(
-            &job.source,
-            source,
-            &format!(
-                "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
-                quote::literal(&name)
-            ),
-        )?;
-    }
+    let mut published = tables.clone();
+    published.push(marker_table(job));
+    publish_and_reserve_slot(job, source, &published)?;
     let mut lock = connect(&job.source)?;
     let locked = lock.batch_execute(&format!(
         "BEGIN;\nSET LOCAL lock_timeout = '1s';\nLOCK TABLE {} IN EXCLUSIVE MODE",
@@ -801,19 +823,8 @@ fn start_copy(
         }
         return Err(remote::remote_error(&job.source, &e));
     }
-    let mut holder = connect(&job.source)?;
-    run_on(
-        &job.source,
-        &mut holder,
-        "BEGIN ISOLATION LEVEL REPEATABLE READ",
-    )?;
-    let row = holder
-        .query_one(
-            "SELECT pg_export_snapshot(), pg_current_wal_insert_lsn()::text",
-            &[],
-        )
-        .map_err(|e| remote::remote_error(&job.source, &e))?;
-    let (snapshot, cut): (String, String) = (row.get(0), row.get(1));
+    let (holder, snapshot, cut) =
+        snapshot_copy::export_snapshot(job, "pg_current_wal_insert_lsn()::text")?;
     run_on(&job.source, &mut lock, "COMMIT")?;
     // The slot may only move over flushed WAL (the node may commit
     // asynchronously): wait for the cut to be flushed, then move the slot.

@@ -60,6 +60,23 @@ pub(super) fn hold_snapshot(job: &Job, holder: Client, name: &str) {
     });
 }
 
+/// Opens the transaction (REPEATABLE READ) whose snapshot the copy reads:
+/// returns its connection, the exported snapshot's name and the text of
+/// `also` (an expression) evaluated in it.
+pub(super) fn export_snapshot(job: &Job, also: &str) -> Result<(Client, String, String)> {
+    let mut holder = super::connect(&job.source)?;
+    super::run_on(
+        &job.source,
+        &mut holder,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    )?;
+    let row = holder
+        .query_one(&format!("SELECT pg_export_snapshot(), {also}"), &[])
+        .map_err(|e| crate::remote::remote_error(&job.source, &e))?;
+    let (snapshot, also) = (row.get(0), row.get(1));
+    Ok((holder, snapshot, also))
+}
+
 /// Ends the exporting transaction (its connection closes).
 pub(super) fn release_snapshot() {
     EXPORTED.with(|cell| cell.borrow_mut().take());

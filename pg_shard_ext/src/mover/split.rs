@@ -25,8 +25,9 @@
 
 use super::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use super::{
-    connect, drop_replication, drop_shard_tables, marker_table, replication_name, run_on,
-    shard_id_list, value_on, GroupShard, Job, Next,
+    connect, drop_replication, drop_shard_tables, frozen_shard_script, marker_table,
+    publish_and_reserve_slot, replication_name, run_on, shard_id_list, value_on, GroupShard, Job,
+    Next,
 };
 use crate::catalog::query_one;
 use crate::error::{Result, ShardError};
@@ -76,6 +77,17 @@ impl SplitTable {
 
     fn halves(&self) -> [&Half; 2] {
         [&self.lower, &self.upper]
+    }
+
+    /// A half as a shard table of the group.
+    fn half_shard(&self, half: &Half) -> GroupShard {
+        GroupShard {
+            shard_id: half.shard_id,
+            schema: self.source.schema.clone(),
+            name: half.name.clone(),
+            table_name: self.source.table_name.clone(),
+            dist_column: self.source.dist_column.clone(),
+        }
     }
 }
 
@@ -293,7 +305,6 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
             (&table.lower, ranges.range_start, ranges.split_at - 1),
             (&table.upper, ranges.split_at, ranges.range_end),
         ] {
-            let qualified = table.qualified(half);
             let ddl = value_on::<Vec<String>>(
                 &job.source,
                 &mut node,
@@ -306,30 +317,14 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
                 ),
             )?
             .unwrap_or_default();
-            // A repeated step starts over.
-            script.push(format!(
-                "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
-                half.shard_id
-            ));
-            script.push(format!("DROP TABLE IF EXISTS {qualified}"));
-            script.extend(ddl.into_iter().filter(|s| !s.starts_with("CREATE SCHEMA")));
-            script.extend(crate::fencing::guard_trigger_ddl(
-                &qualified,
-                table.source.dist_column.as_deref(),
-                start,
-                end,
-            ));
-            script.push(format!(
-                "INSERT INTO pg_shard.local_shard \
-                 (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
-                 VALUES ({}::regclass, {}, {}, {start}, {end}, 'frozen', 0)",
-                quote::literal(&qualified),
-                half.shard_id,
-                table
-                    .source
-                    .dist_column
-                    .as_deref()
-                    .map_or_else(|| "NULL".to_string(), quote::literal),
+            let ddl = ddl
+                .into_iter()
+                .filter(|s| !s.starts_with("CREATE SCHEMA"))
+                .collect();
+            script.extend(frozen_shard_script(
+                &table.half_shard(half),
+                ddl,
+                (start, end),
             ));
         }
     }
@@ -365,7 +360,6 @@ fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 /// slot, recording which transactions it sees.
 fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<String> {
     release_snapshot();
-    let name = replication_name(job);
     let halves: Vec<String> = tables
         .iter()
         .flat_map(|t| t.halves().map(|h| t.qualified(h)))
@@ -381,52 +375,12 @@ fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<Str
             marker = marker_table(job),
         ),
     )?;
-    let published = super::exists_on(&job.source, node, "pg_publication", "pubname", &name)?;
-    if !published {
-        let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-        run_on(
-            &job.source,
-            node,
-            &format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
-                quote::ident(&name),
-                sources.join(", ")
-            ),
-        )?;
-    }
-    let slot = super::exists_on(
-        &job.source,
-        node,
-        "pg_replication_slots",
-        "slot_name",
-        &name,
-    )?;
-    if !slot {
-        run_on(
-            &job.source,
-            node,
-            &format!(
-                "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
-                quote::literal(&name)
-            ),
-        )?;
-    }
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    publish_and_reserve_slot(job, node, &sources)?;
     // Every transaction that commits after the snapshot is in the slot:
     // the slot was consistent before the snapshot was taken.
-    let mut holder = connect(&job.source)?;
-    run_on(
-        &job.source,
-        &mut holder,
-        "BEGIN ISOLATION LEVEL REPEATABLE READ",
-    )?;
-    let row = holder
-        .query_one(
-            "SELECT pg_export_snapshot(), pg_current_snapshot()::text",
-            &[],
-        )
-        .map_err(|e| remote::remote_error(&job.source, &e))?;
-    let snapshot: String = row.get(0);
-    let visible: String = row.get(1);
+    let (holder, snapshot, visible) =
+        snapshot_copy::export_snapshot(job, "pg_current_snapshot()::text")?;
     snapshot_copy::restart_progress(job)?;
     Spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copy_snapshot', $2::text) \
@@ -1071,15 +1025,7 @@ fn rollback(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     drop_replication(job)?;
     let halves: Vec<GroupShard> = tables
         .iter()
-        .flat_map(|t| {
-            t.halves().map(|h| GroupShard {
-                shard_id: h.shard_id,
-                schema: t.source.schema.clone(),
-                name: h.name.clone(),
-                table_name: t.source.table_name.clone(),
-                dist_column: t.source.dist_column.clone(),
-            })
-        })
+        .flat_map(|t| t.halves().map(|h| t.half_shard(h)))
         .collect();
     drop_shard_tables(&job.source, &halves, "")?;
     if !tables.is_empty() {

@@ -95,6 +95,11 @@ ALTER TABLE :blocked_table REPLICA IDENTITY NOTHING;
 SELECT pg_shard.split_shard(:blocked) AS job \gset
 SELECT pg_shard.wait_job(:job, '2 minutes');
 SELECT state, phase, error FROM pg_shard.jobs WHERE job_id = :job;
+-- nor moved
+SELECT pg_shard.move_shard(:blocked, (SELECT min(node_id) FROM pg_shard.node n
+        WHERE n.state = 'active' AND n.node_id <> (SELECT node_id FROM pg_shard.shards WHERE shard_id = :blocked))) AS job \gset
+SELECT pg_shard.wait_job(:job, '2 minutes');
+SELECT state, phase, error FROM pg_shard.jobs WHERE job_id = :job;
 SELECT pg_shard.map_version() = :version_before_failure AS same_map,
        count(*) AS shards FROM pg_shard.shards WHERE table_name = 'splitting'::regclass;
 \c :blocked_dsn
