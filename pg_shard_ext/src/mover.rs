@@ -827,7 +827,14 @@ fn start_copy(
         snapshot_copy::export_snapshot(job, "pg_current_wal_insert_lsn()::text")?;
     run_on(&job.source, &mut lock, "COMMIT")?;
     // The slot may only move over flushed WAL (the node may commit
-    // asynchronously): wait for the cut to be flushed, then move the slot.
+    // asynchronously, and an idle node flushes nothing): a synchronous
+    // commit that writes WAL (a logical message, which the subscription
+    // does not receive) flushes past the cut; then the slot moves.
+    run_on(
+        &job.source,
+        source,
+        "SELECT pg_logical_emit_message(true, 'pg_shard', 'copy cut')",
+    )?;
     let started = Instant::now();
     loop {
         let flushed = value_on::<bool>(
