@@ -435,7 +435,7 @@ fn copy_pages(
 
 fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
-    let mut node = connect(&job.source)?;
+    let mut node = apply::connection(job)?;
     let started = Instant::now();
     let caught_up = loop {
         let read = apply_round(job, tables, &ranges, &mut node, None)?;
@@ -487,7 +487,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // Nothing writes the source from here on. A synchronous commit flushes
     // the WAL of every write before it (writers may commit asynchronously):
     // everything up to the flushed end is everything there is.
-    let mut node = connect(&job.source)?;
+    let mut node = apply::connection(job)?;
     run_on(
         &job.source,
         &mut node,

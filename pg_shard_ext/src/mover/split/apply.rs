@@ -17,6 +17,15 @@ use std::collections::HashMap;
 /// begin or commit).
 pub(super) const CHANGES_PER_ROUND: i64 = 10_000;
 
+/// A connection to read the slot and apply its changes on: values are
+/// decoded in this session's text forms, and bytea keys are read from the
+/// hex form whatever the server's default.
+pub(super) fn connection(job: &Job) -> Result<Client> {
+    let mut node = crate::mover::connect(&job.source)?;
+    run_on(&job.source, &mut node, "SET bytea_output = hex")?;
+    Ok(node)
+}
+
 /// Reads the next changes from the slot (those committed before `upto`,
 /// or before the current end of WAL), applies the ones the halves do not
 /// have yet and advances the slot; returns the number of messages read.
