@@ -110,6 +110,8 @@ max_wal_senders = 16
 # job runners (one per database, and one briefly per queued job), the
 # launcher, logical replication apply workers, parallel query workers
 max_worker_processes = 32
+# two-phase commit of the metadata node's remote transactions
+max_prepared_transactions = 64
 max_connections = 200
 shared_buffers = 128MB
 fsync = off

@@ -197,6 +197,14 @@ BEGIN
     RETURN new_job;
 END $$;
 
+-- Global ids of this server's remote transactions start with it: the
+-- server's system identifier keeps them apart from another metadata node's
+-- on a shared worker.
+CREATE FUNCTION pg_shard.gid_prefix() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('pg_shard_%s_', system_identifier) FROM pg_control_system()
+$$;
+
 CREATE FUNCTION pg_shard.move_shard(shard_id bigint, target_node integer)
 RETURNS bigint
 LANGUAGE sql VOLATILE

@@ -137,6 +137,18 @@ CREATE TABLE pg_shard.job (
 CREATE UNIQUE INDEX job_one_unfinished_per_group ON pg_shard.job (shard_group_id)
     WHERE state IN ('queued', 'running');
 
+-- Two-phase commit of remote transactions (pg_shard_ext/src/remote.rs):
+-- one row per remote transaction of a local transaction, written in it, so
+-- that a row exists exactly when the local transaction committed. The
+-- recovery commits a prepared remote transaction with a row and rolls back
+-- one without; rows of finished ones are deleted then. (Not dumped: it is
+-- the state of running transactions.)
+CREATE TABLE pg_shard.remote_transaction (
+    gid        text        PRIMARY KEY,
+    node_id    integer     NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- Catalog data belongs in pg_dump output.
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.node', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.node_node_id_seq', '');

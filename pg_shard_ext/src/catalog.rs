@@ -129,6 +129,11 @@ fn nodes_where(filter: &str) -> Result<Vec<Node>> {
 }
 
 /// Active worker nodes, in node id order (the round-robin placement order).
+/// Every node, active or not.
+pub fn all_nodes() -> Result<Vec<Node>> {
+    nodes_where("")
+}
+
 pub fn active_nodes() -> Result<Vec<Node>> {
     nodes_where("WHERE state = 'active'")
 }

@@ -50,6 +50,9 @@ mod split;
 
 /// How often a runner looks at its jobs and their progress.
 const POLL: Duration = Duration::from_millis(200);
+/// How often the launcher starts the runners (which end prepared remote
+/// transactions left behind).
+const RECOVERY_INTERVAL: Duration = Duration::from_secs(60);
 /// A runner with no unfinished job for this long exits.
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 /// Replication lag (bytes) below which writes are frozen for the cutover.
@@ -124,27 +127,34 @@ pub extern "C-unwind" fn pg_shard_job_launcher(_argument: pg_sys::Datum) {
         .and_then(|name| name.into_string().ok())
         .unwrap_or_else(|| "postgres".to_owned());
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
-    let databases: Vec<String> = BackgroundWorker::transaction(|| {
-        Spi::connect(|client| {
-            client
-                .select(
-                    "SELECT datname::text FROM pg_database WHERE datallowconn AND NOT datistemplate",
-                    None,
-                    &[],
-                )
-                .map(|rows| {
-                    rows.filter_map(|row| row.get::<String>(1).ok().flatten())
-                        .collect()
-                })
-                .unwrap_or_default()
-        })
-    });
-    for database in databases {
-        start_runner(&database, RESUME_ONLY);
+    // Runners start in every database now (they resume interrupted jobs
+    // and end prepared remote transactions a crash left behind), and again
+    // every minute (a worker that restarted between the two phases of a
+    // commit holds its prepared transaction, and its locks, until then).
+    // After a crash the postmaster restarts the launcher.
+    loop {
+        let databases: Vec<String> = BackgroundWorker::transaction(|| {
+            Spi::connect(|client| {
+                client
+                    .select(
+                        "SELECT datname::text FROM pg_database WHERE datallowconn AND NOT datistemplate",
+                        None,
+                        &[],
+                    )
+                    .map(|rows| {
+                        rows.filter_map(|row| row.get::<String>(1).ok().flatten())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+        });
+        for database in databases {
+            start_runner(&database, RESUME_ONLY);
+        }
+        if !BackgroundWorker::wait_latch(Some(RECOVERY_INTERVAL)) {
+            break;
+        }
     }
-    // Stays up: after a crash the postmaster restarts it, and it starts the
-    // runners again.
-    while BackgroundWorker::wait_latch(Some(Duration::from_secs(3600))) {}
 }
 
 /// Runner modes (its Datum argument): started by the launcher, it only
@@ -227,6 +237,13 @@ pub extern "C-unwind" fn pg_shard_job_runner(argument: pg_sys::Datum) {
     if let Err(e) = durable {
         pgrx::warning!("pg_shard job runner: {e}");
         return;
+    }
+    // Remote transactions a crash left prepared (the launcher starts a
+    // runner in every database when the server starts) are ended now.
+    match transaction(crate::remote::recover) {
+        Ok(0) => {}
+        Ok(ended) => pgrx::log!("pg_shard: recovery ended {ended} prepared remote transactions"),
+        Err(e) => pgrx::warning!("pg_shard: recovery of prepared remote transactions: {e}"),
     }
     let mut idle_since = Instant::now();
     while BackgroundWorker::wait_latch(Some(POLL)) {

@@ -4,19 +4,24 @@
 //! current database, as the current user, so several clusters can live side
 //! by side in separate databases.
 //!
-//! Writes on other nodes happen in remote transactions tied to the local one:
-//! [`in_transaction`] opens (or reuses) a connection running `BEGIN`, and the
-//! local transaction commits them all in its pre-commit phase, or drops the
-//! connections on abort, which rolls the remote work back.
+//! Writes on other nodes happen in remote transactions tied to the local one
+//! by two-phase commit: [`in_transaction`] opens (or reuses) a connection
+//! running `BEGIN` and records the remote transaction's global id in
+//! `pg_shard.remote_transaction` (part of the local transaction). In the
+//! local pre-commit phase every remote transaction is prepared (`PREPARE
+//! TRANSACTION`; a failure aborts the local transaction, and the prepared
+//! ones are rolled back); once the local commit is durable they are
+//! committed (`COMMIT PREPARED`). So the local commit decides: a remote
+//! transaction left prepared by a crash is committed if its record exists,
+//! rolled back otherwise ([`recover_prepared_transactions`], run when job
+//! runners start and callable by hand).
 //!
 //! A rolled-back subtransaction (ROLLBACK TO SAVEPOINT, a PL/pgSQL exception
 //! block, psql's ON_ERROR_ROLLBACK) that did remote work cannot be undone on
 //! the workers alone: the remote transactions are rolled back and the local
 //! transaction can only end in a rollback (its COMMIT fails).
 //!
-//! Known limit: a failure between two remote COMMITs leaves the earlier one
-//! committed (no two-phase commit yet); the objects involved carry new shard
-//! ids, so such leftovers never collide with a retry.
+//! Workers need `max_prepared_transactions` above zero.
 
 use crate::catalog::{query_value, Node};
 use crate::error::{Result, ShardError};
@@ -95,6 +100,9 @@ pub fn connect(host: &str, port: i32) -> Result<Client> {
 struct OpenTransaction {
     node: Node,
     client: Client,
+    /// Its global id for PREPARE TRANSACTION.
+    gid: String,
+    prepared: bool,
 }
 
 thread_local! {
@@ -106,6 +114,11 @@ thread_local! {
     static NEWEST_WORK_SUBXACT: Cell<pg_sys::SubTransactionId> = const { Cell::new(0) };
     // Set when that happened; the local transaction may then only roll back.
     static POISONED: Cell<bool> = const { Cell::new(false) };
+    // Numbers the remote transactions this backend opens (their global ids).
+    static OPENED: Cell<u64> = const { Cell::new(0) };
+    // Global ids whose COMMIT PREPARED succeeded: their records go in the
+    // next transaction that opens a remote one.
+    static FINISHED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Run `work` on `node` inside a remote transaction that commits or aborts
@@ -121,16 +134,20 @@ pub fn in_transaction<T>(node: &Node, work: impl FnOnce(&mut Client) -> Result<T
             client
                 .batch_execute("BEGIN")
                 .map_err(|e| remote_error(node, &e))?;
+            let gid = record_remote_transaction(node)?;
             let first = OPEN.with(|open| {
                 let mut open = open.borrow_mut();
                 open.push(OpenTransaction {
                     node: node.clone(),
                     client,
+                    gid,
+                    prepared: false,
                 });
                 open.len() == 1
             });
             if first {
-                register_xact_callback(PgXactCallbackEvent::PreCommit, commit_all);
+                register_xact_callback(PgXactCallbackEvent::PreCommit, prepare_all);
+                register_xact_callback(PgXactCallbackEvent::Commit, commit_all);
                 register_xact_callback(PgXactCallbackEvent::PrePrepare, refuse_prepare);
                 register_xact_callback(PgXactCallbackEvent::Abort, transaction_aborted);
                 register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
@@ -157,20 +174,81 @@ fn subtransaction_aborted(aborted: pg_sys::SubTransactionId, _parent: pg_sys::Su
     }
 }
 
-fn commit_all() {
+/// The global id of a remote transaction of this local transaction on
+/// `node`, recorded in the local transaction: the record exists if and only
+/// if the local transaction committed.
+fn record_remote_transaction(node: &Node) -> Result<String> {
+    let finished = FINISHED.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    if !finished.is_empty() {
+        Spi::run_with_args(
+            "DELETE FROM pg_shard.remote_transaction WHERE gid = ANY ($1)",
+            &[finished.into()],
+        )?;
+    }
+    let number = OPENED.get() + 1;
+    OPENED.set(number);
+    let gid = crate::catalog::write_returning::<String>(
+        "INSERT INTO pg_shard.remote_transaction (gid, node_id) \
+         SELECT format('%s%s_%s_%s', pg_shard.gid_prefix(), pg_catalog.txid_current(), \
+                       pg_catalog.pg_backend_pid(), $2), $1 \
+         RETURNING gid",
+        &[node.node_id.into(), (number as i64).into()],
+    )?;
+    gid.ok_or_else(|| ShardError::InvalidArgument("no global transaction id".into()))
+}
+
+/// Pre-commit: every remote transaction is prepared; an error aborts the
+/// local transaction (and [`transaction_aborted`] rolls the prepared ones
+/// back).
+fn prepare_all() {
     if POISONED.replace(false) {
         ShardError::SubtransactionRolledBack.report();
     }
-    let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
-    for mut transaction in open {
-        if let Err(e) = transaction.client.batch_execute("COMMIT") {
-            remote_error(&transaction.node, &e).report();
+    let failure = OPEN.with(|open| {
+        for transaction in open.borrow_mut().iter_mut() {
+            let statement = format!(
+                "PREPARE TRANSACTION {}",
+                crate::quote::literal(&transaction.gid)
+            );
+            if let Err(e) = transaction.client.batch_execute(&statement) {
+                return Some(remote_error(&transaction.node, &e));
+            }
+            transaction.prepared = true;
         }
+        None
+    });
+    if let Some(error) = failure {
+        error.report();
     }
 }
 
-/// PREPARE TRANSACTION cannot carry the remote transactions along (no
-/// two-phase commit across nodes yet), so it is refused, as postgres_fdw does.
+/// After the local commit: the prepared transactions commit. A failure
+/// (a node gone in between) leaves one prepared, for the recovery to commit;
+/// the local transaction has committed, so it is only a warning.
+fn commit_all() {
+    let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
+    for mut transaction in open {
+        let statement = format!(
+            "COMMIT PREPARED {}",
+            crate::quote::literal(&transaction.gid)
+        );
+        match transaction.client.batch_execute(&statement) {
+            Ok(()) => FINISHED.with(|f| f.borrow_mut().push(transaction.gid)),
+            // The recovery got to it first (and committed it: the local
+            // commit is visible to it).
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {}
+            Err(e) => pgrx::warning!(
+                "pg_shard: {}; pg_shard.recover_prepared_transactions() commits it later",
+                remote_error(&transaction.node, &e)
+            ),
+        }
+    }
+    NEWEST_WORK_SUBXACT.set(0);
+}
+
+/// A PREPARE TRANSACTION of the local transaction would leave the remote
+/// ones without anyone to commit them (their commit follows the local
+/// commit in this backend), so it is refused, as postgres_fdw does.
 fn refuse_prepare() {
     if OPEN.with(|open| !open.borrow().is_empty()) {
         ShardError::CannotPrepare.report();
@@ -183,7 +261,88 @@ fn transaction_aborted() {
 }
 
 fn abandon_all() {
-    // Dropping the connections makes the servers roll the transactions back.
-    OPEN.with(|open| open.borrow_mut().clear());
+    // Dropping the connections makes the servers roll the open transactions
+    // back; prepared ones are rolled back explicitly (or, failing that, by
+    // the recovery: their record goes with the local transaction).
+    let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
+    for mut transaction in open.into_iter().filter(|t| t.prepared) {
+        let statement = format!(
+            "ROLLBACK PREPARED {}",
+            crate::quote::literal(&transaction.gid)
+        );
+        let _ = transaction.client.batch_execute(&statement);
+    }
     NEWEST_WORK_SUBXACT.set(0);
+}
+
+/// Ends the remote transactions a crash left prepared (on every node): those
+/// whose local transaction committed are committed, those whose local
+/// transaction aborted (or is too old to tell) are rolled back; records of
+/// finished ones are deleted. Returns how many it ended.
+#[pg_extern(schema = "pg_shard", volatile)]
+fn recover_prepared_transactions() -> i64 {
+    use crate::error::OrReport;
+    recover().or_report()
+}
+
+pub fn recover() -> Result<i64> {
+    let prefix = query_value::<String>("SELECT pg_shard.gid_prefix()")?.unwrap_or_default();
+    let mut ended = 0;
+    let mut still_prepared: Vec<String> = Vec::new();
+    for node in crate::catalog::all_nodes()? {
+        let mut client = match connect(&node.host, node.port) {
+            Ok(client) => client,
+            Err(e) => {
+                pgrx::warning!("pg_shard: recovery skips a node: {e}");
+                continue;
+            }
+        };
+        let prepared = client
+            .query(
+                "SELECT gid FROM pg_catalog.pg_prepared_xacts \
+                 WHERE database = current_database() AND starts_with(gid, $1)",
+                &[&prefix],
+            )
+            .map_err(|e| remote_error(&node, &e))?;
+        for row in prepared {
+            let gid: String = row.get(0);
+            let Some(xid) = gid
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split('_').next())
+                .and_then(|xid| xid.parse::<i64>().ok())
+            else {
+                continue;
+            };
+            let recorded = crate::catalog::query_one::<bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_shard.remote_transaction WHERE gid = $1)",
+                &[gid.as_str().into()],
+            )?
+            .unwrap_or(false);
+            let status = crate::catalog::query_one::<String>(
+                "SELECT pg_catalog.txid_status($1)",
+                &[xid.into()],
+            )?;
+            let decision = match (recorded, status.as_deref()) {
+                (true, _) | (false, Some("committed")) => "COMMIT PREPARED",
+                (false, Some("in progress")) => {
+                    still_prepared.push(gid);
+                    continue;
+                }
+                _ => "ROLLBACK PREPARED",
+            };
+            match client.batch_execute(&format!("{decision} {}", crate::quote::literal(&gid))) {
+                Ok(()) => ended += 1,
+                Err(e) => {
+                    // (Another session may be ending it right now.)
+                    pgrx::warning!("pg_shard: recovery: {}", remote_error(&node, &e));
+                    still_prepared.push(gid);
+                }
+            }
+        }
+    }
+    Spi::run_with_args(
+        "DELETE FROM pg_shard.remote_transaction WHERE gid <> ALL ($1)",
+        &[still_prepared.into()],
+    )?;
+    Ok(ended)
 }
