@@ -35,9 +35,70 @@ pub fn name_with_suffix(base: &str, suffix: &str) -> String {
     format!("{}{}", &base[..end], suffix)
 }
 
+/// Length of the (possibly schema-qualified, possibly quoted) name at the
+/// start of `text`.
+pub fn qualified_name_length(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    loop {
+        // one identifier
+        if bytes.get(at) == Some(&b'"') {
+            at += 1;
+            while at < bytes.len() {
+                if bytes[at] == b'"' {
+                    if bytes.get(at + 1) == Some(&b'"') {
+                        at += 2;
+                        continue;
+                    }
+                    at += 1;
+                    break;
+                }
+                at += 1;
+            }
+        } else {
+            let start = at;
+            while at < bytes.len()
+                && (bytes[at].is_ascii_alphanumeric()
+                    || bytes[at] == b'_'
+                    || bytes[at] == b'$'
+                    || bytes[at] >= 0x80)
+            {
+                at += 1;
+            }
+            if at == start {
+                return at;
+            }
+        }
+        // a dot (with optional spaces around it) and the next identifier
+        let mut next = at;
+        while bytes.get(next).is_some_and(|b| b.is_ascii_whitespace()) {
+            next += 1;
+        }
+        if bytes.get(next) != Some(&b'.') {
+            return at;
+        }
+        next += 1;
+        while bytes.get(next).is_some_and(|b| b.is_ascii_whitespace()) {
+            next += 1;
+        }
+        at = next;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_at_the_start_of_statement_text() {
+        assert_eq!(qualified_name_length("orders ADD COLUMN x int"), 6);
+        assert_eq!(qualified_name_length("public.orders ADD"), 13);
+        assert_eq!(qualified_name_length("\"My \"\"T\"\" \".\"x\" RENAME"), 15);
+        assert_eq!(qualified_name_length("app . invoices RENAME"), 14);
+        assert_eq!(qualified_name_length("ünïcode_t DROP"), "ünïcode_t".len());
+        assert_eq!(qualified_name_length("\"unterminated"), 13);
+        assert_eq!(qualified_name_length(" leading"), 0);
+    }
 
     #[test]
     fn quotes_identifiers_and_literals() {

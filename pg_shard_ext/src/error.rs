@@ -22,6 +22,10 @@ pub enum ShardError {
     NotDistributed(String),
     #[error("cannot distribute {table}: {reason}")]
     UnsupportedTable { table: String, reason: String },
+    #[error("cannot change {table}: {reason}")]
+    UnsupportedSchemaChange { table: String, reason: String },
+    #[error("cannot change {0}: a shard move or split of it is in progress")]
+    SchemaChangeDuringJob(String),
     #[error("table {0} has no primary key or replica identity")]
     NoReplicaIdentity(String),
     #[error("cannot co-locate {table} with {other}: {reason}")]
@@ -87,7 +91,10 @@ impl ShardError {
             }
             ShardError::AlreadyDistributed(_) => ERRCODE_DUPLICATE_OBJECT,
             ShardError::NotDistributed(_) => ERRCODE_INVALID_TABLE_DEFINITION,
-            ShardError::UnsupportedTable { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::UnsupportedTable { .. } | ShardError::UnsupportedSchemaChange { .. } => {
+                ERRCODE_FEATURE_NOT_SUPPORTED
+            }
+            ShardError::SchemaChangeDuringJob(_) => ERRCODE_OBJECT_IN_USE,
             ShardError::NoReplicaIdentity(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::Colocation { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardError::InvalidArgument(_) | ShardError::Range(_) => {
@@ -131,6 +138,9 @@ impl ShardError {
                 "roll the transaction back and run the pg_shard functions again, \
                  outside the savepoint that failed"
                     .into(),
+            ),
+            ShardError::SchemaChangeDuringJob(_) => Some(
+                "wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first".into(),
             ),
             ShardError::ExtensionMissing { .. } => Some(
                 "install the pg_shard package on that server (make install), \

@@ -16,6 +16,7 @@
 //! * [`data_copy`]  – moving existing rows into shard tables
 //! * [`reference`]  – writes to reference tables reach every copy
 //! * [`drop`]       – DROP TABLE of a distributed table drops its shards
+//! * [`ddl`]        – ALTER TABLE of distributed and reference tables reaches their shards
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
 //! * [`read_fence`] – worker-side refusal of reads from retired shards
 //! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
@@ -27,6 +28,7 @@ use pgrx::prelude::*;
 
 mod catalog;
 mod data_copy;
+mod ddl;
 mod distribute;
 mod drop;
 mod error;
@@ -74,4 +76,5 @@ pub extern "C-unwind" fn _PG_init() {
     fencing::register_cache_invalidation();
     read_fence::install();
     planner::install();
+    ddl::install();
 }

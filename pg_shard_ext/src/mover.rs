@@ -1173,7 +1173,7 @@ fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
     let (parent, bounds) = parent_and_bounds
         .split_once(' ')
         .ok_or_else(|| ShardError::InvalidArgument(format!("no bounds for {old}")))?;
-    Spi::run(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
+    crate::ddl::run_internal(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
     Spi::run(&format!(
         "CREATE FOREIGN TABLE {new} PARTITION OF {parent} {bounds} SERVER {} \
          OPTIONS (schema_name {}, table_name {})",

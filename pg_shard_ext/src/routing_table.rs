@@ -140,7 +140,7 @@ pub fn replace_with_routing_table(
     // The catalog no longer names the original, so the DROP's event trigger
     // leaves the shards alone.
     Spi::run(&format!("DROP TABLE {original}"))?;
-    Spi::run(&format!(
+    crate::ddl::run_internal(&format!(
         "ALTER TABLE {new_table} RENAME TO {}",
         quote::ident(&shape.name)
     ))?;

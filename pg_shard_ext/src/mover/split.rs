@@ -648,7 +648,7 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
         let Some(parent) = parent else {
             continue;
         };
-        Spi::run(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
+        crate::ddl::run_internal(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
         Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
         let upper_bound = if ranges.range_end == i64::MAX {
             "MAXVALUE".to_string()

@@ -18,3 +18,14 @@ SELECT count(*) AS stray_tables FROM pg_class WHERE relname LIKE 'during_outage%
 -- the shards view still answers: sizes of the unreachable node are NULL, with a warning
 SELECT port, count(*) AS placements, count(size_bytes) AS with_size
 FROM pg_shard.shards GROUP BY port ORDER BY port;
+-- a schema change that cannot reach every node changes none (countries, a
+-- reference table, has a copy on the stopped node)
+\set VERBOSITY terse
+ALTER TABLE countries ADD COLUMN added_during_outage int;
+\set VERBOSITY default
+SELECT count(*) AS added FROM pg_attribute WHERE attrelid = 'countries'::regclass AND attname = 'added_during_outage';
+SELECT format('%I.%I', shard_schema, shard_name) AS countries_copy FROM pg_shard.shard WHERE table_rel = 'countries'::regclass LIMIT 1 \gset
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS added FROM pg_attribute WHERE attrelid = :'countries_copy'::regclass AND attname = 'added_during_outage';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
