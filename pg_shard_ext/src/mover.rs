@@ -606,7 +606,6 @@ fn shard_id_list(shards: &[GroupShard]) -> String {
 }
 
 fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
-    let name = replication_name(job);
     let mut source = connect(&job.source)?;
     for shard in shards {
         // Logical replication must be able to identify rows.
@@ -625,20 +624,75 @@ fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             return Err(ShardError::NoReplicaIdentity(shard.qualified()));
         }
     }
+    record_plan(job, shards)?;
+    Ok(Next::Phase("create_target".into()))
+}
+
+/// Records the plan: the map version it was made at and the names of what
+/// the job creates (a move also a subscription).
+fn record_plan(job: &Job, shards: &[GroupShard]) -> Result<()> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     Spi::run_with_args(
         "UPDATE pg_shard.job SET planned_version = pg_shard.map_version(), \
              resources = resources || jsonb_build_object('publication', $2::text, 'slot', $2::text, \
-                 'subscription', $2::text, 'marker', $3::text, 'tables', $4::text[]) \
+                 'marker', $3::text, 'tables', $4::text[]) \
+                 || CASE WHEN kind = 'move' THEN jsonb_build_object('subscription', $2::text) \
+                         ELSE '{}'::jsonb END \
          WHERE job_id = $1",
         &[
             job.job_id.into(),
-            name.as_str().into(),
+            replication_name(job).into(),
             marker_table(job).into(),
             tables.into(),
         ],
     )?;
-    Ok(Next::Phase("create_target".into()))
+    Ok(())
+}
+
+/// Takes the EXCLUSIVE lock of a cutover on the source tables, in a
+/// transaction of the returned connection: writers wait, readers go on.
+fn lock_for_cutover(job: &Job, tables: &[String]) -> Result<Client> {
+    let mut lock_holder = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
+    )?;
+    Ok(lock_holder)
+}
+
+/// Flushes the source's WAL up to now: a synchronous commit that writes WAL
+/// (a logical message, which no subscription receives). The node may
+/// commit asynchronously, and an idle node flushes nothing, while slots and
+/// their readers only go as far as the flushed end.
+fn flush_wal(job: &Job, client: &mut Client) -> Result<()> {
+    run_on(
+        &job.source,
+        client,
+        "SELECT pg_logical_emit_message(true, 'pg_shard', 'flush')",
+    )
+}
+
+/// The end of a rollback: `sources` (still the group's shards) active
+/// again, the job canceled or failed.
+fn finish_rollback(job: &Job, sources: &[GroupShard]) -> Result<Next> {
+    if !sources.is_empty() {
+        let mut source = connect(&job.source)?;
+        run_on(
+            &job.source,
+            &mut source,
+            &format!(
+                "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
+                shard_id_list(sources)
+            ),
+        )?;
+    }
+    let state = if job.cancel_requested {
+        "canceled"
+    } else {
+        "failed"
+    };
+    Ok(Next::Finished(state.into(), None))
 }
 
 fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
@@ -843,15 +897,9 @@ fn start_copy(
     let (holder, snapshot, cut) =
         snapshot_copy::export_snapshot(job, "pg_current_wal_insert_lsn()::text")?;
     run_on(&job.source, &mut lock, "COMMIT")?;
-    // The slot may only move over flushed WAL (the node may commit
-    // asynchronously, and an idle node flushes nothing): a synchronous
-    // commit that writes WAL (a logical message, which the subscription
-    // does not receive) flushes past the cut; then the slot moves.
-    run_on(
-        &job.source,
-        source,
-        "SELECT pg_logical_emit_message(true, 'pg_shard', 'copy cut')",
-    )?;
+    // The slot may only move over flushed WAL: flushed past the cut, it
+    // moves.
+    flush_wal(job, source)?;
     let started = Instant::now();
     loop {
         let flushed = value_on::<bool>(
@@ -1033,12 +1081,7 @@ fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
 fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let ids = shard_id_list(shards);
-    let mut lock_holder = connect(&job.source)?;
-    run_on(
-        &job.source,
-        &mut lock_holder,
-        &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
-    )?;
+    let mut lock_holder = lock_for_cutover(job, &tables)?;
     let mut source = connect(&job.source)?;
     run_on(
         &job.source,
@@ -1285,21 +1328,7 @@ fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     snapshot_copy::release_snapshot();
     drop_replication(job)?;
     drop_shard_tables(&job.target, shards, " AND state = 'frozen' AND epoch = 0")?;
-    let mut source = connect(&job.source)?;
-    run_on(
-        &job.source,
-        &mut source,
-        &format!(
-            "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
-            shard_id_list(shards)
-        ),
-    )?;
-    let state = if job.cancel_requested {
-        "canceled"
-    } else {
-        "failed"
-    };
-    Ok(Next::Finished(state.into(), None))
+    finish_rollback(job, shards)
 }
 
 /// The statements that recreate a shard table of this node as it is (for

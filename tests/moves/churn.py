@@ -18,27 +18,16 @@ import threading
 import time
 
 import psycopg
+from tap import Checks, connect as connect_to
 
 metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
 kind = sys.argv[4] if len(sys.argv) > 4 else "split"
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + f"{kind} under churn: " + description)
-    if not condition:
-        failures += 1
+check = Checks(f"{kind} under churn")
 
 
 def connect(port, tries=100):
-    for _ in range(tries):
-        try:
-            return psycopg.connect(dsn.format(port), autocommit=True)
-        except psycopg.OperationalError:
-            time.sleep(0.2)
-    raise RuntimeError(f"no connection to {port}")
+    return connect_to(dsn.format(port), tries)
 
 
 def document(seed):
@@ -192,4 +181,4 @@ for (port,) in meta.execute("SELECT port FROM pg_shard.node").fetchall():
             "SELECT 'table ' || relname FROM pg_class WHERE relname LIKE 'job_%marker'").fetchall()
 check(f"no replication object left behind ({leftovers})", not leftovers)
 meta.execute("DROP TABLE churn")
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -13,28 +13,17 @@ import sys
 import time
 
 import psycopg
+from tap import Checks, connect as connect_to
 
 metadata_port, database, cluster_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 kind = sys.argv[4] if len(sys.argv) > 4 else "move"
 bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + f"interrupted {kind}: " + description)
-    if not condition:
-        failures += 1
+check = Checks(f"interrupted {kind}")
 
 
 def connect(port=metadata_port, tries=100):
-    for _ in range(tries):
-        try:
-            return psycopg.connect(dsn.format(port), autocommit=True)
-        except psycopg.OperationalError:
-            time.sleep(0.2)
-    raise RuntimeError(f"no connection to {port}")
+    return connect_to(dsn.format(port), tries)
 
 
 def phase_key(phase):
@@ -188,4 +177,4 @@ check(f"target down for 3 s at {reached}: job {state} (error {error}), rows inta
       state == "done" and error is None and rows_ok and owners_ok and not leftovers)
 
 meta.execute("DROP TABLE crash_items")
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

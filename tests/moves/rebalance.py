@@ -7,17 +7,11 @@ Usage: rebalance.py METADATA_PORT NEW_WORKER_PORT DATABASE"""
 import sys
 
 import psycopg
+from tap import Checks
 
 metadata_port, new_port, database = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + "rebalance: " + description)
-    if not condition:
-        failures += 1
+check = Checks("rebalance")
 
 
 meta = psycopg.connect(dsn.format(metadata_port), autocommit=True)
@@ -81,4 +75,4 @@ for bad, sqlstate in (("SELECT * FROM pg_shard.drain_node(9999)", "42704"),):
     except psycopg.Error as e:
         check(f"{bad} is refused ({e.sqlstate}: {str(e).splitlines()[0]})", e.sqlstate == sqlstate)
 meta.execute("DROP TABLE spread_items")
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -10,19 +10,13 @@ import threading
 import time
 
 import psycopg
+from tap import Checks
 
 metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = int(sys.argv[4]) if len(sys.argv) > 4 else 50000
 kind = sys.argv[5] if len(sys.argv) > 5 else "move"
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + f"{kind} under load: " + description)
-    if not condition:
-        failures += 1
+check = Checks(f"{kind} under load")
 
 
 meta = psycopg.connect(dsn.format(metadata_port), autocommit=True)
@@ -132,4 +126,4 @@ print(f"# {kind}: {float(duration):.2f} s, {copied / 1e6:.1f} MB copied "
       f"longest {max(during) * 1000:.0f} ms; writes through the metadata node refused: {len(metadata_errors)}"
       + (f" (e.g. {metadata_errors[0]})" if metadata_errors else ""))
 meta.execute("DROP TABLE load_entries, load_accounts")
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -27,9 +27,9 @@ mod apply;
 
 use super::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use super::{
-    connect, drop_replication, drop_shard_tables, frozen_shard_script, marker_table,
-    publish_and_reserve_slot, replication_name, run_on, shard_id_list, value_on, GroupShard, Job,
-    Next,
+    connect, drop_replication, drop_shard_tables, finish_rollback, flush_wal, frozen_shard_script,
+    lock_for_cutover, marker_table, publish_and_reserve_slot, record_plan, replication_name,
+    run_on, shard_id_list, value_on, GroupShard, Job, Next,
 };
 use crate::catalog::query_one;
 use crate::error::{Result, ShardError};
@@ -252,24 +252,11 @@ fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             name(upper_id),
         ));
     }
-    let name = replication_name(job);
-    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
-    Spi::run_with_args(
-        "UPDATE pg_shard.job SET planned_version = pg_shard.map_version(), \
-             resources = resources || jsonb_build_object('publication', $2::text, 'slot', $2::text, \
-                 'marker', $3::text, 'tables', $4::text[], 'halves', '[]'::jsonb) \
-         WHERE job_id = $1",
-        &[
-            job.job_id.into(),
-            name.as_str().into(),
-            marker_table(job).into(),
-            tables.into(),
-        ],
-    )?;
+    record_plan(job, shards)?;
     for (shard, key_columns, lower_id, lower_name, upper_id, upper_name) in halves {
         Spi::run_with_args(
             "UPDATE pg_shard.job SET resources = jsonb_set(resources, '{halves}', \
-                 resources->'halves' || jsonb_build_object('source_id', $2::bigint, 'schema', $3::text, \
+                 coalesce(resources->'halves', '[]'::jsonb) || jsonb_build_object('source_id', $2::bigint, 'schema', $3::text, \
                      'source_name', $4::text, 'table_name', $5::text, 'dist_column', $6::text, \
                      'key_columns', $7::text[], 'lower_id', $8::bigint, 'lower_name', $9::text, \
                      'upper_id', $10::bigint, 'upper_name', $11::text)) \
@@ -475,28 +462,11 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    let mut lock_holder = connect(&job.source)?;
-    run_on(
-        &job.source,
-        &mut lock_holder,
-        &format!(
-            "BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE",
-            sources.join(", ")
-        ),
-    )?;
-    // Nothing writes the source from here on. A synchronous commit flushes
-    // the WAL of every write before it (writers may commit asynchronously):
-    // everything up to the flushed end is everything there is.
+    let mut lock_holder = lock_for_cutover(job, &sources)?;
+    // Nothing writes the source from here on: everything up to the flushed
+    // end of WAL is everything there is.
     let mut node = apply::connection(job)?;
-    run_on(
-        &job.source,
-        &mut node,
-        &format!(
-            "UPDATE {} SET applied = applied WHERE job = {}",
-            marker_table(job),
-            job.job_id
-        ),
-    )?;
+    flush_wal(job, &mut node)?;
     let last = value_on::<String>(
         &job.source,
         &mut node,
@@ -683,22 +653,6 @@ fn rollback(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         .flat_map(|t| t.halves().map(|h| t.half_shard(h)))
         .collect();
     drop_shard_tables(&job.source, &halves, "")?;
-    if !tables.is_empty() {
-        let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
-        let mut node = connect(&job.source)?;
-        run_on(
-            &job.source,
-            &mut node,
-            &format!(
-                "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
-                shard_id_list(&sources)
-            ),
-        )?;
-    }
-    let state = if job.cancel_requested {
-        "canceled"
-    } else {
-        "failed"
-    };
-    Ok(Next::Finished(state.into(), None))
+    let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
+    finish_rollback(job, &sources)
 }
