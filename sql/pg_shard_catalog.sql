@@ -71,6 +71,25 @@ CREATE TABLE pg_shard.shard (
     UNIQUE (table_rel, shard_group_id)
 );
 
+-- Indexes and constraints of distributed tables. They live on the shard
+-- tables only: the metadata node's table is partitioned into foreign tables,
+-- which can hold no index, and constraints there would not be checked. The
+-- rows let DROP INDEX, DROP CONSTRAINT and undistribute_table find them.
+-- kind: 'p' primary key, 'u' unique, 'x' exclusion, 'c' check (constraints,
+-- definition as pg_get_constraintdef prints it); 'i' an index (definition:
+-- what follows "ON table" in pg_get_indexdef). Index names are unique per
+-- schema, constraint names per table; shard tables add "_<shard id>" to the
+-- names of indexes and index-backed constraints.
+CREATE TABLE pg_shard.table_constraint (
+    table_rel    regclass NOT NULL
+                 REFERENCES pg_shard.logical_table ON DELETE CASCADE ON UPDATE CASCADE,
+    kind         "char"   NOT NULL CHECK (kind IN ('p', 'u', 'x', 'c', 'i')),
+    name         name     NOT NULL,
+    definition   text     NOT NULL,
+    unique_index boolean  NOT NULL DEFAULT false,
+    PRIMARY KEY (table_rel, name)
+);
+
 -- Placements are per shard group: co-located shards always live together.
 CREATE TABLE pg_shard.placement (
     shard_group_id bigint  NOT NULL REFERENCES pg_shard.shard_group,
@@ -160,6 +179,7 @@ SELECT pg_catalog.pg_extension_config_dump('pg_shard.logical_table', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.placement', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.table_constraint', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.map_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_shard', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.job', '');

@@ -292,6 +292,28 @@ pub fn insert_logical_table(
     Ok(())
 }
 
+/// Record an index or constraint that a distributed table's shards carry.
+pub fn insert_table_constraint(
+    relid: pg_sys::Oid,
+    kind: char,
+    name: &str,
+    definition: &str,
+    unique_index: bool,
+) -> Result<()> {
+    Spi::run_with_args(
+        "INSERT INTO pg_shard.table_constraint (table_rel, kind, name, definition, unique_index) \
+         VALUES ($1, $2::text::\"char\", $3, $4, $5)",
+        &[
+            relid.into(),
+            kind.to_string().into(),
+            name.into(),
+            definition.into(),
+            unique_index.into(),
+        ],
+    )?;
+    Ok(())
+}
+
 pub fn next_shard_id() -> Result<i64> {
     Ok(write_returning::<i64>("SELECT nextval('pg_shard.shard_id_seq')", &[])?.unwrap_or_default())
 }

@@ -1,22 +1,32 @@
 //! Schema changes of distributed and reference tables (metadata node).
 //!
-//! A ProcessUtility hook looks at ALTER TABLE and RENAME statements on a
-//! table in `pg_shard.logical_table`. What it supports runs on the metadata
-//! node's table first (for a distributed table PostgreSQL carries column
-//! changes on to the foreign partitions itself), then the same statement,
-//! with the shard table's name in place of the table's, runs on every shard
-//! table in the remote transactions of the local one — two-phase commit, so
-//! every shard changes or none does. What it does not support yet is refused
-//! before anything changes, rather than changing the metadata node's table
-//! alone: a table whose shards differ from it is silently broken.
+//! A ProcessUtility hook looks at each utility statement that names a table
+//! in `pg_shard.logical_table` and plans, before the metadata node runs it:
+//! whether the metadata node's own table runs the statement (a distributed
+//! table's is partitioned into foreign tables and carries no indexes or
+//! constraints; those live on the shards and in
+//! `pg_shard.table_constraint`), and what every shard table runs once it
+//! has. Shard statements run in the remote transactions of the local one —
+//! two-phase commit, so every shard changes or none does — except for the
+//! CONCURRENTLY forms, which cannot run in a transaction anywhere: they run
+//! shard by shard and are undone on every shard if one fails. What cannot be
+//! carried to the shards is refused before anything changes: a table whose
+//! shards differ from it is silently broken.
 //!
-//! Supported: ADD COLUMN (with NOT NULL or DEFAULT), DROP COLUMN, ALTER
-//! COLUMN TYPE, SET / DROP NOT NULL, RENAME COLUMN; SET / DROP DEFAULT and
-//! RENAME of the table change the metadata node only (shards carry no
-//! defaults; they keep their names). The distribution column cannot be
-//! dropped, renamed or change its type.
+//! - [`columns`]: ALTER TABLE column changes and RENAME;
+//! - [`objects`]: indexes and constraints (CREATE/DROP INDEX, ADD/DROP
+//!   CONSTRAINT);
+//! - [`privileges`]: GRANT/REVOKE and COMMENT;
+//! - [`truncate`]: TRUNCATE of distributed tables.
+//!
+//! DROP TABLE is handled by an event trigger (`crate::drop`).
 
-use crate::catalog::query_one;
+mod columns;
+mod objects;
+mod privileges;
+mod truncate;
+
+use crate::catalog::{query_one, Node};
 use crate::error::{Result, ShardError};
 use crate::quote;
 use pgrx::prelude::*;
@@ -43,14 +53,41 @@ unsafe extern "C-unwind" {
     );
 }
 
+/// What is left to do once the metadata node ran (or skipped) its part.
+type AfterLocal = Box<dyn FnOnce() -> Result<()>>;
+
 thread_local! {
     // Set while pg_shard runs DDL of its own on a distributed table (a
     // partition detached by a move, the routing table renamed into place).
     static INTERNAL: Cell<bool> = const { Cell::new(false) };
-    // The changes of the statements running (nested statements stack up),
-    // kept here while PostgreSQL runs them: an error unwinds through the
-    // hook's frame, which must own nothing then.
-    static PENDING: RefCell<Vec<Option<SchemaChange>>> = const { RefCell::new(Vec::new()) };
+    // The work left for the statements running (nested statements stack
+    // up), kept here while PostgreSQL runs them: an error unwinds through
+    // the hook's frame, which must own nothing then.
+    static PENDING: RefCell<Vec<Option<AfterLocal>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A statement's plan: the metadata node's part, and the shards' part.
+pub(crate) struct Planned {
+    local: Local,
+    after: Option<AfterLocal>,
+}
+
+/// What the metadata node does with the statement itself.
+pub(crate) enum Local {
+    Run,
+    /// Its part is done by the plan (or there is none).
+    Skip,
+    /// Run this statement instead (a copy, changed).
+    Replace(*mut pg_sys::PlannedStmt),
+}
+
+impl Planned {
+    fn new(local: Local, after: impl FnOnce() -> Result<()> + 'static) -> Planned {
+        Planned {
+            local,
+            after: Some(Box::new(after)),
+        }
+    }
 }
 
 /// Install the hook, chaining to whatever was installed before.
@@ -66,14 +103,13 @@ pub fn install() {
 /// Runs pg_shard's own DDL on a distributed or reference table: the hook
 /// leaves it alone.
 pub fn run_internal(sql: &str) -> Result<()> {
-    struct Reset;
+    struct Reset(bool);
     impl Drop for Reset {
         fn drop(&mut self) {
-            INTERNAL.set(false);
+            INTERNAL.set(self.0);
         }
     }
-    INTERNAL.set(true);
-    let _reset = Reset;
+    let _reset = Reset(INTERNAL.replace(true));
     Spi::run(sql)?;
     Ok(())
 }
@@ -91,56 +127,68 @@ unsafe extern "C-unwind" fn process_utility(
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
-    // SAFETY: pstmt and query_string are valid for the call; the check runs
+    // SAFETY: pstmt and query_string are valid for the call; planning runs
     // under pgrx's guard, which turns a refusal into an ERROR.
-    let change = unsafe {
-        pg_sys::panic::pgrx_extern_c_guard(|| match schema_change(pstmt, query_string) {
-            Ok(change) => change,
+    let planned = unsafe {
+        pg_sys::panic::pgrx_extern_c_guard(|| match plan(pstmt, query_string, context) {
+            Ok(planned) => planned,
             Err(e) => e.report(),
         })
     };
+    let (local, after) = match planned {
+        Some(planned) => (planned.local, planned.after),
+        None => (Local::Run, None),
+    };
     let depth = PENDING.with(|pending| {
         let mut pending = pending.borrow_mut();
-        pending.push(change);
+        pending.push(after);
         pending.len() - 1
     });
-    // SAFETY: chaining with the arguments we were given; an error longjmps
-    // through this frame, which owns nothing.
-    unsafe {
-        match PREVIOUS_UTILITY {
-            Some(previous) => previous(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-            None => postgres_standard_process_utility(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
+    let (statement, read_only_tree) = match local {
+        Local::Run => (Some(pstmt), read_only_tree),
+        Local::Skip => (None, read_only_tree),
+        Local::Replace(copy) => (Some(copy), false),
+    };
+    if let Some(statement) = statement {
+        // SAFETY: chaining with the arguments we were given (or a copy of
+        // the statement); an error longjmps through this frame, which owns
+        // nothing.
+        unsafe {
+            match PREVIOUS_UTILITY {
+                Some(previous) => previous(
+                    statement,
+                    query_string,
+                    read_only_tree,
+                    context,
+                    params,
+                    query_env,
+                    dest,
+                    qc,
+                ),
+                None => postgres_standard_process_utility(
+                    statement,
+                    query_string,
+                    read_only_tree,
+                    context,
+                    params,
+                    query_env,
+                    dest,
+                    qc,
+                ),
+            }
         }
     }
     // (Entries above ours are of nested statements whose errors were caught.)
-    let change = PENDING.with(|pending| {
+    let after = PENDING.with(|pending| {
         let mut pending = pending.borrow_mut();
         pending.truncate(depth + 1);
         pending.pop().flatten()
     });
-    if let Some(change) = change {
+    if let Some(after) = after {
         // SAFETY: as above; the metadata node's part is done.
         unsafe {
             pg_sys::panic::pgrx_extern_c_guard(|| {
-                if let Err(e) = change.apply_to_shards() {
+                if let Err(e) = after() {
                     e.report();
                 }
             })
@@ -148,238 +196,195 @@ unsafe extern "C-unwind" fn process_utility(
     }
 }
 
-/// A schema change of a distributed or reference table, to be applied to
-/// its shards once the metadata node's table has it.
-struct SchemaChange {
-    relid: pg_sys::Oid,
-    /// The statement's text, and where in it the table's name is.
-    statement: String,
-    name_span: (usize, usize),
-    /// Whether shards run it (else the metadata node alone changes).
-    on_shards: bool,
-    /// Whether routers must reload the map (the table's name changed).
-    new_map: bool,
-}
-
-/// The statement's change of a distributed or reference table, or None for
-/// any other statement; refuses what cannot be carried to the shards.
+/// The plan for a statement that changes a distributed or reference table,
+/// or None for any other statement; refuses what cannot be carried to the
+/// shards.
 ///
 /// # Safety
 /// `pstmt` and `query_string` come from ProcessUtility.
-unsafe fn schema_change(
+unsafe fn plan(
     pstmt: *mut pg_sys::PlannedStmt,
     query_string: *const c_char,
-) -> Result<Option<SchemaChange>> {
+    context: pg_sys::ProcessUtilityContext::Type,
+) -> Result<Option<Planned>> {
     if INTERNAL.get() || query_string.is_null() {
         return Ok(None);
     }
     // SAFETY: the planned statement of a utility command.
-    let (stmt, location, length) = unsafe {
-        (
-            (*pstmt).utilityStmt,
-            (*pstmt).stmt_location,
-            (*pstmt).stmt_len,
-        )
-    };
+    let stmt = unsafe { (*pstmt).utilityStmt };
     if stmt.is_null() {
         return Ok(None);
     }
-    // SAFETY: stmt is a parse node; its tag tells its type.
-    let (relation, verdict) = unsafe {
-        match (*stmt).type_ {
-            pg_sys::NodeTag::T_AlterTableStmt => {
-                let alter = stmt as *mut pg_sys::AlterTableStmt;
-                if (*alter).objtype != pg_sys::ObjectType::OBJECT_TABLE {
-                    return Ok(None);
-                }
-                ((*alter).relation, Verdict::Alter((*alter).cmds))
-            }
-            pg_sys::NodeTag::T_RenameStmt => {
-                let rename = stmt as *mut pg_sys::RenameStmt;
-                ((*rename).relation, Verdict::Rename(rename))
-            }
-            _ => return Ok(None),
+    // SAFETY: a parse node; its tag tells its type.
+    let tag = unsafe { (*stmt).type_ };
+    use pg_sys::NodeTag as N;
+    if !matches!(
+        tag,
+        N::T_AlterTableStmt
+            | N::T_RenameStmt
+            | N::T_IndexStmt
+            | N::T_DropStmt
+            | N::T_GrantStmt
+            | N::T_CommentStmt
+            | N::T_TruncateStmt
+    ) || !extension_installed()
+    {
+        return Ok(None);
+    }
+    // SAFETY: as above.
+    let text = unsafe { StatementText::of(pstmt, query_string) };
+    let top_level = context == pg_sys::ProcessUtilityContext::PROCESS_UTILITY_TOPLEVEL;
+    // SAFETY: each planner reads the node its tag says it is.
+    unsafe {
+        match tag {
+            N::T_AlterTableStmt => columns::plan_alter(stmt.cast(), text),
+            N::T_RenameStmt => columns::plan_rename(stmt.cast(), text),
+            N::T_IndexStmt => objects::plan_create_index(stmt.cast(), text, top_level),
+            N::T_DropStmt => objects::plan_drop_index(stmt.cast(), top_level),
+            N::T_GrantStmt => privileges::plan_grant(stmt.cast()),
+            N::T_CommentStmt => privileges::plan_comment(stmt.cast()),
+            N::T_TruncateStmt => truncate::plan(pstmt, stmt.cast()),
+            _ => Ok(None),
         }
-    };
-    if relation.is_null() || !extension_installed() {
-        return Ok(None);
     }
-    // SAFETY: a name lookup without a lock (the statement itself locks).
-    let relid = unsafe {
-        pg_sys::RangeVarGetRelidExtended(
-            relation,
-            pg_sys::NoLock as pg_sys::LOCKMODE,
-            pg_sys::RVROption::RVR_MISSING_OK,
-            None,
-            std::ptr::null_mut(),
-        )
-    };
-    if relid == pg_sys::InvalidOid {
-        return Ok(None);
-    }
-    let Some(dist_column) = logical_table(relid)? else {
-        return Ok(None);
-    };
-    let table =
-        query_one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default();
-    let refuse = |reason: String| ShardError::UnsupportedSchemaChange {
-        table: table.clone(),
-        reason,
-    };
-    let dist = dist_column.as_deref();
-    // SAFETY: the statement's parse nodes, read as their tags say.
-    let (on_shards, new_map) = unsafe { verdict.judge(dist, &refuse)? };
-    let job_running = query_one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM pg_shard.job j JOIN pg_shard.shard s USING (shard_group_id) \
-         WHERE s.table_rel = $1 AND j.state IN ('queued', 'running'))",
-        &[relid.into()],
-    )?
-    .unwrap_or(false);
-    if job_running && (on_shards || new_map) {
-        return Err(ShardError::SchemaChangeDuringJob(table));
-    }
-    // SAFETY: query_string is the NUL-terminated text the statement was
-    // parsed from; locations are byte offsets into it.
-    let text = unsafe { CStr::from_ptr(query_string) }.to_string_lossy();
-    let start = usize::try_from(location).unwrap_or(0).min(text.len());
-    let end = match usize::try_from(length) {
-        Ok(0) | Err(_) => text.len(),
-        Ok(length) => (start + length).min(text.len()),
-    };
-    // SAFETY: the RangeVar of the statement.
-    let name_at = usize::try_from(unsafe { (*relation).location }).unwrap_or(0);
-    let statement = text[start..end].to_string();
-    let name_start = name_at.saturating_sub(start);
-    let name_end =
-        name_start + quote::qualified_name_length(&statement[name_start.min(statement.len())..]);
-    if name_end <= name_start || name_end > statement.len() {
-        return Err(refuse(
-            "its name could not be found in the statement".into(),
-        ));
-    }
-    Ok(Some(SchemaChange {
-        relid,
-        statement,
-        name_span: (name_start, name_end),
-        on_shards,
-        new_map,
-    }))
 }
 
-enum Verdict {
-    Alter(*mut pg_sys::List),
-    Rename(*mut pg_sys::RenameStmt),
+/// The text of the statement being run (one of possibly several in the
+/// query string), with positions relative to it.
+pub(crate) struct StatementText {
+    text: String,
+    /// Where the statement starts in the query string.
+    offset: usize,
 }
 
-impl Verdict {
-    /// (whether the shards run the statement, whether the map changes), or
-    /// the reason it is refused.
+impl StatementText {
+    /// # Safety
+    /// As for [`plan`].
+    unsafe fn of(pstmt: *mut pg_sys::PlannedStmt, query_string: *const c_char) -> StatementText {
+        // SAFETY: query_string is the NUL-terminated text the statement was
+        // parsed from; locations are byte offsets into it.
+        let (all, location, length) = unsafe {
+            (
+                CStr::from_ptr(query_string).to_string_lossy(),
+                (*pstmt).stmt_location,
+                (*pstmt).stmt_len,
+            )
+        };
+        let start = usize::try_from(location).unwrap_or(0).min(all.len());
+        let end = match usize::try_from(length) {
+            Ok(0) | Err(_) => all.len(),
+            Ok(length) => (start + length).min(all.len()),
+        };
+        StatementText {
+            text: all.get(start..end).unwrap_or_default().to_string(),
+            offset: start,
+        }
+    }
+
+    /// Where `relation`'s name (as written, maybe qualified and quoted) is.
     ///
     /// # Safety
-    /// The pointers are the statement's parse nodes.
-    unsafe fn judge(
-        &self,
-        dist: Option<&str>,
-        refuse: &dyn Fn(String) -> ShardError,
-    ) -> Result<(bool, bool)> {
-        let is_dist = |name: *mut c_char| -> bool {
-            // SAFETY: a column name of the parse tree, or null.
-            !name.is_null()
-                && dist.is_some_and(|d| unsafe { CStr::from_ptr(name) }.to_bytes() == d.as_bytes())
-        };
-        match self {
-            Verdict::Rename(rename) => {
-                // SAFETY: the RenameStmt node.
-                let rename = unsafe { &**rename };
-                match rename.renameType {
-                    pg_sys::ObjectType::OBJECT_COLUMN if is_dist(rename.subname) => Err(refuse(
-                        "the distribution column cannot be renamed yet".into(),
-                    )),
-                    pg_sys::ObjectType::OBJECT_COLUMN => Ok((true, false)),
-                    // The shards keep their names; routers learn the new one.
-                    pg_sys::ObjectType::OBJECT_TABLE => Ok((false, true)),
-                    _ => Err(refuse(
-                        "this RENAME is not carried to the shards yet".into(),
-                    )),
-                }
-            }
-            Verdict::Alter(cmds) => {
-                let mut on_shards = false;
-                // SAFETY: the statement's list of AlterTableCmd nodes.
-                let cmds = unsafe { pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(*cmds) };
-                for cmd in cmds.iter_ptr() {
-                    // SAFETY: an AlterTableCmd of the list.
-                    let cmd = unsafe { &*cmd };
-                    use pg_sys::AlterTableType as T;
-                    match cmd.subtype {
-                        T::AT_AddColumn => {
-                            // SAFETY: ADD COLUMN's definition is a ColumnDef.
-                            unsafe { check_added_column(cmd.def, refuse)? };
-                            on_shards = true;
-                        }
-                        T::AT_DropColumn if is_dist(cmd.name) => {
-                            return Err(refuse(
-                                "the distribution column cannot be dropped".into(),
-                            ))
-                        }
-                        T::AT_AlterColumnType if is_dist(cmd.name) => {
-                            return Err(refuse(
-                                "the distribution column's type cannot change (rows would hash to other shards)"
-                                    .into(),
-                            ))
-                        }
-                        T::AT_DropColumn | T::AT_AlterColumnType | T::AT_SetNotNull | T::AT_DropNotNull => {
-                            on_shards = true
-                        }
-                        // Defaults apply where rows are routed from: the
-                        // metadata node's table.
-                        T::AT_ColumnDefault => {}
-                        _ => {
-                            return Err(refuse(
-                                "this ALTER TABLE action is not carried to the shards yet \
-                                 (supported: ADD/DROP COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL, \
-                                 SET/DROP DEFAULT, RENAME)"
-                                    .into(),
-                            ))
-                        }
-                    }
-                }
-                Ok((on_shards, false))
-            }
-        }
+    /// `relation` is a RangeVar of this statement.
+    unsafe fn name_span(&self, relation: *mut pg_sys::RangeVar) -> Option<(usize, usize)> {
+        // SAFETY: the caller's RangeVar.
+        let at = usize::try_from(unsafe { (*relation).location }).ok()?;
+        let start = at.checked_sub(self.offset)?;
+        let length = quote::qualified_name_length(self.text.get(start..)?);
+        (length > 0).then_some((start, start + length))
     }
 }
 
-/// A column added to a distributed table may carry NOT NULL and DEFAULT;
-/// constraints with indexes or references are not carried over yet.
-///
-/// # Safety
-/// `def` is ADD COLUMN's ColumnDef.
-unsafe fn check_added_column(
-    def: *mut pg_sys::Node,
-    refuse: &dyn Fn(String) -> ShardError,
-) -> Result<()> {
-    if def.is_null() {
-        return Ok(());
+/// A distributed (Some(column)) or reference (None) table's identity.
+#[derive(Clone)]
+pub(crate) struct LogicalTable {
+    pub relid: pg_sys::Oid,
+    /// As PostgreSQL prints it, for messages.
+    pub display: String,
+    pub dist_column: Option<String>,
+}
+
+impl LogicalTable {
+    /// The table `relation` names, if it is distributed or a reference table.
+    ///
+    /// # Safety
+    /// `relation` is a RangeVar of the statement, or null.
+    unsafe fn named(relation: *mut pg_sys::RangeVar) -> Result<Option<LogicalTable>> {
+        if relation.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: a name lookup without a lock (the statement itself locks).
+        let relid = unsafe {
+            pg_sys::RangeVarGetRelidExtended(
+                relation,
+                pg_sys::NoLock as pg_sys::LOCKMODE,
+                pg_sys::RVROption::RVR_MISSING_OK,
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        LogicalTable::of(relid)
     }
-    // SAFETY: ADD COLUMN's definition node.
-    let constraints = unsafe { (*(def as *mut pg_sys::ColumnDef)).constraints };
-    // SAFETY: a list of Constraint nodes.
-    let constraints = unsafe { pgrx::PgList::<pg_sys::Constraint>::from_pg(constraints) };
-    for constraint in constraints.iter_ptr() {
-        use pg_sys::ConstrType as C;
-        // SAFETY: a Constraint of the list.
-        match unsafe { (*constraint).contype } {
-            C::CONSTR_NULL | C::CONSTR_NOTNULL | C::CONSTR_DEFAULT => {}
-            _ => {
-                return Err(refuse(
-                    "a new column's constraints other than NOT NULL and DEFAULT are not carried to the shards yet"
-                        .into(),
-                ))
-            }
+
+    fn of(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
+        if relid == pg_sys::InvalidOid {
+            return Ok(None);
+        }
+        let found = Spi::connect(|client| {
+            let rows = client.select(
+                "SELECT dist_column, table_rel::text FROM pg_shard.logical_table \
+                 WHERE table_rel = $1",
+                Some(1),
+                &[relid.into()],
+            )?;
+            let Some(row) = rows.into_iter().next() else {
+                return Ok::<_, ShardError>(None);
+            };
+            Ok(Some((
+                row.get::<String>(1)?,
+                row.get::<String>(2)?.unwrap_or_default(),
+            )))
+        })?;
+        Ok(found.map(|(dist_column, display)| LogicalTable {
+            relid,
+            display,
+            dist_column,
+        }))
+    }
+
+    pub fn is_distributed(&self) -> bool {
+        self.dist_column.is_some()
+    }
+
+    /// The refusal of a change of this table.
+    pub fn refuse(&self, reason: impl Into<String>) -> ShardError {
+        ShardError::UnsupportedSchemaChange {
+            table: self.display.clone(),
+            reason: reason.into(),
         }
     }
-    Ok(())
+
+    /// Changes wait for no job: a move or split of the table would copy the
+    /// old shape to its new shards.
+    pub fn refuse_during_job(&self) -> Result<()> {
+        let running = query_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_shard.job j \
+                            JOIN pg_shard.shard s USING (shard_group_id) \
+             WHERE s.table_rel = $1 AND j.state IN ('queued', 'running'))",
+            &[self.relid.into()],
+        )?
+        .unwrap_or(false);
+        if running {
+            return Err(ShardError::SchemaChangeDuringJob(self.display.clone()));
+        }
+        Ok(())
+    }
+
+    /// Take `mode` on the metadata node's table until the transaction ends.
+    pub fn lock(&self, mode: u32) {
+        // SAFETY: a heavyweight lock on an existing relation, held to
+        // transaction end; an error is raised through pgrx's guard.
+        unsafe { pg_sys::LockRelationOid(self.relid, mode as pg_sys::LOCKMODE) };
+    }
 }
 
 /// Whether pg_shard's catalog is there to ask (not while an extension
@@ -393,66 +398,125 @@ fn extension_installed() -> bool {
     }
 }
 
-/// The distribution column of a distributed table (Some(None) for a
-/// reference table), or None when the relation is neither.
-fn logical_table(relid: pg_sys::Oid) -> Result<Option<Option<String>>> {
+/// One shard table: its node, id, schema and qualified name.
+pub(crate) struct ShardTable {
+    pub node: Node,
+    pub shard_id: i64,
+    pub schema: String,
+    pub qualified: String,
+}
+
+/// Every placement of `relid`'s shards, in node order.
+pub(crate) fn shard_tables(relid: pg_sys::Oid) -> Result<Vec<ShardTable>> {
     Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT dist_column FROM pg_shard.logical_table WHERE table_rel = $1",
-            Some(1),
+        let mut tables = Vec::new();
+        for row in client.select(
+            "SELECT n.node_id, n.host, n.port, s.shard_id, s.shard_schema, s.shard_name \
+             FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
+             JOIN pg_shard.node n USING (node_id) \
+             WHERE s.table_rel = $1 ORDER BY n.node_id, s.shard_id",
+            None,
             &[relid.into()],
-        )?;
-        let Some(row) = rows.into_iter().next() else {
-            return Ok(None);
-        };
-        Ok(Some(row.get::<String>(1)?))
+        )? {
+            let schema = row.get::<String>(5)?.unwrap_or_default();
+            let name = row.get::<String>(6)?.unwrap_or_default();
+            tables.push(ShardTable {
+                node: Node {
+                    node_id: row.get::<i32>(1)?.unwrap_or_default(),
+                    host: row.get::<String>(2)?.unwrap_or_default(),
+                    port: row.get::<i32>(3)?.unwrap_or_default(),
+                },
+                shard_id: row.get::<i64>(4)?.unwrap_or_default(),
+                qualified: quote::qualified(&schema, &name),
+                schema,
+            });
+        }
+        Ok(tables)
     })
 }
 
-impl SchemaChange {
-    /// The statement on every shard table (in the remote transactions that
-    /// commit with the local one), and the map's new version when routers
-    /// must learn a new name.
-    fn apply_to_shards(&self) -> Result<()> {
-        if self.on_shards {
-            let shards = Spi::connect(|client| {
-                let mut shards = Vec::new();
-                for row in client.select(
-                    "SELECT n.node_id, n.host, n.port, s.shard_schema, s.shard_name \
-                     FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
-                     JOIN pg_shard.node n USING (node_id) \
-                     WHERE s.table_rel = $1 ORDER BY n.node_id, s.shard_id",
-                    None,
-                    &[self.relid.into()],
-                )? {
-                    let node = crate::catalog::Node {
-                        node_id: row.get::<i32>(1)?.unwrap_or_default(),
-                        host: row.get::<String>(2)?.unwrap_or_default(),
-                        port: row.get::<i32>(3)?.unwrap_or_default(),
-                    };
-                    let schema = row.get::<String>(4)?.unwrap_or_default();
-                    let name = row.get::<String>(5)?.unwrap_or_default();
-                    shards.push((node, quote::qualified(&schema, &name)));
-                }
-                Ok::<_, ShardError>(shards)
-            })?;
-            let (start, end) = self.name_span;
-            for (node, shard) in shards {
-                let sql = format!(
-                    "{}{shard}{}",
-                    &self.statement[..start],
-                    &self.statement[end..]
+/// Run the statements `sql` gives for each shard table of `relid`, in the
+/// remote transactions that commit with the local one (all of a node's in
+/// one round trip).
+pub(crate) fn on_shards_in_transaction(
+    relid: pg_sys::Oid,
+    sql: impl Fn(&ShardTable) -> Vec<String>,
+) -> Result<()> {
+    let shards = shard_tables(relid)?;
+    let mut by_node: Vec<(Node, Vec<String>)> = Vec::new();
+    for shard in &shards {
+        let statements = sql(shard);
+        if statements.is_empty() {
+            continue;
+        }
+        match by_node.iter_mut().find(|(n, _)| n.node_id == shard.node.node_id) {
+            Some((_, all)) => all.extend(statements),
+            None => by_node.push((shard.node.clone(), statements)),
+        }
+    }
+    for (node, statements) in by_node {
+        let script = statements.join(";\n");
+        crate::remote::in_transaction(&node, |client| {
+            client
+                .batch_execute(&script)
+                .map_err(|e| crate::remote::remote_error(&node, &e))
+        })?;
+    }
+    Ok(())
+}
+
+/// Run `sql` on each shard table of `relid` one statement at a time outside
+/// any transaction (CREATE/DROP INDEX CONCURRENTLY). If one fails, `undo`
+/// runs on every shard table (it must tolerate shards `sql` never reached),
+/// and the error is returned.
+pub(crate) fn on_shards_one_by_one(
+    relid: pg_sys::Oid,
+    sql: impl Fn(&ShardTable) -> String,
+    undo: impl Fn(&ShardTable) -> String,
+) -> Result<()> {
+    let shards = shard_tables(relid)?;
+    // Every node is reached before anything changes.
+    let mut clients: Vec<(i32, postgres::Client)> = Vec::new();
+    for shard in &shards {
+        if !clients.iter().any(|(id, _)| *id == shard.node.node_id) {
+            let client = crate::remote::connect(&shard.node.host, shard.node.port)?;
+            clients.push((shard.node.node_id, client));
+        }
+    }
+    fn client_of<'a>(
+        clients: &'a mut [(i32, postgres::Client)],
+        node: &Node,
+    ) -> Option<&'a mut postgres::Client> {
+        clients
+            .iter_mut()
+            .find(|(id, _)| *id == node.node_id)
+            .map(|(_, client)| client)
+    }
+    let mut failure = None;
+    for shard in &shards {
+        pgrx::check_for_interrupts!();
+        let Some(client) = client_of(&mut clients, &shard.node) else {
+            continue;
+        };
+        if let Err(e) = client.batch_execute(&sql(shard)) {
+            failure = Some(crate::remote::remote_error(&shard.node, &e));
+            break;
+        }
+    }
+    let Some(failure) = failure else {
+        return Ok(());
+    };
+    for shard in &shards {
+        if let Some(client) = client_of(&mut clients, &shard.node) {
+            if let Err(e) = client.batch_execute(&undo(shard)) {
+                pgrx::warning!(
+                    "could not undo a change of shard table {} on node {}: {}",
+                    shard.qualified,
+                    shard.node.label(),
+                    crate::remote::describe(&e)
                 );
-                crate::remote::in_transaction(&node, |client| {
-                    client
-                        .batch_execute(&sql)
-                        .map_err(|e| crate::remote::remote_error(&node, &e))
-                })?;
             }
         }
-        if self.new_map {
-            crate::catalog::bump_map_version()?;
-        }
-        Ok(())
     }
+    Err(failure)
 }

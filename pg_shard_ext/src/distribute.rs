@@ -149,6 +149,9 @@ fn distribute_table(
         )?,
     };
     catalog::insert_logical_table(relid, "distributed", Some(column), colocation_id)?;
+    for (kind, name, definition, unique_index) in shape.constraint_rows() {
+        catalog::insert_table_constraint(relid, kind, &name, &definition, unique_index)?;
+    }
 
     let mut entries = Vec::new();
     let mut partitions = Vec::new();

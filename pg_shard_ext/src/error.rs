@@ -24,6 +24,19 @@ pub enum ShardError {
     UnsupportedTable { table: String, reason: String },
     #[error("cannot change {table}: {reason}")]
     UnsupportedSchemaChange { table: String, reason: String },
+    #[error(
+        "cannot add \"{name}\" to {table}: a unique constraint or index of a distributed \
+         table must include its distribution column \"{column}\""
+    )]
+    UniqueWithoutDistributionColumn {
+        table: String,
+        name: String,
+        column: String,
+    },
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("relation \"{0}\" already exists")]
+    RelationExists(String),
     #[error("cannot change {0}: a shard move or split of it is in progress")]
     SchemaChangeDuringJob(String),
     #[error("table {0} has no primary key or replica identity")]
@@ -95,6 +108,9 @@ impl ShardError {
                 ERRCODE_FEATURE_NOT_SUPPORTED
             }
             ShardError::SchemaChangeDuringJob(_) => ERRCODE_OBJECT_IN_USE,
+            ShardError::UniqueWithoutDistributionColumn { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::RelationExists(_) => ERRCODE_DUPLICATE_TABLE,
+            ShardError::PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             ShardError::NoReplicaIdentity(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::Colocation { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardError::InvalidArgument(_) | ShardError::Range(_) => {
@@ -139,6 +155,11 @@ impl ShardError {
                  outside the savepoint that failed"
                     .into(),
             ),
+            ShardError::UniqueWithoutDistributionColumn { column, .. } => Some(format!(
+                "each shard checks only its own rows; add \"{column}\" to the key, or keep \
+                 the values unique in a lookup table (a reference table, or a table \
+                 distributed by that value) that the application writes in the same transaction"
+            )),
             ShardError::SchemaChangeDuringJob(_) => Some(
                 "wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first".into(),
             ),

@@ -149,7 +149,8 @@ pub fn replace_with_routing_table(
 
 /// Owner, grants, comments and sequence ownership of `relid`, as statements
 /// applying them to `new_table`.
-fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
+pub fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
+    let grants_and_comments = TableShape::load(relid)?.grant_and_comment_sql(new_table);
     Spi::connect(|client| {
         let mut statements = Vec::new();
         let owner = client.select(
@@ -160,50 +161,6 @@ fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
         for row in owner {
             if let Some(owner) = row.get::<String>(1)? {
                 statements.push(format!("ALTER TABLE {new_table} OWNER TO {owner}"));
-            }
-        }
-        let grants = client.select(
-            "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
-                         ELSE quote_ident(pg_get_userbyid(a.grantee)) END, \
-                    a.privilege_type, a.is_grantable \
-             FROM pg_class c, aclexplode(c.relacl) a \
-             WHERE c.oid = $1 AND a.grantee <> c.relowner",
-            None,
-            &[relid.into()],
-        )?;
-        for row in grants {
-            let grantee = row.get::<String>(1)?.unwrap_or_default();
-            let privilege = row.get::<String>(2)?.unwrap_or_default();
-            let grant_option = if row.get::<bool>(3)?.unwrap_or(false) {
-                " WITH GRANT OPTION"
-            } else {
-                ""
-            };
-            statements.push(format!(
-                "GRANT {privilege} ON {new_table} TO {grantee}{grant_option}"
-            ));
-        }
-        let comments = client.select(
-            "SELECT NULL::text, obj_description($1, 'pg_class') \
-             UNION ALL \
-             SELECT quote_ident(attname), col_description($1, attnum) FROM pg_attribute \
-             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
-            None,
-            &[relid.into()],
-        )?;
-        for row in comments {
-            let Some(comment) = row.get::<String>(2)? else {
-                continue;
-            };
-            match row.get::<String>(1)? {
-                None => statements.push(format!(
-                    "COMMENT ON TABLE {new_table} IS {}",
-                    quote::literal(&comment)
-                )),
-                Some(column) => statements.push(format!(
-                    "COMMENT ON COLUMN {new_table}.{column} IS {}",
-                    quote::literal(&comment)
-                )),
             }
         }
         let sequences = client.select(
@@ -223,6 +180,7 @@ fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
                 "ALTER SEQUENCE {sequence} OWNED BY {new_table}.{column}"
             ));
         }
+        statements.extend(grants_and_comments);
         Ok(statements)
     })
 }

@@ -33,6 +33,8 @@ struct Constraint {
     definition: String,
     /// Whether the constraint owns an index, whose name must be unique per schema.
     has_index: bool,
+    /// pg_constraint.contype: 'p', 'u', 'c' or 'x'.
+    kind: char,
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +67,11 @@ pub struct TableShape {
     pub in_inheritance_tree: bool,
     pub relkind: char,
     pub persistence: char,
+    /// Table privileges: (grantee, already quoted or PUBLIC; privilege;
+    /// with grant option).
+    grants: Vec<(String, String, bool)>,
+    /// Comments on the table (None) and its columns.
+    comments: Vec<(Option<String>, String)>,
 }
 
 impl TableShape {
@@ -109,7 +116,39 @@ impl TableShape {
                 foreign_keys: Vec::new(),
                 in_inheritance_tree: false,
                 row_security: rel.get::<bool>(6)?.unwrap_or(false),
+                grants: Vec::new(),
+                comments: Vec::new(),
             };
+
+            let grants = client.update(
+                "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
+                             ELSE quote_ident(pg_get_userbyid(a.grantee)) END, \
+                        a.privilege_type, a.is_grantable \
+                 FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = $1 \
+                 ORDER BY 1, 2",
+                None,
+                &[relid.into()],
+            )?;
+            for row in grants {
+                shape.grants.push((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                    row.get::<bool>(3)?.unwrap_or(false),
+                ));
+            }
+            let comments = client.update(
+                "SELECT NULL::text, obj_description($1, 'pg_class') \
+                 UNION ALL \
+                 SELECT attname::text, col_description($1, attnum) FROM pg_attribute \
+                 WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
+                None,
+                &[relid.into()],
+            )?;
+            for row in comments {
+                if let Some(comment) = row.get::<String>(2)? {
+                    shape.comments.push((row.get::<String>(1)?, comment));
+                }
+            }
 
             let columns = client.update(
                 "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid, \
@@ -157,6 +196,7 @@ impl TableShape {
                     name: row.get::<String>(1)?.unwrap_or_default(),
                     definition: row.get::<String>(2)?.unwrap_or_default(),
                     has_index: kind != "c",
+                    kind: kind.chars().next().unwrap_or('c'),
                 });
             }
 
@@ -189,7 +229,8 @@ impl TableShape {
             // before `USING` is exactly `CREATE [UNIQUE ]INDEX name ON schema.table `.
             let indexes = client.update(
                 "SELECT ic.relname::text, pg_get_indexdef(i.indexrelid), i.indisunique, \
-                        i.indisreplident, format('%I.%I', n.nspname, c.relname), \
+                        i.indisreplident, \
+                        format('%I.%I', CASE WHEN c.relpersistence = 't' THEN 'pg_temp' ELSE n.nspname END, c.relname), \
                         quote_ident(ic.relname::text) \
                  FROM pg_index i \
                  JOIN pg_class ic ON ic.oid = i.indexrelid \
@@ -253,6 +294,47 @@ impl TableShape {
 
     pub fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// GRANT and COMMENT statements that give `target` this table's
+    /// privileges and comments.
+    pub fn grant_and_comment_sql(&self, target: &str) -> Vec<String> {
+        let grants = self.grants.iter().map(|(grantee, privilege, grantable)| {
+            format!(
+                "GRANT {privilege} ON {target} TO {grantee}{}",
+                if *grantable { " WITH GRANT OPTION" } else { "" }
+            )
+        });
+        let comments = self.comments.iter().map(|(column, comment)| match column {
+            None => format!("COMMENT ON TABLE {target} IS {}", quote::literal(comment)),
+            Some(column) => format!(
+                "COMMENT ON COLUMN {target}.{} IS {}",
+                quote::ident(column),
+                quote::literal(comment)
+            ),
+        });
+        grants.chain(comments).collect()
+    }
+
+    /// The grantees of this table's privileges (quoted, or PUBLIC).
+    pub fn grantees(&self) -> Vec<String> {
+        let mut grantees: Vec<String> = self.grants.iter().map(|g| g.0.clone()).collect();
+        grantees.dedup();
+        grantees
+    }
+
+    /// Constraints and indexes as rows of pg_shard.table_constraint:
+    /// (kind, name, definition, unique index).
+    pub fn constraint_rows(&self) -> Vec<(char, String, String, bool)> {
+        let constraints = self
+            .constraints
+            .iter()
+            .map(|c| (c.kind, c.name.clone(), c.definition.clone(), false));
+        let indexes = self
+            .indexes
+            .iter()
+            .map(|i| ('i', i.name.clone(), i.tail.clone(), i.unique));
+        constraints.chain(indexes).collect()
     }
 
     /// Whether later moves can identify rows (logical replication needs it).
@@ -372,6 +454,7 @@ impl TableShape {
             )),
             _ => {}
         }
+        ddl.extend(self.grant_and_comment_sql(&target));
         ddl
     }
 }

@@ -1,0 +1,233 @@
+//! ALTER TABLE column changes and RENAME of distributed and reference
+//! tables.
+//!
+//! Supported: ADD COLUMN (with NOT NULL or DEFAULT), DROP COLUMN, ALTER
+//! COLUMN TYPE, SET / DROP NOT NULL, RENAME COLUMN. The metadata node's
+//! table runs the statement first (for a distributed table PostgreSQL
+//! carries column changes on to the foreign partitions itself), then every
+//! shard table runs it with its own name in place of the table's, so the
+//! shards keep the table's attribute layout. SET / DROP DEFAULT and RENAME
+//! of the table change the metadata node only (shards carry no defaults;
+//! they keep their names). The distribution column cannot be dropped,
+//! renamed or change its type. Constraint actions go to [`super::objects`].
+
+use super::{on_shards_in_transaction, LogicalTable, Local, Planned, StatementText};
+use crate::error::Result;
+use pgrx::prelude::*;
+use std::ffi::{c_char, CStr};
+
+/// # Safety
+/// `alter` is the statement's AlterTableStmt.
+pub(super) unsafe fn plan_alter(
+    alter: *mut pg_sys::AlterTableStmt,
+    text: StatementText,
+) -> Result<Option<Planned>> {
+    // SAFETY: the caller's node.
+    let alter = unsafe { &*alter };
+    if alter.objtype != pg_sys::ObjectType::OBJECT_TABLE {
+        return Ok(None);
+    }
+    // SAFETY: the statement's RangeVar.
+    let Some(table) = (unsafe { LogicalTable::named(alter.relation)? }) else {
+        return Ok(None);
+    };
+    // SAFETY: the statement's list of AlterTableCmd nodes.
+    let cmds = unsafe { pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds) };
+    let is_constraint_action = |cmd: *mut pg_sys::AlterTableCmd| {
+        use pg_sys::AlterTableType as T;
+        // SAFETY: an AlterTableCmd of the list.
+        matches!(
+            unsafe { (*cmd).subtype },
+            T::AT_AddConstraint | T::AT_DropConstraint | T::AT_ValidateConstraint
+        )
+    };
+    let constraint_actions = cmds.iter_ptr().filter(|c| is_constraint_action(*c)).count();
+    if constraint_actions > 0 {
+        if constraint_actions < cmds.len() {
+            return Err(table.refuse(
+                "run constraint changes in an ALTER TABLE statement of their own",
+            ));
+        }
+        for cmd in cmds.iter_ptr() {
+            // SAFETY: an AlterTableCmd of the list.
+            unsafe { check_added_constraint(&*cmd, &table)? };
+        }
+        // SAFETY: the statement's RangeVar.
+        let span = unsafe { text.name_span(alter.relation) };
+        return objects_plan(table, text, span);
+    }
+    let mut on_shards = false;
+    for cmd in cmds.iter_ptr() {
+        // SAFETY: an AlterTableCmd of the list.
+        on_shards |= unsafe { judge_column_action(&*cmd, &table)? };
+    }
+    // SAFETY: the statement's RangeVar.
+    let span = unsafe { text.name_span(alter.relation) };
+    splice_plan(table, text, span, on_shards, false)
+}
+
+fn objects_plan(
+    table: LogicalTable,
+    text: StatementText,
+    span: Option<(usize, usize)>,
+) -> Result<Option<Planned>> {
+    let (_, end) = span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    super::objects::plan_alter_constraints(table, text.text[end..].to_string()).map(Some)
+}
+
+/// # Safety
+/// `rename` is the statement's RenameStmt.
+pub(super) unsafe fn plan_rename(
+    rename: *mut pg_sys::RenameStmt,
+    text: StatementText,
+) -> Result<Option<Planned>> {
+    // SAFETY: the caller's node.
+    let rename = unsafe { &*rename };
+    // SAFETY: the statement's RangeVar.
+    let Some(table) = (unsafe { LogicalTable::named(rename.relation)? }) else {
+        return Ok(None);
+    };
+    let (on_shards, new_map) = match rename.renameType {
+        // SAFETY: a column name of the parse tree.
+        pg_sys::ObjectType::OBJECT_COLUMN if unsafe { is_dist(rename.subname, &table) } => {
+            return Err(table.refuse("the distribution column cannot be renamed yet"))
+        }
+        pg_sys::ObjectType::OBJECT_COLUMN => (true, false),
+        // The shards keep their names; routers learn the new one.
+        pg_sys::ObjectType::OBJECT_TABLE => (false, true),
+        _ => return Err(table.refuse("this RENAME is not carried to the shards yet")),
+    };
+    // SAFETY: the statement's RangeVar.
+    let span = unsafe { text.name_span(rename.relation) };
+    splice_plan(table, text, span, on_shards, new_map)
+}
+
+/// The metadata node runs the statement; then each shard table runs it
+/// with its name spliced in, and the map moves on when asked.
+fn splice_plan(
+    table: LogicalTable,
+    text: StatementText,
+    span: Option<(usize, usize)>,
+    on_shards: bool,
+    new_map: bool,
+) -> Result<Option<Planned>> {
+    if on_shards || new_map {
+        table.refuse_during_job()?;
+    }
+    let (start, end) =
+        span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let statement = text.text;
+    let relid = table.relid;
+    Ok(Some(Planned::new(Local::Run, move || {
+        if on_shards {
+            on_shards_in_transaction(relid, |shard| {
+                vec![format!(
+                    "{}{}{}",
+                    &statement[..start],
+                    shard.qualified,
+                    &statement[end..]
+                )]
+            })?;
+        }
+        if new_map {
+            crate::catalog::bump_map_version()?;
+        }
+        Ok(())
+    })))
+}
+
+/// # Safety
+/// `name` is a column name of the parse tree, or null.
+unsafe fn is_dist(name: *mut c_char, table: &LogicalTable) -> bool {
+    // SAFETY: as the caller promises.
+    !name.is_null()
+        && table
+            .dist_column
+            .as_deref()
+            .is_some_and(|d| unsafe { CStr::from_ptr(name) }.to_bytes() == d.as_bytes())
+}
+
+/// Whether the shards run this action, or the reason it is refused.
+///
+/// # Safety
+/// `cmd` is an AlterTableCmd of the statement.
+unsafe fn judge_column_action(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable) -> Result<bool> {
+    use pg_sys::AlterTableType as T;
+    // SAFETY: the command's column name, or null.
+    let dist = unsafe { is_dist(cmd.name, table) };
+    match cmd.subtype {
+        T::AT_AddColumn => {
+            // SAFETY: ADD COLUMN's definition is a ColumnDef.
+            unsafe { check_added_column(cmd.def, table)? };
+            Ok(true)
+        }
+        T::AT_DropColumn if dist => Err(table.refuse("the distribution column cannot be dropped")),
+        T::AT_AlterColumnType if dist => Err(table.refuse(
+            "the distribution column's type cannot change (rows would hash to other shards)",
+        )),
+        T::AT_DropColumn | T::AT_AlterColumnType | T::AT_SetNotNull | T::AT_DropNotNull => Ok(true),
+        // Defaults apply where rows are routed from: the metadata node's
+        // table.
+        T::AT_ColumnDefault => Ok(false),
+        _ => Err(table.refuse(
+            "this ALTER TABLE action is not carried to the shards yet (supported: ADD/DROP \
+             COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL, SET/DROP DEFAULT, RENAME, \
+             ADD/DROP/VALIDATE CONSTRAINT)",
+        )),
+    }
+}
+
+/// Foreign keys are not carried to the shards yet; a distributed table's
+/// constraints cannot adopt an index (it has none on the metadata node).
+///
+/// # Safety
+/// `cmd` is an AlterTableCmd of the statement.
+unsafe fn check_added_constraint(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable) -> Result<()> {
+    if cmd.subtype != pg_sys::AlterTableType::AT_AddConstraint || cmd.def.is_null() {
+        return Ok(());
+    }
+    // SAFETY: ADD CONSTRAINT's definition is a Constraint node.
+    let constraint = unsafe { &*(cmd.def as *mut pg_sys::Constraint) };
+    if constraint.contype == pg_sys::ConstrType::CONSTR_FOREIGN {
+        return Err(table.refuse(
+            "foreign keys to or from distributed and reference tables are not supported yet",
+        ));
+    }
+    if !constraint.indexname.is_null() && table.is_distributed() {
+        return Err(table.refuse(
+            "a distributed table's constraint cannot use an existing index (USING INDEX); \
+             name the columns instead",
+        ));
+    }
+    Ok(())
+}
+
+/// A column added to a distributed table may carry NOT NULL and DEFAULT;
+/// other constraints go in an ADD CONSTRAINT of their own.
+///
+/// # Safety
+/// `def` is ADD COLUMN's ColumnDef.
+unsafe fn check_added_column(def: *mut pg_sys::Node, table: &LogicalTable) -> Result<()> {
+    if def.is_null() {
+        return Ok(());
+    }
+    // SAFETY: ADD COLUMN's definition node.
+    let constraints = unsafe { (*(def as *mut pg_sys::ColumnDef)).constraints };
+    // SAFETY: a list of Constraint nodes.
+    let constraints = unsafe { pgrx::PgList::<pg_sys::Constraint>::from_pg(constraints) };
+    for constraint in constraints.iter_ptr() {
+        use pg_sys::ConstrType as C;
+        // SAFETY: a Constraint of the list.
+        match unsafe { (*constraint).contype } {
+            C::CONSTR_NULL | C::CONSTR_NOTNULL | C::CONSTR_DEFAULT => {}
+            _ => {
+                return Err(table.refuse(
+                    "a new column may carry NOT NULL and DEFAULT; add other constraints with \
+                     ALTER TABLE … ADD CONSTRAINT once the column exists",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
