@@ -22,6 +22,14 @@ AS $$ SELECT pg_shard.create_reference_table_internal(table_name::oid) $$;
 COMMENT ON FUNCTION pg_shard.create_reference_table(regclass) IS
     'copy a table to every worker; the metadata node keeps its rows for local reads';
 
+CREATE FUNCTION pg_shard.undistribute_table(table_name regclass)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.undistribute_table_internal(table_name::oid) $$;
+COMMENT ON FUNCTION pg_shard.undistribute_table(regclass) IS
+    'turn a distributed or reference table back into an ordinary table on the metadata node, '
+    'with every row; its shards are dropped';
+
 -- Worker-side guards (pg_shard_ext/src/fencing.rs).
 CREATE FUNCTION pg_shard.shard_guard_row() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_row';
@@ -437,6 +445,8 @@ REVOKE ALL ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer
 REVOKE ALL ON FUNCTION pg_shard.create_distributed_table_internal(oid, text, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.undistribute_table(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.undistribute_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;

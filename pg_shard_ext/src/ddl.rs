@@ -26,6 +26,9 @@ mod objects;
 mod privileges;
 mod truncate;
 
+pub(crate) use objects::recorded_objects_sql;
+
+
 use crate::catalog::{query_one, Node};
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -325,7 +328,7 @@ impl LogicalTable {
         LogicalTable::of(relid)
     }
 
-    fn of(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
+    pub fn of(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
         if relid == pg_sys::InvalidOid {
             return Ok(None);
         }

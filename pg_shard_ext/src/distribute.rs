@@ -98,7 +98,7 @@ fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
 
 /// Moving rows needs to see every row committed before the table was locked:
 /// a REPEATABLE READ or SERIALIZABLE snapshot may be older than the lock.
-fn require_read_committed() -> Result<()> {
+pub(crate) fn require_read_committed() -> Result<()> {
     // SAFETY: reads the current transaction's isolation level (a global).
     let level = unsafe { pg_sys::XactIsoLevel };
     if level >= pg_sys::XACT_REPEATABLE_READ as i32 {
@@ -172,7 +172,7 @@ fn distribute_table(
     }
     let map = ShardMap::new(version, entries)?;
     data_copy::copy_into_shards(&shape, column, &map)?;
-    Spi::run(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
+    crate::ddl::run_internal(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
     routing_table::replace_with_routing_table(relid, &shape, column, &partitions)
 }
 

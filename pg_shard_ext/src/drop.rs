@@ -17,7 +17,7 @@ fn drop_shards_internal(table_oid: pg_sys::Oid) {
     drop_shards(table_oid).or_report()
 }
 
-fn drop_shards(relid: pg_sys::Oid) -> Result<()> {
+pub(crate) fn drop_shards(relid: pg_sys::Oid) -> Result<()> {
     let Some(table) = catalog::logical_table(relid)? else {
         return Ok(());
     };

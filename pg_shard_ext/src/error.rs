@@ -35,6 +35,8 @@ pub enum ShardError {
     },
     #[error("{0}")]
     PermissionDenied(String),
+    #[error("table {0} is neither a distributed nor a reference table")]
+    NotLogicalTable(String),
     #[error("relation \"{0}\" already exists")]
     RelationExists(String),
     #[error("cannot change {0}: a shard move or split of it is in progress")]
@@ -111,6 +113,7 @@ impl ShardError {
             ShardError::UniqueWithoutDistributionColumn { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::RelationExists(_) => ERRCODE_DUPLICATE_TABLE,
             ShardError::PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
+            ShardError::NotLogicalTable(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::NoReplicaIdentity(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::Colocation { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardError::InvalidArgument(_) | ShardError::Range(_) => {

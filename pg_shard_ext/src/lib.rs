@@ -46,6 +46,7 @@ mod routing_table;
 mod settings;
 mod shard_ddl;
 mod sizes;
+mod undistribute;
 
 ::pgrx::pg_module_magic!(name, version);
 

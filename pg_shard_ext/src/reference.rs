@@ -15,30 +15,45 @@ use crate::quote;
 use crate::remote::{in_transaction, remote_error};
 use pgrx::prelude::*;
 
+/// The replication triggers: (name, event, transition tables).
+const TRIGGERS: [(&str, &str, &str); 4] = [
+    (
+        "pg_shard_replicate_insert",
+        "INSERT",
+        "REFERENCING NEW TABLE AS pg_shard_new",
+    ),
+    (
+        "pg_shard_replicate_update",
+        "UPDATE",
+        "REFERENCING OLD TABLE AS pg_shard_old NEW TABLE AS pg_shard_new",
+    ),
+    (
+        "pg_shard_replicate_delete",
+        "DELETE",
+        "REFERENCING OLD TABLE AS pg_shard_old",
+    ),
+    ("pg_shard_replicate_truncate", "TRUNCATE", ""),
+];
+
 /// Trigger DDL that makes writes to `qualified_table` reach its copies.
 pub fn replication_trigger_ddl(qualified_table: &str) -> Vec<String> {
-    let function = "pg_shard.replicate_reference_write()";
-    vec![
-        format!(
-            "CREATE TRIGGER pg_shard_replicate_insert AFTER INSERT ON {qualified_table} \
-             REFERENCING NEW TABLE AS pg_shard_new \
-             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
-        ),
-        format!(
-            "CREATE TRIGGER pg_shard_replicate_update AFTER UPDATE ON {qualified_table} \
-             REFERENCING OLD TABLE AS pg_shard_old NEW TABLE AS pg_shard_new \
-             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
-        ),
-        format!(
-            "CREATE TRIGGER pg_shard_replicate_delete AFTER DELETE ON {qualified_table} \
-             REFERENCING OLD TABLE AS pg_shard_old \
-             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
-        ),
-        format!(
-            "CREATE TRIGGER pg_shard_replicate_truncate AFTER TRUNCATE ON {qualified_table} \
-             FOR EACH STATEMENT EXECUTE FUNCTION {function}"
-        ),
-    ]
+    TRIGGERS
+        .iter()
+        .map(|(name, event, transition)| {
+            format!(
+                "CREATE TRIGGER {name} AFTER {event} ON {qualified_table} {transition} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.replicate_reference_write()"
+            )
+        })
+        .collect()
+}
+
+/// Trigger DDL that stops writes to `qualified_table` from reaching copies.
+pub fn drop_replication_trigger_ddl(qualified_table: &str) -> Vec<String> {
+    TRIGGERS
+        .iter()
+        .map(|(name, _, _)| format!("DROP TRIGGER IF EXISTS {name} ON {qualified_table}"))
+        .collect()
 }
 
 /// `pg_shard.replicate_reference_change(table, operation, old_rows, new_rows)`:

@@ -232,6 +232,15 @@ fn recorded_objects(relid: pg_sys::Oid) -> Result<Vec<Object>> {
     })
 }
 
+/// Statements that give `target` the indexes and constraints a distributed
+/// table's shards carry, under their own names.
+pub(crate) fn recorded_objects_sql(relid: pg_sys::Oid, target: &str) -> Result<Vec<String>> {
+    Ok(recorded_objects(relid)?
+        .iter()
+        .map(|object| object.create_sql(target, &object.name, false))
+        .collect())
+}
+
 /// A temporary table standing in for a distributed table: its name,
 /// columns, indexes and constraints.
 struct Scratch {

@@ -1,0 +1,125 @@
+//! `pg_shard.undistribute_table(table)`: a distributed or reference table
+//! becomes an ordinary table on the metadata node again, with every row.
+//!
+//! A reference table already holds its rows: it loses its replication
+//! triggers and its copies. A distributed table is rebuilt beside its
+//! partitioned table — columns and defaults, then every row read through
+//! the foreign partitions, then the indexes and constraints its shards
+//! carried (`pg_shard.table_constraint`), owner, grants, comments and
+//! sequence ownership — and takes its place; dropping the partitioned table
+//! drops the shards and the catalog rows, and moves the map on. All in one
+//! transaction (the shards are dropped in two-phase remote transactions):
+//! it happens completely or not at all.
+
+use crate::catalog;
+use crate::error::{OrReport, Result, ShardError};
+use crate::quote;
+use crate::remote::{in_transaction, remote_error};
+use crate::settings::PORTABLE_TEXT;
+use crate::shard_ddl::TableShape;
+use pgrx::prelude::*;
+
+/// Called by the SQL function pg_shard.undistribute_table (sql/pg_shard_api.sql).
+#[pg_extern(schema = "pg_shard")]
+fn undistribute_table_internal(table_oid: pg_sys::Oid) {
+    undistribute(table_oid).or_report()
+}
+
+fn undistribute(relid: pg_sys::Oid) -> Result<()> {
+    let table = crate::ddl::LogicalTable::of(relid)?.ok_or_else(|| {
+        let name = catalog::query_one::<String>("SELECT $1::regclass::text", &[relid.into()])
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| format!("{relid:?}"));
+        ShardError::NotLogicalTable(name)
+    })?;
+    table.lock(pg_sys::AccessExclusiveLock);
+    crate::distribute::require_read_committed()?;
+    table.refuse_during_job()?;
+    if !table.is_distributed() {
+        let qualified = TableShape::load(relid)?.qualified();
+        for statement in crate::reference::drop_replication_trigger_ddl(&qualified) {
+            crate::ddl::run_internal(&statement)?;
+        }
+        return crate::drop::drop_shards(relid);
+    }
+
+    let shape = TableShape::load(relid)?;
+    let new_name = quote::name_with_suffix(&shape.name, "_pg_shard_local");
+    let new_table = quote::qualified(&shape.schema, &new_name);
+    Spi::run(&format!(
+        "CREATE TABLE {new_table} ({})",
+        shape.column_definitions(true)
+    ))?;
+    for shard in crate::ddl::shard_tables(relid)? {
+        copy_rows(&shard, &new_table)?;
+    }
+    for statement in crate::ddl::recorded_objects_sql(relid, &new_table)? {
+        Spi::run(&statement)?;
+    }
+    for statement in crate::routing_table::carried_over(relid, &new_table)? {
+        Spi::run(&statement)?;
+    }
+    // The event trigger drops the shards and the catalog rows.
+    Spi::run(&format!("DROP TABLE {}", shape.qualified()))?;
+    Spi::run(&format!(
+        "ALTER TABLE {new_table} RENAME TO {}",
+        quote::ident(&shape.name)
+    ))?;
+    Ok(())
+}
+
+/// Rows read per round trip.
+const BATCH_ROWS: i64 = 5000;
+
+/// Copy a shard table's rows into `target` on the metadata node. The rows
+/// are read in the remote transaction that later drops the shard: read
+/// through the foreign partitions instead, they would stay locked by
+/// postgres_fdw's own transaction, which the DROP would wait for.
+fn copy_rows(shard: &crate::ddl::ShardTable, target: &str) -> Result<()> {
+    let node = &shard.node;
+    in_transaction(node, |client| {
+        let mut setup = String::new();
+        for (name, value) in PORTABLE_TEXT {
+            setup.push_str(&format!(
+                "SET LOCAL {name} = {};\n",
+                quote::literal(value)
+            ));
+        }
+        setup.push_str(&format!(
+            "DECLARE pg_shard_rows NO SCROLL CURSOR FOR \
+             SELECT row_to_json(s)::text FROM {} s",
+            shard.qualified
+        ));
+        client
+            .batch_execute(&setup)
+            .map_err(|e| remote_error(node, &e))?;
+        loop {
+            pgrx::check_for_interrupts!();
+            let rows = client
+                .query(&format!("FETCH {BATCH_ROWS} FROM pg_shard_rows"), &[])
+                .map_err(|e| remote_error(node, &e))?;
+            if rows.is_empty() {
+                break;
+            }
+            let mut batch = String::from("[");
+            for (i, row) in rows.iter().enumerate() {
+                if i > 0 {
+                    batch.push(',');
+                }
+                let json: String = row.try_get(0).map_err(|e| remote_error(node, &e))?;
+                batch.push_str(&json);
+            }
+            batch.push(']');
+            Spi::run_with_args(
+                &format!(
+                    "INSERT INTO {target} SELECT * FROM json_populate_recordset(NULL::{target}, $1::json)"
+                ),
+                &[batch.as_str().into()],
+            )?;
+        }
+        client
+            .batch_execute("CLOSE pg_shard_rows")
+            .map_err(|e| remote_error(node, &e))
+    })
+}
