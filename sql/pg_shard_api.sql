@@ -57,6 +57,12 @@ REVOKE ALL ON FUNCTION pg_shard.invalidate_shard_state(oid) FROM PUBLIC;
 -- The guards run as whichever role writes to a shard table.
 GRANT USAGE ON SCHEMA pg_shard TO PUBLIC;
 GRANT SELECT ON pg_shard.local_shard TO PUBLIC;
+-- The catalog is readable by everyone, like pg_class: schema changes
+-- (ProcessUtility hook) and queries of any role look up whether a table is
+-- distributed. Only pg_shard's functions change it.
+GRANT SELECT ON pg_shard.node, pg_shard.colocation_group, pg_shard.shard_group,
+    pg_shard.logical_table, pg_shard.shard, pg_shard.placement, pg_shard.map_state,
+    pg_shard.job, pg_shard.table_constraint TO PUBLIC;
 CREATE TRIGGER local_shard_changed
     AFTER INSERT OR UPDATE OR DELETE ON pg_shard.local_shard
     FOR EACH ROW EXECUTE FUNCTION pg_shard.local_shard_changed();

@@ -6,7 +6,8 @@ Usage: run.py METADATA_PORT WORKER_PORT [WORKER_PORT ...]
 Creates the databases pg_shard_diff (on every node; distributed) and
 pg_shard_diff_plain (metadata node's server only), loads schema.sql, runs
 distribute.sql on the cluster database, then corpus.sql in one session per
-database, and compares block by block.
+database, and compares block by block. Then a round of schema changes
+(schema_round.sql) runs on both, and the corpus runs and compares again.
 """
 import os
 import subprocess
@@ -51,8 +52,8 @@ def run_corpus(port, database, corpus):
     return results
 
 
-def main():
-    metadata, workers = int(sys.argv[1]), [int(p) for p in sys.argv[2:]]
+def setup(metadata, workers):
+    """Fresh databases: the schema and rows, distributed on the cluster."""
     for port in [metadata] + workers:
         psql(port, "postgres", "DROP DATABASE IF EXISTS pg_shard_diff WITH (FORCE)")
         psql(port, "postgres", "CREATE DATABASE pg_shard_diff")
@@ -68,7 +69,27 @@ def main():
     with open(os.path.join(HERE, "distribute.sql")) as f:
         psql(metadata, "pg_shard_diff", f.read())
 
+
+def main():
+    metadata, workers = int(sys.argv[1]), [int(p) for p in sys.argv[2:]]
     corpus = blocks()
+    setup(metadata, workers)
+    passed, failed = compare(metadata, corpus, "")
+    # The corpus writes; the second run starts from fresh databases too.
+    setup(metadata, workers)
+    with open(os.path.join(HERE, "schema_round.sql")) as f:
+        changes = [l for l in f.read().splitlines() if l.strip() and not l.startswith("--")]
+    for statement in changes:
+        for database in ("pg_shard_diff_plain", "pg_shard_diff"):
+            psql(metadata, database, statement)
+    after_passed, after_failed = compare(metadata, corpus, " (after schema changes)")
+    passed, failed = passed + after_passed, failed + after_failed
+    print("differential: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+def compare(metadata, corpus, label):
+    """Run the corpus on both databases; (blocks that agree, blocks that do not)."""
     plain = run_corpus(metadata, "pg_shard_diff_plain", corpus)
     cluster = run_corpus(metadata, "pg_shard_diff", corpus)
     passed = failed = 0
@@ -85,18 +106,17 @@ def main():
         plain_failed = any("ERROR" in line for line in plain.get(number, []))
         if plain_failed and "-- both-fail" not in block and "-- error" not in block:
             failed += 1
-            print("not ok - block %d fails on plain PostgreSQL:\n%s" % (number, block))
+            print("not ok - block %d%s fails on plain PostgreSQL:\n%s" % (number, label, block))
             print("  plain:   %s" % plain.get(number, [])[:12])
             continue
         if not compare or expected == actual:
             passed += 1
             continue
         failed += 1
-        print("not ok - block %d:\n%s" % (number, block))
+        print("not ok - block %d%s:\n%s" % (number, label, block))
         print("  plain:   %s" % expected[:12])
         print("  cluster: %s" % actual[:12])
-    print("differential: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return passed, failed
 
 
 if __name__ == "__main__":
