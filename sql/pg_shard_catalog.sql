@@ -75,18 +75,20 @@ CREATE TABLE pg_shard.shard (
 -- tables only: the metadata node's table is partitioned into foreign tables,
 -- which can hold no index, and constraints there would not be checked. The
 -- rows let DROP INDEX, DROP CONSTRAINT and undistribute_table find them.
--- kind: 'p' primary key, 'u' unique, 'x' exclusion, 'c' check (constraints,
--- definition as pg_get_constraintdef prints it); 'i' an index (definition:
+-- kind: 'p' primary key, 'u' unique, 'x' exclusion, 'c' check, 'f' foreign
+-- key (constraints, definition as pg_get_constraintdef prints it, naming
+-- the metadata node's tables); 'i' an index (definition:
 -- what follows "ON table" in pg_get_indexdef). Index names are unique per
 -- schema, constraint names per table; shard tables add "_<shard id>" to the
 -- names of indexes and index-backed constraints.
 CREATE TABLE pg_shard.table_constraint (
     table_rel    regclass NOT NULL
                  REFERENCES pg_shard.logical_table ON DELETE CASCADE ON UPDATE CASCADE,
-    kind         "char"   NOT NULL CHECK (kind IN ('p', 'u', 'x', 'c', 'i')),
+    kind         "char"   NOT NULL CHECK (kind IN ('p', 'u', 'x', 'c', 'f', 'i')),
     name         name     NOT NULL,
     definition   text     NOT NULL,
     unique_index boolean  NOT NULL DEFAULT false,
+    referenced_rel oid,     -- a foreign key's referenced table
     PRIMARY KEY (table_rel, name)
 );
 

@@ -16,12 +16,14 @@
 //! - [`columns`]: ALTER TABLE column changes and RENAME;
 //! - [`objects`]: indexes and constraints (CREATE/DROP INDEX, ADD/DROP
 //!   CONSTRAINT);
+//! - [`foreign_keys`]: foreign keys of distributed tables;
 //! - [`privileges`]: GRANT/REVOKE and COMMENT;
 //! - [`truncate`]: TRUNCATE of distributed tables.
 //!
 //! DROP TABLE is handled by an event trigger (`crate::drop`).
 
 mod columns;
+mod foreign_keys;
 mod objects;
 mod privileges;
 mod truncate;

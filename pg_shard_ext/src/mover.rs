@@ -720,6 +720,21 @@ fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             .map_err(|e| remote::remote_error(&job.source, &e))?;
         script.extend(frozen_shard_script(shard, ddl, (range_start, range_end)));
     }
+    // Foreign keys once every table of the group exists (the copy and the
+    // apply run as replication sessions, which do not check them).
+    for shard in shards {
+        let foreign_keys = value_on::<Vec<String>>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, '{{}}', '{{}}')",
+                quote::literal(&shard.qualified()),
+                quote::literal(&shard.name)
+            ),
+        )?
+        .unwrap_or_default();
+        script.extend(foreign_keys);
+    }
     let mut target = connect(&job.target)?;
     run_on(
         &job.target,
@@ -750,7 +765,8 @@ fn frozen_shard_script(shard: &GroupShard, ddl: Vec<String>, range: (i64, i64)) 
             "DELETE FROM pg_shard.local_shard WHERE shard_id = {}",
             shard.shard_id
         ),
-        format!("DROP TABLE IF EXISTS {qualified}"),
+        // CASCADE: a leftover's foreign keys may reference it.
+        format!("DROP TABLE IF EXISTS {qualified} CASCADE"),
     ];
     script.extend(ddl);
     script.extend(crate::fencing::guard_trigger_ddl(
@@ -1314,8 +1330,11 @@ fn drop_shard_tables(node: &Node, shards: &[GroupShard], condition: &str) -> Res
             "DELETE FROM pg_shard.local_shard WHERE shard_id = {}{condition}",
             shard.shard_id
         ));
-        script.push(format!("DROP TABLE IF EXISTS {}", shard.qualified()));
     }
+    // One statement: the tables' foreign keys among them do not stand in
+    // the way.
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    script.push(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
     let mut client = connect(node)?;
     run_on(
         node,
@@ -1338,6 +1357,48 @@ fn shard_table_ddl(shard_rel: pg_sys::Oid) -> Vec<String> {
     use crate::error::OrReport;
     crate::shard_ddl::TableShape::load(shard_rel)
         .map(|shape| shape.same_ddl())
+        .or_report()
+}
+
+/// The statements that give a copy of a shard table of this node, named
+/// `shard_name` (in the same schema), the foreign keys the shard table has;
+/// a referenced table named in `old_names` is replaced by the same place in
+/// `new_names` (the halves of a split reference each other).
+#[pg_extern(schema = "pg_shard", volatile)]
+fn shard_foreign_key_ddl(
+    shard_rel: pg_sys::Oid,
+    shard_name: &str,
+    old_names: Vec<String>,
+    new_names: Vec<String>,
+) -> Vec<String> {
+    use crate::error::OrReport;
+    // The old names as pg_get_constraintdef prints them.
+    let printed = |name: &String| {
+        crate::settings::with_settings(crate::settings::QUALIFIED_NAMES, || {
+            crate::catalog::query_one::<String>(
+                "SELECT to_regclass($1)::text",
+                &[name.as_str().into()],
+            )
+        })
+        .map(|printed| printed.unwrap_or_else(|| name.clone()))
+    };
+    let old_names: crate::error::Result<Vec<String>> = old_names.iter().map(printed).collect();
+    old_names
+        .and_then(|old_names| Ok((old_names, crate::shard_ddl::TableShape::load(shard_rel)?)))
+        .map(|(old_names, shape)| {
+            let target = quote::qualified(&shape.schema, shard_name);
+            shape.foreign_key_ddl(&target, &|definition: &str| {
+                old_names
+                    .iter()
+                    .zip(&new_names)
+                    .fold(definition.to_string(), |definition, (old, new)| {
+                        definition.replace(
+                            &format!(" REFERENCES {old}("),
+                            &format!(" REFERENCES {new}("),
+                        )
+                    })
+            })
+        })
         .or_report()
 }
 

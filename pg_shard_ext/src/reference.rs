@@ -106,6 +106,11 @@ fn replicate(
             display_name(relid)?
         )));
     }
+    let columns = if operation == "UPDATE" {
+        updatable_columns(relid)?
+    } else {
+        Vec::new()
+    };
     for (node, copy) in &copies {
         let records = format!("json_populate_recordset(NULL::{copy}, $1::text::json)");
         in_transaction(node, |client| {
@@ -118,6 +123,37 @@ fn replicate(
             if operation == "TRUNCATE" {
                 return client
                     .batch_execute(&format!("TRUNCATE {copy}"))
+                    .map_err(|e| remote_error(node, &e));
+            }
+            if let ("UPDATE", Some(old), Some(new)) = (operation, old_rows, new_rows) {
+                // An UPDATE stays an UPDATE on the copies (a DELETE and an
+                // INSERT would trip foreign keys that reference the copy).
+                // The transition tables hold the old and new version of
+                // each row at the same position: PostgreSQL appends both
+                // at once, and json_agg reads them in that order.
+                let matches = key
+                    .iter()
+                    .map(|c| format!("c.{c} IS NOT DISTINCT FROM o.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
+                let assignments = columns
+                    .iter()
+                    .map(|c| format!("{c} = n.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return client
+                    .execute(
+                        &format!(
+                            "UPDATE {copy} c SET {assignments} \
+                             FROM json_populate_recordset(NULL::{copy}, $1::text::json) \
+                                  WITH ORDINALITY o \
+                             JOIN json_populate_recordset(NULL::{copy}, $2::text::json) \
+                                  WITH ORDINALITY n ON n.ordinality = o.ordinality \
+                             WHERE {matches}"
+                        ),
+                        &[&old, &new],
+                    )
+                    .map(|_| ())
                     .map_err(|e| remote_error(node, &e));
             }
             if let (true, Some(rows)) = (needs_key, old_rows) {
@@ -143,6 +179,22 @@ fn replicate(
         })?;
     }
     Ok(())
+}
+
+/// Quoted names of the columns an UPDATE sets (not generated ones).
+fn updatable_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
+    Spi::connect(|client| {
+        let mut columns = Vec::new();
+        for row in client.select(
+            "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 \
+             AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            None,
+            &[relid.into()],
+        )? {
+            columns.push(row.get::<String>(1)?.unwrap_or_default());
+        }
+        Ok(columns)
+    })
 }
 
 /// Every worker copy of a reference table: (node, qualified copy name).

@@ -61,6 +61,9 @@ pub struct TableShape {
     /// Foreign keys from or to the table, as `name (on table)`: not carried
     /// over to shards yet, so distributing such a table is refused.
     pub foreign_keys: Vec<String>,
+    /// The table's own foreign keys: (name, definition). Created after all
+    /// tables of a group exist, as [`TableShape::foreign_key_ddl`].
+    foreign_key_definitions: Vec<(String, String)>,
     /// Whether row-level security is enabled on the table.
     pub row_security: bool,
     /// Whether the table has inheritance parents or children.
@@ -114,6 +117,7 @@ impl TableShape {
                 replica_identity_index: None,
                 has_primary_key: false,
                 foreign_keys: Vec::new(),
+                foreign_key_definitions: Vec::new(),
                 in_inheritance_tree: false,
                 row_security: rel.get::<bool>(6)?.unwrap_or(false),
                 grants: Vec::new(),
@@ -211,6 +215,18 @@ impl TableShape {
                     .foreign_keys
                     .push(row.get::<String>(1)?.unwrap_or_default());
             }
+            let definitions = client.update(
+                "SELECT conname::text, pg_get_constraintdef(oid) FROM pg_constraint \
+                 WHERE contype = 'f' AND conrelid = $1 ORDER BY conname",
+                None,
+                &[relid.into()],
+            )?;
+            for row in definitions {
+                shape.foreign_key_definitions.push((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                ));
+            }
 
             shape.in_inheritance_tree = client
                 .select(
@@ -294,6 +310,23 @@ impl TableShape {
 
     pub fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The statements that give `target` this table's foreign keys, with
+    /// each referenced table's name passed through `referenced` (the halves
+    /// of a split reference each other's halves). Run once every table they
+    /// reference exists.
+    pub fn foreign_key_ddl(&self, target: &str, referenced: &dyn Fn(&str) -> String) -> Vec<String> {
+        self.foreign_key_definitions
+            .iter()
+            .map(|(name, definition)| {
+                format!(
+                    "ALTER TABLE {target} ADD CONSTRAINT {} {}",
+                    quote::ident(name),
+                    referenced(definition)
+                )
+            })
+            .collect()
     }
 
     /// GRANT and COMMENT statements that give `target` this table's

@@ -36,6 +36,16 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     table.lock(pg_sys::AccessExclusiveLock);
     crate::distribute::require_read_committed()?;
     table.refuse_during_job()?;
+    let foreign_keys = catalog::query_one::<String>(
+        "SELECT string_agg(format('%I (on %s)', name, table_rel::regclass), ', ') \
+         FROM pg_shard.table_constraint WHERE kind = 'f' AND (table_rel = $1 OR referenced_rel = $1)",
+        &[relid.into()],
+    )?;
+    if let Some(foreign_keys) = foreign_keys {
+        return Err(table.refuse(format!(
+            "drop the foreign keys between it and other distributed tables first: {foreign_keys}"
+        )));
+    }
     if !table.is_distributed() {
         let qualified = TableShape::load(relid)?.qualified();
         for statement in crate::reference::drop_replication_trigger_ddl(&qualified) {

@@ -42,6 +42,10 @@ pub(super) unsafe fn plan_alter(
         )
     };
     let constraint_actions = cmds.iter_ptr().filter(|c| is_constraint_action(*c)).count();
+    // SAFETY: the statement's commands.
+    if let Some(planned) = unsafe { super::foreign_keys::plan(&table, &cmds)? } {
+        return Ok(Some(planned));
+    }
     if constraint_actions > 0 {
         if constraint_actions < cmds.len() {
             return Err(table.refuse(
@@ -177,8 +181,8 @@ unsafe fn judge_column_action(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable)
     }
 }
 
-/// Foreign keys are not carried to the shards yet; a distributed table's
-/// constraints cannot adopt an index (it has none on the metadata node).
+/// A distributed table's constraints cannot adopt an index (it has none on
+/// the metadata node).
 ///
 /// # Safety
 /// `cmd` is an AlterTableCmd of the statement.
@@ -188,11 +192,6 @@ unsafe fn check_added_constraint(cmd: &pg_sys::AlterTableCmd, table: &LogicalTab
     }
     // SAFETY: ADD CONSTRAINT's definition is a Constraint node.
     let constraint = unsafe { &*(cmd.def as *mut pg_sys::Constraint) };
-    if constraint.contype == pg_sys::ConstrType::CONSTR_FOREIGN {
-        return Err(table.refuse(
-            "foreign keys to or from distributed and reference tables are not supported yet",
-        ));
-    }
     if !constraint.indexname.is_null() && table.is_distributed() {
         return Err(table.refuse(
             "a distributed table's constraint cannot use an existing index (USING INDEX); \

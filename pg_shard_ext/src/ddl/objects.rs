@@ -270,7 +270,9 @@ impl Scratch {
             qualified,
             table: table.clone(),
         };
-        for object in recorded_objects(table.relid)? {
+        // (Foreign keys are planned apart: a temporary table cannot have
+        // them.)
+        for object in recorded_objects(table.relid)?.iter().filter(|o| o.kind != 'f') {
             Spi::run(&object.create_sql(&scratch.qualified, &object.name, false))?;
         }
         Ok(scratch)

@@ -6,7 +6,9 @@
 //! its sequences restarted. Reference tables truncate themselves: their
 //! TRUNCATE trigger empties every copy the same way.
 
-use super::{on_shards_in_transaction, LogicalTable, Local, Planned};
+use super::{shard_tables, LogicalTable, Local, Planned};
+use crate::catalog::Node;
+use crate::remote::{in_transaction, remote_error};
 use crate::catalog::query_one;
 use crate::error::{Result, ShardError};
 use pgrx::prelude::*;
@@ -18,10 +20,11 @@ pub(super) unsafe fn plan(
     truncate: *mut pg_sys::TruncateStmt,
 ) -> Result<Option<Planned>> {
     // SAFETY: the caller's nodes; the list holds RangeVars.
-    let (relations, restart) = unsafe {
+    let (relations, restart, cascade) = unsafe {
         (
             pgrx::PgList::<pg_sys::RangeVar>::from_pg((*truncate).relations),
             (*truncate).restart_seqs,
+            (*truncate).behavior == pg_sys::DropBehavior::DROP_CASCADE,
         )
     };
     let mut distributed = Vec::new();
@@ -79,9 +82,27 @@ pub(super) unsafe fn plan(
         for sequence in sequences {
             Spi::run(&format!("ALTER SEQUENCE {sequence} RESTART"))?;
         }
+        // One TRUNCATE per node: shard tables with foreign keys among
+        // them can only be emptied together.
+        let mut by_node: Vec<(Node, Vec<String>)> = Vec::new();
         for table in &distributed {
-            on_shards_in_transaction(table.relid, |shard| {
-                vec![format!("TRUNCATE {}", shard.qualified)]
+            for shard in shard_tables(table.relid)? {
+                match by_node.iter_mut().find(|(n, _)| n.node_id == shard.node.node_id) {
+                    Some((_, tables)) => tables.push(shard.qualified),
+                    None => by_node.push((shard.node, vec![shard.qualified])),
+                }
+            }
+        }
+        for (node, tables) in by_node {
+            let statement = format!(
+                "TRUNCATE {}{}",
+                tables.join(", "),
+                if cascade { " CASCADE" } else { "" }
+            );
+            in_transaction(&node, |client| {
+                client
+                    .batch_execute(&statement)
+                    .map_err(|e| remote_error(&node, &e))
             })?;
         }
         Ok(())

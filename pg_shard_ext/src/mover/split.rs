@@ -314,6 +314,40 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
             ));
         }
     }
+    // Foreign keys once every half exists; a half references the same
+    // half of a co-located table.
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let sql_array = |names: &[String]| {
+        format!(
+            "ARRAY[{}]::text[]",
+            names
+                .iter()
+                .map(|n| quote::literal(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    for half_of in [|t: &SplitTable| t.lower.name.clone(), |t: &SplitTable| t.upper.name.clone()] {
+        let halves: Vec<String> = tables
+            .iter()
+            .map(|t| quote::qualified(&t.source.schema, &half_of(t)))
+            .collect();
+        for table in tables {
+            let foreign_keys = value_on::<Vec<String>>(
+                &job.source,
+                &mut node,
+                &format!(
+                    "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {})",
+                    quote::literal(&table.source.qualified()),
+                    quote::literal(&half_of(table)),
+                    sql_array(&sources),
+                    sql_array(&halves)
+                ),
+            )?
+            .unwrap_or_default();
+            script.extend(foreign_keys);
+        }
+    }
     run_on(
         &job.source,
         &mut node,
