@@ -30,7 +30,6 @@ mod truncate;
 
 pub(crate) use objects::recorded_objects_sql;
 
-
 use crate::catalog::{query_one, Node};
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -454,7 +453,10 @@ pub(crate) fn on_shards_in_transaction(
         if statements.is_empty() {
             continue;
         }
-        match by_node.iter_mut().find(|(n, _)| n.node_id == shard.node.node_id) {
+        match by_node
+            .iter_mut()
+            .find(|(n, _)| n.node_id == shard.node.node_id)
+        {
             Some((_, all)) => all.extend(statements),
             None => by_node.push((shard.node.clone(), statements)),
         }

@@ -1334,6 +1334,9 @@ fn drop_shard_tables(node: &Node, shards: &[GroupShard], condition: &str) -> Res
     // One statement: the tables' foreign keys among them do not stand in
     // the way.
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    if tables.is_empty() {
+        return Ok(());
+    }
     script.push(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
     let mut client = connect(node)?;
     run_on(
@@ -1388,15 +1391,15 @@ fn shard_foreign_key_ddl(
         .map(|(old_names, shape)| {
             let target = quote::qualified(&shape.schema, shard_name);
             shape.foreign_key_ddl(&target, &|definition: &str| {
-                old_names
-                    .iter()
-                    .zip(&new_names)
-                    .fold(definition.to_string(), |definition, (old, new)| {
+                old_names.iter().zip(&new_names).fold(
+                    definition.to_string(),
+                    |definition, (old, new)| {
                         definition.replace(
                             &format!(" REFERENCES {old}("),
                             &format!(" REFERENCES {new}("),
                         )
-                    })
+                    },
+                )
             })
         })
         .or_report()

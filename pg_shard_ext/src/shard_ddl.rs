@@ -316,7 +316,11 @@ impl TableShape {
     /// each referenced table's name passed through `referenced` (the halves
     /// of a split reference each other's halves). Run once every table they
     /// reference exists.
-    pub fn foreign_key_ddl(&self, target: &str, referenced: &dyn Fn(&str) -> String) -> Vec<String> {
+    pub fn foreign_key_ddl(
+        &self,
+        target: &str,
+        referenced: &dyn Fn(&str) -> String,
+    ) -> Vec<String> {
         self.foreign_key_definitions
             .iter()
             .map(|(name, definition)| {

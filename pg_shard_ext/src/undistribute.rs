@@ -91,10 +91,7 @@ fn copy_rows(shard: &crate::ddl::ShardTable, target: &str) -> Result<()> {
     in_transaction(node, |client| {
         let mut setup = String::new();
         for (name, value) in PORTABLE_TEXT {
-            setup.push_str(&format!(
-                "SET LOCAL {name} = {};\n",
-                quote::literal(value)
-            ));
+            setup.push_str(&format!("SET LOCAL {name} = {};\n", quote::literal(value)));
         }
         setup.push_str(&format!(
             "DECLARE pg_shard_rows NO SCROLL CURSOR FOR \

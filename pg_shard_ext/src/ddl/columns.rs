@@ -11,7 +11,8 @@
 //! they keep their names). The distribution column cannot be dropped,
 //! renamed or change its type. Constraint actions go to [`super::objects`].
 
-use super::{on_shards_in_transaction, LogicalTable, Local, Planned, StatementText};
+use super::objects::RecordedChange;
+use super::{on_shards_in_transaction, Local, LogicalTable, Planned, StatementText};
 use crate::error::Result;
 use pgrx::prelude::*;
 use std::ffi::{c_char, CStr};
@@ -48,9 +49,9 @@ pub(super) unsafe fn plan_alter(
     }
     if constraint_actions > 0 {
         if constraint_actions < cmds.len() {
-            return Err(table.refuse(
-                "run constraint changes in an ALTER TABLE statement of their own",
-            ));
+            return Err(
+                table.refuse("run constraint changes in an ALTER TABLE statement of their own")
+            );
         }
         for cmd in cmds.iter_ptr() {
             // SAFETY: an AlterTableCmd of the list.
@@ -75,7 +76,8 @@ fn objects_plan(
     text: StatementText,
     span: Option<(usize, usize)>,
 ) -> Result<Option<Planned>> {
-    let (_, end) = span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let (_, end) =
+        span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
     super::objects::plan_alter_constraints(table, text.text[end..].to_string()).map(Some)
 }
 
@@ -94,7 +96,16 @@ pub(super) unsafe fn plan_rename(
     let (on_shards, new_map) = match rename.renameType {
         // SAFETY: a column name of the parse tree.
         pg_sys::ObjectType::OBJECT_COLUMN if unsafe { is_dist(rename.subname, &table) } => {
-            return Err(table.refuse("the distribution column cannot be renamed yet"))
+            // SAFETY: the statement's RangeVar and new name.
+            let (span, new_name) = unsafe {
+                (
+                    text.name_span(rename.relation),
+                    CStr::from_ptr(rename.newname)
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            };
+            return rename_distribution_column(table, text, span, new_name).map(Some);
         }
         pg_sys::ObjectType::OBJECT_COLUMN => (true, false),
         // The shards keep their names; routers learn the new one.
@@ -120,9 +131,16 @@ fn splice_plan(
     }
     let (start, end) =
         span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let recorded = match on_shards && table.is_distributed() {
+        true => Some(RecordedChange::of_column_change(&table, &text.text[end..])?),
+        false => None,
+    };
     let statement = text.text;
     let relid = table.relid;
     Ok(Some(Planned::new(Local::Run, move || {
+        if let Some(recorded) = recorded {
+            recorded.record(relid)?;
+        }
         if on_shards {
             on_shards_in_transaction(relid, |shard| {
                 vec![format!(
@@ -138,6 +156,83 @@ fn splice_plan(
         }
         Ok(())
     })))
+}
+
+/// RENAME of the distribution column: the shard tables, their guard
+/// triggers (which name the column) and ownership records, the catalog, and
+/// a new map for the routers, all in the statement's transaction.
+fn rename_distribution_column(
+    table: LogicalTable,
+    text: StatementText,
+    span: Option<(usize, usize)>,
+    new_name: String,
+) -> Result<Planned> {
+    table.refuse_during_job()?;
+    let (start, end) =
+        span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let recorded = RecordedChange::of_column_change(&table, &text.text[end..])?;
+    let statement = text.text;
+    let relid = table.relid;
+    Ok(Planned::new(Local::Run, move || {
+        recorded.record(relid)?;
+        let ranges = shard_ranges(relid)?;
+        on_shards_in_transaction(relid, |shard| {
+            let (range_start, range_end) = ranges.get(&shard.shard_id).copied().unwrap_or_default();
+            let mut sql = vec![
+                format!(
+                    "{}{}{}",
+                    &statement[..start],
+                    shard.qualified,
+                    &statement[end..]
+                ),
+                format!("DROP TRIGGER pg_shard_guard_row ON {}", shard.qualified),
+            ];
+            sql.extend(
+                crate::fencing::guard_trigger_ddl(
+                    &shard.qualified,
+                    Some(&new_name),
+                    range_start,
+                    range_end,
+                )
+                .into_iter()
+                .filter(|s| s.starts_with("CREATE TRIGGER pg_shard_guard_row ")),
+            );
+            sql.push(format!(
+                "UPDATE pg_shard.local_shard SET dist_column = {} WHERE shard_id = {}",
+                crate::quote::literal(&new_name),
+                shard.shard_id
+            ));
+            sql
+        })?;
+        Spi::run_with_args(
+            "UPDATE pg_shard.logical_table SET dist_column = $2 WHERE table_rel = $1",
+            &[relid.into(), new_name.as_str().into()],
+        )?;
+        crate::catalog::bump_map_version()?;
+        Ok(())
+    }))
+}
+
+/// Each shard's key range.
+fn shard_ranges(relid: pg_sys::Oid) -> Result<std::collections::HashMap<i64, (i64, i64)>> {
+    Spi::connect(|client| {
+        let mut ranges = std::collections::HashMap::new();
+        for row in client.select(
+            "SELECT s.shard_id, g.range_start, g.range_end FROM pg_shard.shard s \
+             JOIN pg_shard.shard_group g USING (shard_group_id) WHERE s.table_rel = $1",
+            None,
+            &[relid.into()],
+        )? {
+            ranges.insert(
+                row.get::<i64>(1)?.unwrap_or_default(),
+                (
+                    row.get::<i64>(2)?.unwrap_or_default(),
+                    row.get::<i64>(3)?.unwrap_or_default(),
+                ),
+            );
+        }
+        Ok(ranges)
+    })
 }
 
 /// # Safety
@@ -229,4 +324,3 @@ unsafe fn check_added_column(def: *mut pg_sys::Node, table: &LogicalTable) -> Re
     }
     Ok(())
 }
-

@@ -11,7 +11,7 @@
 //! rows they reference would live on different nodes), to an ordinary
 //! table, and keys from reference tables (not carried yet).
 
-use super::{on_shards_in_transaction, LogicalTable, Local, Planned};
+use super::{on_shards_in_transaction, Local, LogicalTable, Planned};
 use crate::catalog::query_one;
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -43,7 +43,9 @@ pub(super) unsafe fn plan(
             }
             T::AT_DropConstraint | T::AT_ValidateConstraint if !cmd.name.is_null() => {
                 // SAFETY: the constraint's name in the parse tree.
-                let name = unsafe { CStr::from_ptr(cmd.name) }.to_string_lossy().into_owned();
+                let name = unsafe { CStr::from_ptr(cmd.name) }
+                    .to_string_lossy()
+                    .into_owned();
                 if recorded(table.relid, &name)?.is_some() {
                     actions.push(if cmd.subtype == T::AT_DropConstraint {
                         Action::Drop(name)
@@ -59,14 +61,11 @@ pub(super) unsafe fn plan(
         return Ok(None);
     };
     if cmds.len() > 1 {
-        return Err(table.refuse(
-            "add, drop or validate a foreign key in an ALTER TABLE statement of its own",
-        ));
+        return Err(table
+            .refuse("add, drop or validate a foreign key in an ALTER TABLE statement of its own"));
     }
     if !table.is_distributed() {
-        return Err(table.refuse(
-            "foreign keys from reference tables are not supported yet",
-        ));
+        return Err(table.refuse("foreign keys from reference tables are not supported yet"));
     }
     table.refuse_during_job()?;
     table.lock(pg_sys::ShareRowExclusiveLock);
@@ -134,7 +133,11 @@ unsafe fn names(list: *mut pg_sys::List) -> Vec<String> {
     unsafe { pgrx::PgList::<pg_sys::String>::from_pg(list) }
         .iter_ptr()
         // SAFETY: String nodes.
-        .map(|s| unsafe { CStr::from_ptr((*s).sval) }.to_string_lossy().into_owned())
+        .map(|s| {
+            unsafe { CStr::from_ptr((*s).sval) }
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect()
 }
 
@@ -158,9 +161,9 @@ unsafe fn plan_add(table: &LogicalTable, constraint: &pg_sys::Constraint) -> Res
         referenced_columns = primary_key_columns(&referenced)?;
     }
     if columns.len() != referenced_columns.len() || columns.is_empty() {
-        return Err(table.refuse(
-            "the foreign key's columns and referenced columns must be as many",
-        ));
+        return Err(
+            table.refuse("the foreign key's columns and referenced columns must be as many")
+        );
     }
     // SAFETY: the ON DELETE SET NULL/DEFAULT column list.
     if !unsafe { names(constraint.fk_del_set_cols) }.is_empty() {
@@ -230,7 +233,13 @@ unsafe fn plan_add(table: &LogicalTable, constraint: &pg_sys::Constraint) -> Res
     )?
     .unwrap_or_default();
     Ok(Planned::new(Local::Skip, move || {
-        crate::catalog::insert_table_constraint(relid, 'f', &name, &definition(&logical_name), false)?;
+        crate::catalog::insert_table_constraint(
+            relid,
+            'f',
+            &name,
+            &definition(&logical_name),
+            false,
+        )?;
         Spi::run_with_args(
             "UPDATE pg_shard.table_constraint SET referenced_rel = $3 \
              WHERE table_rel = $1 AND name = $2",

@@ -15,7 +15,7 @@
 //! only.
 
 use super::{
-    on_shards_in_transaction, on_shards_one_by_one, LogicalTable, Local, Planned, ShardTable,
+    on_shards_in_transaction, on_shards_one_by_one, Local, LogicalTable, Planned, ShardTable,
     StatementText,
 };
 use crate::catalog::query_one;
@@ -166,7 +166,9 @@ impl Difference {
             },
             // A failed CREATE INDEX CONCURRENTLY leaves an invalid index.
             |shard| match index(shard) {
-                Some((o, name)) if create => o.drop_sql(&shard.qualified, &shard.schema, &name, true),
+                Some((o, name)) if create => {
+                    o.drop_sql(&shard.qualified, &shard.schema, &name, true)
+                }
                 _ => String::new(),
             },
         )
@@ -263,8 +265,9 @@ impl Scratch {
         Spi::run(&format!(
             "CREATE TEMPORARY TABLE {qualified} (LIKE {source})"
         ))?;
-        let relid = query_one::<pg_sys::Oid>("SELECT $1::regclass::oid", &[qualified.as_str().into()])?
-            .unwrap_or(pg_sys::InvalidOid);
+        let relid =
+            query_one::<pg_sys::Oid>("SELECT $1::regclass::oid", &[qualified.as_str().into()])?
+                .unwrap_or(pg_sys::InvalidOid);
         let scratch = Scratch {
             relid,
             qualified,
@@ -272,7 +275,10 @@ impl Scratch {
         };
         // (Foreign keys are planned apart: a temporary table cannot have
         // them.)
-        for object in recorded_objects(table.relid)?.iter().filter(|o| o.kind != 'f') {
+        for object in recorded_objects(table.relid)?
+            .iter()
+            .filter(|o| o.kind != 'f')
+        {
             Spi::run(&object.create_sql(&scratch.qualified, &object.name, false))?;
         }
         Ok(scratch)
@@ -286,12 +292,16 @@ impl Scratch {
 
     /// Run `statement` on the scratch table: what it changed.
     fn run(&self, statement: &str) -> Result<Difference> {
+        let difference = self.run_unchecked(statement)?;
+        self.check(&difference)?;
+        Ok(difference)
+    }
+
+    fn run_unchecked(&self, statement: &str) -> Result<Difference> {
         let before = objects_of(self.relid)?;
         Spi::run(statement)?;
         let after = objects_of(self.relid)?;
-        let difference = Difference::between(&before, &after);
-        self.check(&difference)?;
-        Ok(difference)
+        Ok(Difference::between(&before, &after))
     }
 
     /// A distributed table's unique constraints and indexes include the
@@ -311,7 +321,11 @@ impl Scratch {
                  JOIN pg_class c ON c.oid = i.indexrelid \
                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $3 \
                  WHERE i.indrelid = $1 AND c.relname = $2",
-                &[self.relid.into(), object.name.as_str().into(), dist.as_str().into()],
+                &[
+                    self.relid.into(),
+                    object.name.as_str().into(),
+                    dist.as_str().into(),
+                ],
             )?
             .unwrap_or(false);
             if unique && !includes_dist {
@@ -367,13 +381,33 @@ impl Scratch {
     }
 }
 
-
 impl LogicalTable {
     fn relid_text(&self) -> Result<String> {
         Ok(
             query_one::<String>("SELECT $1::regclass::text", &[self.relid.into()])?
                 .unwrap_or_default(),
         )
+    }
+}
+
+/// How a column change (`actions`: the ALTER TABLE's text after the
+/// table's name) changes a distributed table's recorded indexes and
+/// constraints: a renamed column renames it in their definitions, a dropped
+/// one drops those on it, a new type may print differently. The shards'
+/// own indexes and constraints follow by themselves.
+pub(super) struct RecordedChange(Difference);
+
+impl RecordedChange {
+    pub fn of_column_change(table: &LogicalTable, actions: &str) -> Result<RecordedChange> {
+        let scratch = Scratch::of(table)?;
+        let difference =
+            scratch.run_unchecked(&format!("ALTER TABLE {} {actions}", scratch.qualified))?;
+        scratch.finish()?;
+        Ok(RecordedChange(difference))
+    }
+
+    pub fn record(&self, relid: pg_sys::Oid) -> Result<()> {
+        self.0.record(relid)
     }
 }
 
@@ -451,7 +485,11 @@ pub(super) unsafe fn plan_create_index(
     let difference = scratch.run(&format!(
         "CREATE {}INDEX {}{name} ON {} {}",
         if index.unique { "UNIQUE " } else { "" },
-        if index.if_not_exists { "IF NOT EXISTS " } else { "" },
+        if index.if_not_exists {
+            "IF NOT EXISTS "
+        } else {
+            ""
+        },
         scratch.qualified,
         &text.text[end..]
     ))?;
@@ -486,7 +524,11 @@ pub(super) unsafe fn plan_drop_index(
         let parts: Vec<String> = unsafe { pgrx::PgList::<pg_sys::String>::from_pg(name) }
             .iter_ptr()
             // SAFETY: String nodes of the name.
-            .map(|s| unsafe { CStr::from_ptr((*s).sval) }.to_string_lossy().into_owned())
+            .map(|s| {
+                unsafe { CStr::from_ptr((*s).sval) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         if let Some(index) = index_of_logical_table(&parts)? {
             found.push(index);
@@ -496,9 +538,9 @@ pub(super) unsafe fn plan_drop_index(
         return Ok(None);
     };
     if names.len() > 1 {
-        return Err(table.refuse(
-            "drop the indexes of distributed and reference tables one at a time",
-        ));
+        return Err(
+            table.refuse("drop the indexes of distributed and reference tables one at a time")
+        );
     }
     table.refuse_during_job()?;
     let relid = table.relid;

@@ -5,7 +5,7 @@
 //! as they now are) or the comment. Roles are per server: a role granted to
 //! must exist on every worker, or the statement fails everywhere.
 
-use super::{on_shards_in_transaction, LogicalTable, Local, Planned};
+use super::{on_shards_in_transaction, Local, LogicalTable, Planned};
 use crate::error::Result;
 use crate::quote;
 use crate::shard_ddl::TableShape;
@@ -38,7 +38,11 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
             let schemas: Vec<String> = schemas
                 .iter_ptr()
                 // SAFETY: String nodes.
-                .map(|s| unsafe { CStr::from_ptr((*s).sval) }.to_string_lossy().into_owned())
+                .map(|s| {
+                    unsafe { CStr::from_ptr((*s).sval) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
                 .collect();
             tables = tables_in_schemas(&schemas)?;
         }
@@ -50,7 +54,10 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
     // SAFETY: a list of AccessPriv nodes (NIL for ALL PRIVILEGES).
     let privileges = unsafe { pgrx::PgList::<pg_sys::AccessPriv>::from_pg(grant.privileges) };
     // SAFETY: AccessPriv nodes of the list.
-    if privileges.iter_ptr().any(|p| unsafe { !(*p).cols.is_null() }) {
+    if privileges
+        .iter_ptr()
+        .any(|p| unsafe { !(*p).cols.is_null() })
+    {
         return Err(first.refuse("column privileges are not carried to the shards yet"));
     }
     let mut before = Vec::new();
@@ -129,7 +136,11 @@ pub(super) unsafe fn plan_comment(comment: *mut pg_sys::CommentStmt) -> Result<O
         unsafe { pgrx::PgList::<pg_sys::String>::from_pg(comment.object.cast()) }
             .iter_ptr()
             // SAFETY: String nodes.
-            .map(|s| unsafe { CStr::from_ptr((*s).sval) }.to_string_lossy().into_owned())
+            .map(|s| {
+                unsafe { CStr::from_ptr((*s).sval) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
     let column = if on_column { names.pop() } else { None };
     let relid = match names.as_slice() {

@@ -6,11 +6,11 @@
 //! its sequences restarted. Reference tables truncate themselves: their
 //! TRUNCATE trigger empties every copy the same way.
 
-use super::{shard_tables, LogicalTable, Local, Planned};
-use crate::catalog::Node;
-use crate::remote::{in_transaction, remote_error};
+use super::{shard_tables, Local, LogicalTable, Planned};
 use crate::catalog::query_one;
+use crate::catalog::Node;
 use crate::error::{Result, ShardError};
+use crate::remote::{in_transaction, remote_error};
 use pgrx::prelude::*;
 
 /// # Safety
@@ -87,7 +87,10 @@ pub(super) unsafe fn plan(
         let mut by_node: Vec<(Node, Vec<String>)> = Vec::new();
         for table in &distributed {
             for shard in shard_tables(table.relid)? {
-                match by_node.iter_mut().find(|(n, _)| n.node_id == shard.node.node_id) {
+                match by_node
+                    .iter_mut()
+                    .find(|(n, _)| n.node_id == shard.node.node_id)
+                {
                     Some((_, tables)) => tables.push(shard.qualified),
                     None => by_node.push((shard.node, vec![shard.qualified])),
                 }

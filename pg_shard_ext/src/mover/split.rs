@@ -327,7 +327,10 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
                 .join(", ")
         )
     };
-    for half_of in [|t: &SplitTable| t.lower.name.clone(), |t: &SplitTable| t.upper.name.clone()] {
+    for half_of in [
+        |t: &SplitTable| t.lower.name.clone(),
+        |t: &SplitTable| t.upper.name.clone(),
+    ] {
         let halves: Vec<String> = tables
             .iter()
             .map(|t| quote::qualified(&t.source.schema, &half_of(t)))

@@ -46,12 +46,29 @@ SELECT pg_shard.map_version() AS version_before \gset
 ALTER TABLE sc_items RENAME TO sc_things;
 SELECT pg_shard.map_version() = :version_before + 1 AS new_map, count(*) FROM sc_things;
 ALTER TABLE sc_things RENAME TO sc_items;
+-- renaming the distribution column: shard tables, their guards and
+-- ownership records, the catalog and the map follow
+ALTER TABLE sc_items RENAME COLUMN id TO ident;
+SELECT pg_shard.map_version() = :version_before + 3 AS new_map, dist_column
+  FROM pg_shard.logical_table WHERE table_rel = 'sc_items'::regclass;
+INSERT INTO sc_items (ident, remark) VALUES (203, 'renamed');
+SELECT ident, remark FROM sc_items WHERE ident IN (1, 203) ORDER BY ident;
+\set guards 'SELECT count(*) AS shards, count(*) FILTER (WHERE s.dist_column = ''ident'') AS records, count(*) FILTER (WHERE pg_get_triggerdef(g.oid) LIKE ''%shard_guard_row(''''ident''''%'') AS guards FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel JOIN pg_trigger g ON g.tgrelid = c.oid AND g.tgname = ''pg_shard_guard_row'' WHERE c.relname ~ ''^sc_items_'''
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+:guards;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+:guards;
+-- a row for another shard's range is still refused by the guard
+SELECT format('%I.%I', n.nspname, c.relname) AS some_shard FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname ~ '^sc_items_' LIMIT 1 \gset
+INSERT INTO :some_shard (ident) SELECT g FROM generate_series(1000, 1100) g;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+ALTER TABLE sc_items RENAME COLUMN ident TO id;
 -- refused, with nothing changed: the distribution column, constraints on
 -- a new column, and actions not carried to the shards yet
 SELECT pg_shard.map_version() AS version_before \gset
 ALTER TABLE sc_items DROP COLUMN id;
 ALTER TABLE sc_items ALTER COLUMN id TYPE integer;
-ALTER TABLE sc_items RENAME COLUMN id TO ident;
 ALTER TABLE sc_items ADD COLUMN code text REFERENCES sc_codes;
 ALTER TABLE sc_items ENABLE ROW LEVEL SECURITY;
 ALTER TABLE sc_items ADD COLUMN extra int, ALTER COLUMN id TYPE integer;
