@@ -69,6 +69,7 @@ mod pg_shard {}
 pub extern "C-unwind" fn _PG_init() {
     fencing::register_gucs();
     mover::register_gucs();
+    remote::register_gucs();
     // The launcher needs shared_preload_libraries (as the fencing hooks do).
     // SAFETY: a plain read of a backend-global flag set by the postmaster.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

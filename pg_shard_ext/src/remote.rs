@@ -27,7 +27,8 @@ use crate::catalog::{query_value, Node};
 use crate::error::{Result, ShardError};
 use pgrx::prelude::*;
 use pgrx::{
-    register_subxact_callback, register_xact_callback, PgSubXactCallbackEvent, PgXactCallbackEvent,
+    register_subxact_callback, register_xact_callback, GucContext, GucFlags, GucRegistry, GucSetting,
+    PgSubXactCallbackEvent, PgXactCallbackEvent,
 };
 use postgres::{Client, Config, NoTls};
 use std::cell::{Cell, RefCell};
@@ -200,9 +201,55 @@ fn record_remote_transaction(node: &Node) -> Result<String> {
 /// Pre-commit: every remote transaction is prepared; an error aborts the
 /// local transaction (and [`transaction_aborted`] rolls the prepared ones
 /// back).
+/// Pauses between the phases, for tests that crash a backend there
+/// (superuser only; 0, the default, pauses nothing).
+static PAUSE_AFTER_PREPARE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static PAUSE_BEFORE_COMMIT_PREPARED_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+pub fn register_gucs() {
+    for (name, description, setting) in [
+        (
+            c"pg_shard.test_pause_after_prepare",
+            c"Milliseconds to pause once remote transactions are prepared, before the local commit (tests).",
+            &PAUSE_AFTER_PREPARE_MS,
+        ),
+        (
+            c"pg_shard.test_pause_before_commit_prepared",
+            c"Milliseconds to pause after the local commit, before COMMIT PREPARED (tests).",
+            &PAUSE_BEFORE_COMMIT_PREPARED_MS,
+        ),
+    ] {
+        GucRegistry::define_int_guc(
+            name,
+            description,
+            c"For tests that crash a backend between the two phases of a commit.",
+            setting,
+            0,
+            600_000,
+            GucContext::Suset,
+            GucFlags::default(),
+        );
+    }
+}
+
+fn pause(setting: &GucSetting<i32>) {
+    let ms = setting.get();
+    if ms > 0 {
+        std::thread::sleep(Duration::from_millis(ms as u64));
+    }
+}
+
 fn prepare_all() {
     if POISONED.replace(false) {
         ShardError::SubtransactionRolledBack.report();
+    }
+    if OPEN.with(|open| !open.borrow().is_empty()) {
+        // The recovery decides by the fate of this transaction's id. Its WAL
+        // must be durable before anything is prepared: after a crash that
+        // lost it, the id would be handed out again, and a later transaction
+        // with the same id committing would commit these prepared ones.
+        // SAFETY: flushes WAL up to the current insert position.
+        unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
     }
     let failure = OPEN.with(|open| {
         for transaction in open.borrow_mut().iter_mut() {
@@ -220,6 +267,7 @@ fn prepare_all() {
     if let Some(error) = failure {
         error.report();
     }
+    pause(&PAUSE_AFTER_PREPARE_MS);
 }
 
 /// After the local commit: the prepared transactions commit. A failure
@@ -227,6 +275,15 @@ fn prepare_all() {
 /// the local transaction has committed, so it is only a warning.
 fn commit_all() {
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
+    if !open.is_empty() {
+        // The local commit must be durable before any remote one: under
+        // synchronous_commit = off its record may still sit in WAL buffers,
+        // and a crash would lose it after the workers committed.
+        // SAFETY: flushes WAL up to the current insert position (which
+        // includes the commit record); an I/O failure is a PANIC anyway.
+        unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+        pause(&PAUSE_BEFORE_COMMIT_PREPARED_MS);
+    }
     for mut transaction in open {
         let statement = format!(
             "COMMIT PREPARED {}",

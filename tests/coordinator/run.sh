@@ -278,6 +278,8 @@ check "passthrough: the metadata node's refusal reaches the client" grep -q 'dat
 : >"$here/crash.log"
 run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE" "$cluster_dir"
 run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE" "$cluster_dir" split
+# A schema change's backend killed between the two phases of its commit.
+run_script "$here/crash.log" "$python" "$repo/tests/ddl/crash_two_phase.py" 28320 "$PGSHARD_DATABASE"
 cat "$here/crash.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/crash.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/crash.log")))
