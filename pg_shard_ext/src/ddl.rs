@@ -158,28 +158,17 @@ unsafe extern "C-unwind" fn process_utility(
         // the statement); an error longjmps through this frame, which owns
         // nothing.
         unsafe {
-            match PREVIOUS_UTILITY {
-                Some(previous) => previous(
-                    statement,
-                    query_string,
-                    read_only_tree,
-                    context,
-                    params,
-                    query_env,
-                    dest,
-                    qc,
-                ),
-                None => postgres_standard_process_utility(
-                    statement,
-                    query_string,
-                    read_only_tree,
-                    context,
-                    params,
-                    query_env,
-                    dest,
-                    qc,
-                ),
-            }
+            let next = PREVIOUS_UTILITY.unwrap_or(postgres_standard_process_utility);
+            next(
+                statement,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            )
         }
     }
     // (Entries above ours are of nested statements whose errors were caught.)
@@ -400,6 +389,23 @@ fn extension_installed() -> bool {
         !pg_sys::creating_extension
             && pg_sys::get_extension_oid(c"pg_shard".as_ptr(), true) != pg_sys::InvalidOid
     }
+}
+
+/// The texts of a List of String nodes (a qualified name, a column list).
+///
+/// # Safety
+/// `list` is a List of String nodes, or NIL.
+pub(crate) unsafe fn string_list(list: *mut pg_sys::List) -> Vec<String> {
+    // SAFETY: as the caller promises.
+    unsafe { pgrx::PgList::<pg_sys::String>::from_pg(list) }
+        .iter_ptr()
+        .map(|s| {
+            // SAFETY: a String node's NUL-terminated text.
+            unsafe { CStr::from_ptr((*s).sval) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
 }
 
 /// One shard table: its node, id, schema and qualified name.

@@ -27,8 +27,8 @@ use crate::catalog::{query_value, Node};
 use crate::error::{Result, ShardError};
 use pgrx::prelude::*;
 use pgrx::{
-    register_subxact_callback, register_xact_callback, GucContext, GucFlags, GucRegistry, GucSetting,
-    PgSubXactCallbackEvent, PgXactCallbackEvent,
+    register_subxact_callback, register_xact_callback, GucContext, GucFlags, GucRegistry,
+    GucSetting, PgSubXactCallbackEvent, PgXactCallbackEvent,
 };
 use postgres::{Client, Config, NoTls};
 use std::cell::{Cell, RefCell};

@@ -11,7 +11,7 @@
 //! rows they reference would live on different nodes), to an ordinary
 //! table, and keys from reference tables (not carried yet).
 
-use super::{on_shards_in_transaction, Local, LogicalTable, Planned};
+use super::{on_shards_in_transaction, string_list as names, Local, LogicalTable, Planned};
 use crate::catalog::query_one;
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -122,23 +122,6 @@ fn forget(relid: pg_sys::Oid, name: &str) -> Result<()> {
         &[relid.into(), name.into()],
     )?;
     Ok(())
-}
-
-/// Names of a list of String nodes.
-///
-/// # Safety
-/// `list` is a List of String nodes, or NIL.
-unsafe fn names(list: *mut pg_sys::List) -> Vec<String> {
-    // SAFETY: as the caller promises.
-    unsafe { pgrx::PgList::<pg_sys::String>::from_pg(list) }
-        .iter_ptr()
-        // SAFETY: String nodes.
-        .map(|s| {
-            unsafe { CStr::from_ptr((*s).sval) }
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
 }
 
 /// # Safety

@@ -521,15 +521,7 @@ pub(super) unsafe fn plan_drop_index(
     let mut found = Vec::new();
     for name in names.iter_ptr() {
         // SAFETY: a list of String nodes.
-        let parts: Vec<String> = unsafe { pgrx::PgList::<pg_sys::String>::from_pg(name) }
-            .iter_ptr()
-            // SAFETY: String nodes of the name.
-            .map(|s| {
-                unsafe { CStr::from_ptr((*s).sval) }
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+        let parts = unsafe { super::string_list(name) };
         if let Some(index) = index_of_logical_table(&parts)? {
             found.push(index);
         }

@@ -5,7 +5,7 @@
 //! as they now are) or the comment. Roles are per server: a role granted to
 //! must exist on every worker, or the statement fails everywhere.
 
-use super::{on_shards_in_transaction, Local, LogicalTable, Planned};
+use super::{on_shards_in_transaction, string_list, Local, LogicalTable, Planned};
 use crate::error::Result;
 use crate::quote;
 use crate::shard_ddl::TableShape;
@@ -34,17 +34,7 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
         }
         pg_sys::GrantTargetType::ACL_TARGET_ALL_IN_SCHEMA => {
             // SAFETY: the objects of ALL TABLES IN SCHEMA are String nodes.
-            let schemas = unsafe { pgrx::PgList::<pg_sys::String>::from_pg(grant.objects) };
-            let schemas: Vec<String> = schemas
-                .iter_ptr()
-                // SAFETY: String nodes.
-                .map(|s| {
-                    unsafe { CStr::from_ptr((*s).sval) }
-                        .to_string_lossy()
-                        .into_owned()
-                })
-                .collect();
-            tables = tables_in_schemas(&schemas)?;
+            tables = tables_in_schemas(&unsafe { string_list(grant.objects) })?;
         }
         _ => return Ok(None),
     }
@@ -132,16 +122,7 @@ pub(super) unsafe fn plan_comment(comment: *mut pg_sys::CommentStmt) -> Result<O
     };
     // SAFETY: the object of COMMENT ON TABLE / COLUMN is a list of String
     // nodes: [schema.]table[.column].
-    let mut names: Vec<String> =
-        unsafe { pgrx::PgList::<pg_sys::String>::from_pg(comment.object.cast()) }
-            .iter_ptr()
-            // SAFETY: String nodes.
-            .map(|s| {
-                unsafe { CStr::from_ptr((*s).sval) }
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+    let mut names = unsafe { string_list(comment.object.cast()) };
     let column = if on_column { names.pop() } else { None };
     let relid = match names.as_slice() {
         [name] => crate::catalog::query_one::<pg_sys::Oid>(
