@@ -232,13 +232,29 @@ unsafe fn plan(
         match tag {
             N::T_AlterTableStmt => columns::plan_alter(stmt.cast(), text),
             N::T_RenameStmt => columns::plan_rename(stmt.cast(), text),
-            N::T_IndexStmt => objects::plan_create_index(stmt.cast(), text, top_level),
-            N::T_DropStmt => objects::plan_drop_index(stmt.cast(), top_level),
+            N::T_IndexStmt => objects::plan_create_index(pstmt, stmt.cast(), text, top_level),
+            N::T_DropStmt => objects::plan_drop_index(pstmt, stmt.cast(), top_level),
             N::T_GrantStmt => privileges::plan_grant(stmt.cast()),
             N::T_CommentStmt => privileges::plan_comment(stmt.cast()),
             N::T_TruncateStmt => truncate::plan(pstmt, stmt.cast()),
             _ => Ok(None),
         }
+    }
+}
+
+/// A deep copy of the planned statement (in the current memory context),
+/// to change and run instead of it, and its utility statement.
+///
+/// # Safety
+/// `pstmt` is ProcessUtility's planned statement; `T` its utility
+/// statement's node type.
+pub(crate) unsafe fn copy_statement<T>(
+    pstmt: *mut pg_sys::PlannedStmt,
+) -> (*mut pg_sys::PlannedStmt, *mut T) {
+    // SAFETY: copyObjectImpl copies any node tree.
+    unsafe {
+        let copy = pg_sys::copyObjectImpl(pstmt.cast()) as *mut pg_sys::PlannedStmt;
+        (copy, (*copy).utilityStmt.cast())
     }
 }
 

@@ -417,7 +417,7 @@ pub(super) fn plan_alter_constraints(table: LogicalTable, actions: String) -> Re
     table.refuse_during_job()?;
     table.lock(pg_sys::AccessExclusiveLock);
     if !table.is_distributed() {
-        return follow_reference_table(table, false);
+        return follow_reference_table(table, Local::Run);
     }
     let scratch = Scratch::of(&table)?;
     let difference = scratch.run(&format!("ALTER TABLE {} {actions}", scratch.qualified))?;
@@ -435,11 +435,15 @@ pub(super) fn plan_alter_constraints(table: LogicalTable, actions: String) -> Re
 
 /// A reference table runs the statement itself; its shards then follow
 /// what changed.
-fn follow_reference_table(table: LogicalTable, concurrently: bool) -> Result<Planned> {
+/// (Also for CONCURRENTLY, which runs as an ordinary statement on the
+/// metadata node and the copies: a reference table is usually small, and a
+/// build that fails on one copy after the others finished could not be
+/// undone otherwise.)
+fn follow_reference_table(table: LogicalTable, local: Local) -> Result<Planned> {
     let before = objects_of(table.relid)?;
-    Ok(Planned::new(Local::Run, move || {
+    Ok(Planned::new(local, move || {
         let after = objects_of(table.relid)?;
-        Difference::between(&before, &after).apply_to_shards(table.relid, concurrently)
+        Difference::between(&before, &after).apply_to_shards(table.relid, false)
     }))
 }
 
@@ -452,6 +456,7 @@ fn prevent_in_transaction_block(top_level: bool, statement: &CStr) {
 /// # Safety
 /// `index` is the statement's IndexStmt.
 pub(super) unsafe fn plan_create_index(
+    pstmt: *mut pg_sys::PlannedStmt,
     index: *mut pg_sys::IndexStmt,
     text: StatementText,
     top_level: bool,
@@ -464,7 +469,15 @@ pub(super) unsafe fn plan_create_index(
     };
     table.refuse_during_job()?;
     if !table.is_distributed() {
-        return follow_reference_table(table, index.concurrent).map(Some);
+        if !index.concurrent {
+            return follow_reference_table(table, Local::Run).map(Some);
+        }
+        prevent_in_transaction_block(top_level, c"CREATE INDEX CONCURRENTLY");
+        // SAFETY: ProcessUtility's statement, an IndexStmt.
+        let (copy, statement) = unsafe { super::copy_statement::<pg_sys::IndexStmt>(pstmt) };
+        // SAFETY: the copy's own node.
+        unsafe { (*statement).concurrent = false };
+        return follow_reference_table(table, Local::Replace(copy)).map(Some);
     }
     if index.concurrent {
         prevent_in_transaction_block(top_level, c"CREATE INDEX CONCURRENTLY");
@@ -508,6 +521,7 @@ pub(super) unsafe fn plan_create_index(
 /// # Safety
 /// `drop` is the statement's DropStmt.
 pub(super) unsafe fn plan_drop_index(
+    pstmt: *mut pg_sys::PlannedStmt,
     drop: *mut pg_sys::DropStmt,
     top_level: bool,
 ) -> Result<Option<Planned>> {
@@ -538,8 +552,7 @@ pub(super) unsafe fn plan_drop_index(
     let relid = table.relid;
     let concurrently = drop.concurrent;
     if !table.is_distributed() {
-        // The metadata node drops its index. (Nothing here may write first:
-        // DROP INDEX CONCURRENTLY must be the transaction's first action.)
+        // The metadata node drops its index, the copies theirs.
         let dropped = Difference {
             dropped: vec![Object {
                 kind: 'i',
@@ -549,8 +562,18 @@ pub(super) unsafe fn plan_drop_index(
             }],
             ..Difference::default()
         };
-        return Ok(Some(Planned::new(Local::Run, move || {
-            dropped.apply_to_shards(relid, concurrently)
+        let mut local = Local::Run;
+        if concurrently {
+            // As for CREATE INDEX CONCURRENTLY of a reference table.
+            prevent_in_transaction_block(top_level, c"DROP INDEX CONCURRENTLY");
+            // SAFETY: ProcessUtility's statement, a DropStmt.
+            let (copy, statement) = unsafe { super::copy_statement::<pg_sys::DropStmt>(pstmt) };
+            // SAFETY: the copy's own node.
+            unsafe { (*statement).concurrent = false };
+            local = Local::Replace(copy);
+        }
+        return Ok(Some(Planned::new(local, move || {
+            dropped.apply_to_shards(relid, false)
         })));
     }
     if drop.concurrent {

@@ -65,8 +65,7 @@ pub(super) unsafe fn plan(
         // memory context; its TruncateStmt's list is rebuilt from its own
         // RangeVars.
         unsafe {
-            let copy = pg_sys::copyObjectImpl(pstmt.cast()) as *mut pg_sys::PlannedStmt;
-            let statement = (*copy).utilityStmt as *mut pg_sys::TruncateStmt;
+            let (copy, statement) = super::copy_statement::<pg_sys::TruncateStmt>(pstmt);
             let all = pgrx::PgList::<pg_sys::RangeVar>::from_pg((*statement).relations);
             let mut remaining = pgrx::PgList::<pg_sys::RangeVar>::new();
             for position in &kept {

@@ -29,3 +29,23 @@ SELECT format('%I.%I', shard_schema, shard_name) AS countries_copy FROM pg_shard
 SELECT count(*) AS added FROM pg_attribute WHERE attrelid = :'countries_copy'::regclass AND attname = 'added_during_outage';
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- nor does an index: on a reference table (CONCURRENTLY too: a reference
+-- table's index is built in one transaction, all or nothing) or on a
+-- distributed table with a shard on the stopped node (every node is reached
+-- before a CONCURRENTLY build starts)
+SELECT s.table_rel::text AS outage_table, t.dist_column AS outage_column
+  FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) JOIN pg_shard.node n USING (node_id)
+  JOIN pg_shard.logical_table t ON t.table_rel = s.table_rel
+ WHERE n.port = 25323 AND t.kind = 'distributed' ORDER BY 1 LIMIT 1 \gset
+\set VERBOSITY terse
+CREATE INDEX countries_during_outage ON countries (name);
+CREATE INDEX CONCURRENTLY countries_during_outage ON countries (name);
+CREATE INDEX during_outage_idx ON :outage_table (:"outage_column");
+CREATE INDEX CONCURRENTLY during_outage_idx ON :outage_table (:"outage_column");
+\set VERBOSITY default
+SELECT count(*) AS indexes FROM pg_class WHERE relname IN ('countries_during_outage', 'during_outage_idx');
+SELECT count(*) AS recorded FROM pg_shard.table_constraint WHERE name = 'during_outage_idx';
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS indexes FROM pg_class WHERE relname LIKE 'countries_during_outage%' OR relname LIKE 'during_outage_idx%';
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
