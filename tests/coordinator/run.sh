@@ -272,6 +272,13 @@ check "SCRAM: wrong password refused" grep -q "password authentication failed" <
 nodb=$(psql -X -h 127.0.0.1 -p "$coordinator" -d no_such_database -Atc "SELECT 1" 2>&1)
 check "passthrough: the metadata node's refusal reaches the client" grep -q 'database "no_such_database" does not exist' <<<"$nodb"
 
+# CREATE INDEX CONCURRENTLY of a distributed table under writes.
+: >"$here/ddl.log"
+run_script "$here/ddl.log" "$python" "$repo/tests/ddl/concurrent_index.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
+cat "$here/ddl.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/ddl.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/ddl.log")))
+
 # Interrupted moves and splits (last: killing the job runner makes the metadata node
 # restart all its backends): canceled at copy and catch-up, runner killed
 # at the start of each phase, source, target and metadata node restarted.
