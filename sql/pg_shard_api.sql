@@ -421,9 +421,11 @@ CREATE FUNCTION pg_shard.on_sql_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     dropped record;
+    logical oid[] := '{}';
+    logical_names text[] := '{}';
 BEGIN
     FOR dropped IN
-        SELECT objid FROM pg_catalog.pg_event_trigger_dropped_objects()
+        SELECT objid, object_identity FROM pg_catalog.pg_event_trigger_dropped_objects()
         WHERE classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND objsubid = 0
           AND object_type = 'table'
     LOOP
@@ -435,12 +437,17 @@ BEGIN
                     USING ERRCODE = 'object_in_use',
                           HINT = 'Wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first.';
             END IF;
-            PERFORM pg_shard.drop_shards_internal(dropped.objid);
+            logical := logical || dropped.objid;
+            logical_names := logical_names || dropped.object_identity;
         END IF;
         IF EXISTS (SELECT 1 FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid) THEN
             DELETE FROM pg_shard.local_shard WHERE shard_rel::oid = dropped.objid;
         END IF;
     END LOOP;
+    -- All at once: shard tables with foreign keys among them go together.
+    IF cardinality(logical) > 0 THEN
+        PERFORM pg_shard.drop_shards_internal(logical, logical_names);
+    END IF;
 END $$;
 CREATE EVENT TRIGGER pg_shard_sql_drop ON sql_drop
     EXECUTE FUNCTION pg_shard.on_sql_drop();
@@ -453,7 +460,7 @@ REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.undistribute_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.undistribute_table_internal(oid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;

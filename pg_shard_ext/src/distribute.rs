@@ -350,6 +350,7 @@ pub fn replicate_reference_tables(node: &Node) -> Result<usize> {
     }
     let version = catalog::bump_map_version()?;
     let mut placed_groups = Vec::new();
+    let mut foreign_keys = Vec::new();
     for (relid, shard_group_id) in &tables {
         if !placed_groups.contains(shard_group_id) {
             catalog::insert_placement(*shard_group_id, node.node_id)?;
@@ -368,7 +369,21 @@ pub fn replicate_reference_tables(node: &Node) -> Result<usize> {
             node: node.clone(),
         };
         let target = create_shard(&shape, *relid, &group, None, version, true)?;
+        let copy = target.qualified_shard.clone();
         data_copy::copy_into_all(&shape, &[target])?;
+        // Foreign keys among reference tables once every copy has its rows.
+        let copies = crate::ddl::copy_names()?;
+        foreign_keys.extend(shape.foreign_key_ddl(&copy, &|definition: &str| {
+            crate::ddl::references_copies(definition, &copies)
+        }));
+    }
+    if !foreign_keys.is_empty() {
+        let script = foreign_keys.join(";\n");
+        in_transaction(node, |client| {
+            client
+                .batch_execute(&script)
+                .map_err(|e| remote_error(node, &e))
+        })?;
     }
     Ok(tables.len())
 }

@@ -35,6 +35,8 @@ pub enum ShardError {
     },
     #[error("{0}")]
     PermissionDenied(String),
+    #[error("cannot drop {0}")]
+    DependentObjects(String),
     #[error("table {0} is neither a distributed nor a reference table")]
     NotLogicalTable(String),
     #[error("relation \"{0}\" already exists")]
@@ -114,6 +116,7 @@ impl ShardError {
             ShardError::RelationExists(_) => ERRCODE_DUPLICATE_TABLE,
             ShardError::PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             ShardError::NotLogicalTable(_) => ERRCODE_INVALID_TABLE_DEFINITION,
+            ShardError::DependentObjects(_) => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
             ShardError::NoReplicaIdentity(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::Colocation { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             ShardError::InvalidArgument(_) | ShardError::Range(_) => {
@@ -163,6 +166,11 @@ impl ShardError {
                  the values unique in a lookup table (a reference table, or a table \
                  distributed by that value) that the application writes in the same transaction"
             )),
+            ShardError::DependentObjects(_) => Some(
+                "drop the foreign key first (ALTER TABLE … DROP CONSTRAINT), or drop both tables \
+                 in one statement"
+                    .into(),
+            ),
             ShardError::SchemaChangeDuringJob(_) => Some(
                 "wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first".into(),
             ),

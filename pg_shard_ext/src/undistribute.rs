@@ -36,14 +36,23 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     table.lock(pg_sys::AccessExclusiveLock);
     crate::distribute::require_read_committed()?;
     table.refuse_during_job()?;
+    // (A reference table's keys to and from other reference tables are on
+    // the metadata node too.)
     let foreign_keys = catalog::query_one::<String>(
-        "SELECT string_agg(format('%I (on %s)', name, table_rel::regclass), ', ') \
-         FROM pg_shard.table_constraint WHERE kind = 'f' AND (table_rel = $1 OR referenced_rel = $1)",
+        "SELECT string_agg(key, ', ') FROM ( \
+           SELECT format('%I (on %s)', name, table_rel::regclass) AS key \
+           FROM pg_shard.table_constraint \
+           WHERE kind = 'f' AND (table_rel = $1 OR referenced_rel = $1) \
+           UNION ALL \
+           SELECT format('%I (on %s)', conname, conrelid::regclass) FROM pg_constraint \
+           WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) \
+             AND conrelid IN (SELECT table_rel FROM pg_shard.logical_table) \
+             AND confrelid IN (SELECT table_rel FROM pg_shard.logical_table)) keys",
         &[relid.into()],
     )?;
     if let Some(foreign_keys) = foreign_keys {
         return Err(table.refuse(format!(
-            "drop the foreign keys between it and other distributed tables first: {foreign_keys}"
+            "drop the foreign keys between it and other distributed or reference tables first: {foreign_keys}"
         )));
     }
     if !table.is_distributed() {
@@ -51,7 +60,7 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
         for statement in crate::reference::drop_replication_trigger_ddl(&qualified) {
             crate::ddl::run_internal(&statement)?;
         }
-        return crate::drop::drop_shards(relid);
+        return crate::drop::drop_shards(&[(relid, table.display.clone())]);
     }
 
     let shape = TableShape::load(relid)?;

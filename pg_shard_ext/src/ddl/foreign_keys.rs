@@ -46,7 +46,7 @@ pub(super) unsafe fn plan(
                 let name = unsafe { CStr::from_ptr(cmd.name) }
                     .to_string_lossy()
                     .into_owned();
-                if recorded(table.relid, &name)?.is_some() {
+                if recorded(table.relid, &name)?.is_some() || local_key(table.relid, &name)? {
                     actions.push(if cmd.subtype == T::AT_DropConstraint {
                         Action::Drop(name)
                     } else {
@@ -64,10 +64,11 @@ pub(super) unsafe fn plan(
         return Err(table
             .refuse("add, drop or validate a foreign key in an ALTER TABLE statement of its own"));
     }
-    if !table.is_distributed() {
-        return Err(table.refuse("foreign keys from reference tables are not supported yet"));
-    }
     table.refuse_during_job()?;
+    if !table.is_distributed() {
+        // SAFETY: the statement's Constraint node, if it adds one.
+        return unsafe { plan_reference(table, action) }.map(Some);
+    }
     table.lock(pg_sys::ShareRowExclusiveLock);
     let relid = table.relid;
     match action {
@@ -105,6 +106,136 @@ enum Action {
     Add(*mut pg_sys::Constraint),
     Drop(String),
     Validate(String),
+}
+
+/// Whether the metadata node's table (a reference table) has foreign key
+/// `name`.
+fn local_key(relid: pg_sys::Oid, name: &str) -> Result<bool> {
+    Ok(query_one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_constraint \
+                        WHERE conrelid = $1 AND conname = $2 AND contype = 'f')",
+        &[relid.into(), name.into()],
+    )?
+    .unwrap_or(false))
+}
+
+/// A reference table's foreign key (to another reference table): the
+/// metadata node's table runs the statement, and each copy follows with
+/// the key to the referenced table's copy on its node.
+///
+/// # Safety
+/// An `Action::Add`'s pointer is the statement's Constraint node.
+unsafe fn plan_reference(table: &LogicalTable, action: Action) -> Result<Planned> {
+    let relid = table.relid;
+    match action {
+        Action::Add(constraint) => {
+            // SAFETY: the caller's Constraint node.
+            let referenced = unsafe { LogicalTable::named((*constraint).pktable)? };
+            if referenced.as_ref().is_none_or(|r| r.is_distributed()) {
+                return Err(table.refuse(
+                    "a reference table's foreign key can only reference another reference table",
+                ));
+            }
+            let before = local_keys(relid)?;
+            Ok(Planned::new(Local::Run, move || {
+                let added: Vec<(String, String)> = local_keys(relid)?
+                    .into_iter()
+                    .filter(|(name, _)| !before.iter().any(|(old, _)| old == name))
+                    .collect();
+                let copies = copy_names()?;
+                on_shards_in_transaction(relid, |shard| {
+                    added
+                        .iter()
+                        .map(|(name, definition)| {
+                            format!(
+                                "ALTER TABLE {} ADD CONSTRAINT {} {}",
+                                shard.qualified,
+                                quote::ident(name),
+                                references_copies(definition, &copies)
+                            )
+                        })
+                        .collect()
+                })
+            }))
+        }
+        Action::Drop(name) => Ok(Planned::new(Local::Run, move || {
+            on_shards_in_transaction(relid, |shard| {
+                vec![format!(
+                    "ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}",
+                    shard.qualified,
+                    quote::ident(&name)
+                )]
+            })
+        })),
+        Action::Validate(name) => Ok(Planned::new(Local::Run, move || {
+            on_shards_in_transaction(relid, |shard| {
+                vec![format!(
+                    "ALTER TABLE {} VALIDATE CONSTRAINT {}",
+                    shard.qualified,
+                    quote::ident(&name)
+                )]
+            })
+        })),
+    }
+}
+
+/// A table's foreign keys on the metadata node: (name, definition with
+/// qualified names).
+fn local_keys(relid: pg_sys::Oid) -> Result<Vec<(String, String)>> {
+    crate::settings::with_settings(crate::settings::QUALIFIED_NAMES, || {
+        Spi::connect(|client| {
+            let mut keys = Vec::new();
+            for row in client.select(
+                "SELECT conname::text, pg_get_constraintdef(oid) FROM pg_constraint \
+                 WHERE conrelid = $1 AND contype = 'f' ORDER BY conname",
+                None,
+                &[relid.into()],
+            )? {
+                keys.push((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                ));
+            }
+            Ok(keys)
+        })
+    })
+}
+
+/// Every reference table's name as pg_get_constraintdef prints it (search
+/// path pg_catalog), with the qualified name of its copies (the same on
+/// every node).
+pub(crate) fn copy_names() -> Result<Vec<(String, String)>> {
+    crate::settings::with_settings(crate::settings::QUALIFIED_NAMES, || {
+        Spi::connect(|client| {
+            let mut names = Vec::new();
+            for row in client.select(
+                "SELECT t.table_rel::text, format('%I.%I', s.shard_schema, s.shard_name) \
+                 FROM pg_shard.logical_table t JOIN pg_shard.shard s USING (table_rel) \
+                 WHERE t.kind = 'reference'",
+                None,
+                &[],
+            )? {
+                names.push((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                ));
+            }
+            Ok(names)
+        })
+    })
+}
+
+/// A foreign key definition of a reference table with the referenced
+/// reference table's copy in its place.
+pub(crate) fn references_copies(definition: &str, copies: &[(String, String)]) -> String {
+    copies
+        .iter()
+        .fold(definition.to_string(), |definition, (table, copy)| {
+            definition.replace(
+                &format!(" REFERENCES {table}("),
+                &format!(" REFERENCES {copy}("),
+            )
+        })
 }
 
 /// The recorded definition of the table's foreign key `name`, if any.

@@ -79,3 +79,43 @@ SELECT count(*) AS keys_left FROM pg_constraint k JOIN pg_class t ON t.oid = k.c
 SELECT pg_shard.undistribute_table('fk_customers');
 TRUNCATE fk_orders, fk_customers;
 DROP TABLE fk_customers, fk_orders, fk_states, fk_elsewhere, fk_plain;
+-- dropping a table that a foreign key references: refused alone, done
+-- together with the referencing table (in either order)
+CREATE TABLE fk_parents (id bigint PRIMARY KEY);
+CREATE TABLE fk_children (parent_id bigint NOT NULL, n int, PRIMARY KEY (parent_id, n));
+SELECT pg_shard.create_distributed_table('fk_parents', 'id', shard_count => 2, colocate_with => 'none');
+SELECT pg_shard.create_distributed_table('fk_children', 'parent_id', colocate_with => 'fk_parents');
+ALTER TABLE fk_children ADD FOREIGN KEY (parent_id) REFERENCES fk_parents;
+INSERT INTO fk_parents VALUES (1), (2);
+INSERT INTO fk_children VALUES (1, 1), (2, 1);
+DROP TABLE fk_parents;
+SELECT count(*) FROM fk_parents;
+DROP TABLE fk_parents, fk_children;
+SELECT count(*) AS catalog_rows FROM pg_shard.logical_table WHERE table_rel::text LIKE 'fk\_%';
+-- between reference tables: on the metadata node's tables and every copy
+CREATE TABLE fk_regions (code text PRIMARY KEY);
+CREATE TABLE fk_countries (code text PRIMARY KEY, region text);
+INSERT INTO fk_regions VALUES ('EU'), ('NA');
+INSERT INTO fk_countries VALUES ('DE', 'EU'), ('FR', 'EU'), ('US', 'NA');
+SELECT pg_shard.create_reference_table('fk_regions');
+SELECT pg_shard.create_reference_table('fk_countries');
+ALTER TABLE fk_countries ADD FOREIGN KEY (region) REFERENCES fk_regions ON DELETE CASCADE;
+CREATE TABLE fk_dist (code text PRIMARY KEY);
+SELECT pg_shard.create_distributed_table('fk_dist', 'code', shard_count => 2, colocate_with => 'none');
+ALTER TABLE fk_regions ADD FOREIGN KEY (code) REFERENCES fk_dist (code);
+INSERT INTO fk_countries VALUES ('XX', 'nowhere');
+DELETE FROM fk_regions WHERE code = 'EU';
+SELECT * FROM fk_countries ORDER BY code;
+\set reference_keys 'SELECT c.conrelid::regclass::text ~ ''^fk_countries_'' AS on_copy, c.confrelid::regclass::text ~ ''^fk_regions_'' AS to_copy, (SELECT count(*) FROM pg_class r JOIN pg_shard.local_shard s ON s.shard_rel = r.oid WHERE r.relname ~ ''^fk_countries_'') AS copies FROM pg_constraint c WHERE c.contype = ''f'' AND c.conrelid::regclass::text ~ ''^fk_countries_'''
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+:reference_keys;
+SELECT format('%I.%I', n.nspname, c.relname) AS countries_copy FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ JOIN pg_shard.local_shard s ON s.shard_rel = c.oid WHERE c.relname ~ '^fk_countries_' \gset
+SELECT * FROM :countries_copy ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+SELECT pg_shard.undistribute_table('fk_regions');
+ALTER TABLE fk_countries DROP CONSTRAINT fk_countries_region_fkey;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+:reference_keys;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+DROP TABLE fk_countries, fk_regions, fk_dist;
