@@ -291,16 +291,26 @@ impl StatementText {
         }
     }
 
-    /// Where `relation`'s name (as written, maybe qualified and quoted) is.
+    /// Where the name of `table`, `relation` of the statement, is (as
+    /// written, maybe qualified and quoted).
     ///
     /// # Safety
     /// `relation` is a RangeVar of this statement.
-    unsafe fn name_span(&self, relation: *mut pg_sys::RangeVar) -> Option<(usize, usize)> {
+    unsafe fn name_span(
+        &self,
+        relation: *mut pg_sys::RangeVar,
+        table: &LogicalTable,
+    ) -> Result<(usize, usize)> {
         // SAFETY: the caller's RangeVar.
-        let at = usize::try_from(unsafe { (*relation).location }).ok()?;
-        let start = at.checked_sub(self.offset)?;
-        let length = quote::qualified_name_length(self.text.get(start..)?);
-        (length > 0).then_some((start, start + length))
+        let at = usize::try_from(unsafe { (*relation).location }).ok();
+        let start = at.and_then(|at| at.checked_sub(self.offset));
+        let length = start
+            .and_then(|start| self.text.get(start..))
+            .map(quote::qualified_name_length);
+        match (start, length) {
+            (Some(start), Some(length)) if length > 0 => Ok((start, start + length)),
+            _ => Err(table.refuse("its name could not be found in the statement")),
+        }
     }
 }
 

@@ -248,8 +248,18 @@ fn prepare_all() {
         // must be durable before anything is prepared: after a crash that
         // lost it, the id would be handed out again, and a later transaction
         // with the same id committing would commit these prepared ones.
-        // SAFETY: flushes WAL up to the current insert position.
-        unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+        // And the local commit must be durable before any remote one
+        // commits (under synchronous_commit = off it would not be).
+        // SAFETY: XactLastRecEnd is the end of this transaction's last WAL
+        // record (it wrote one: its remote_transaction rows); flushing to
+        // it errors only on an I/O failure, which aborts the transaction
+        // here, before anything is prepared. ForceSyncCommit sets a flag.
+        unsafe {
+            if pg_sys::XactLastRecEnd != 0 {
+                pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
+            }
+            pg_sys::ForceSyncCommit();
+        }
     }
     let failure = OPEN.with(|open| {
         for transaction in open.borrow_mut().iter_mut() {
@@ -276,12 +286,6 @@ fn prepare_all() {
 fn commit_all() {
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
     if !open.is_empty() {
-        // The local commit must be durable before any remote one: under
-        // synchronous_commit = off its record may still sit in WAL buffers,
-        // and a crash would lose it after the workers committed.
-        // SAFETY: flushes WAL up to the current insert position (which
-        // includes the commit record); an I/O failure is a PANIC anyway.
-        unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
         pause(&PAUSE_BEFORE_COMMIT_PREPARED_MS);
     }
     for mut transaction in open {

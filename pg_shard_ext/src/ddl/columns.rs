@@ -58,7 +58,7 @@ pub(super) unsafe fn plan_alter(
             unsafe { check_added_constraint(&*cmd, &table)? };
         }
         // SAFETY: the statement's RangeVar.
-        let span = unsafe { text.name_span(alter.relation) };
+        let span = unsafe { text.name_span(alter.relation, &table)? };
         return objects_plan(table, text, span);
     }
     let mut on_shards = false;
@@ -67,17 +67,16 @@ pub(super) unsafe fn plan_alter(
         on_shards |= unsafe { judge_column_action(&*cmd, &table)? };
     }
     // SAFETY: the statement's RangeVar.
-    let span = unsafe { text.name_span(alter.relation) };
+    let span = unsafe { text.name_span(alter.relation, &table)? };
     splice_plan(table, text, span, on_shards, false)
 }
 
 fn objects_plan(
     table: LogicalTable,
     text: StatementText,
-    span: Option<(usize, usize)>,
+    span: (usize, usize),
 ) -> Result<Option<Planned>> {
-    let (_, end) =
-        span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let (_, end) = span;
     super::objects::plan_alter_constraints(table, text.text[end..].to_string()).map(Some)
 }
 
@@ -99,7 +98,7 @@ pub(super) unsafe fn plan_rename(
             // SAFETY: the statement's RangeVar and new name.
             let (span, new_name) = unsafe {
                 (
-                    text.name_span(rename.relation),
+                    text.name_span(rename.relation, &table)?,
                     CStr::from_ptr(rename.newname)
                         .to_string_lossy()
                         .into_owned(),
@@ -113,7 +112,7 @@ pub(super) unsafe fn plan_rename(
         _ => return Err(table.refuse("this RENAME is not carried to the shards yet")),
     };
     // SAFETY: the statement's RangeVar.
-    let span = unsafe { text.name_span(rename.relation) };
+    let span = unsafe { text.name_span(rename.relation, &table)? };
     splice_plan(table, text, span, on_shards, new_map)
 }
 
@@ -122,15 +121,14 @@ pub(super) unsafe fn plan_rename(
 fn splice_plan(
     table: LogicalTable,
     text: StatementText,
-    span: Option<(usize, usize)>,
+    span: (usize, usize),
     on_shards: bool,
     new_map: bool,
 ) -> Result<Option<Planned>> {
     if on_shards || new_map {
         table.refuse_during_job()?;
     }
-    let (start, end) =
-        span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let (start, end) = span;
     let recorded = match on_shards && table.is_distributed() {
         true => Some(RecordedChange::of_column_change(&table, &text.text[end..])?),
         false => None,
@@ -164,12 +162,11 @@ fn splice_plan(
 fn rename_distribution_column(
     table: LogicalTable,
     text: StatementText,
-    span: Option<(usize, usize)>,
+    span: (usize, usize),
     new_name: String,
 ) -> Result<Planned> {
     table.refuse_during_job()?;
-    let (start, end) =
-        span.ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let (start, end) = span;
     let recorded = RecordedChange::of_column_change(&table, &text.text[end..])?;
     let statement = text.text;
     let relid = table.relid;

@@ -486,8 +486,7 @@ pub(super) unsafe fn plan_create_index(
         table.lock(pg_sys::ShareLock);
     }
     // SAFETY: the statement's RangeVar.
-    let (_, end) = unsafe { text.name_span(index.relation) }
-        .ok_or_else(|| table.refuse("its name could not be found in the statement"))?;
+    let (_, end) = unsafe { text.name_span(index.relation, &table)? };
     let name = if index.idxname.is_null() {
         String::new()
     } else {
