@@ -89,6 +89,26 @@ psql_node "$coordinator_port" -d "$database" \
     -c "SELECT count(*) AS orders_of_42 FROM orders WHERE customer_id = 42"
 
 echo
+echo "== 11. schema changes through the coordinator reach every shard in one two-phase transaction:"
+echo "       a column, an index built without blocking writes, a check constraint"
+psql_node "$coordinator_port" -d "$database" -v ON_ERROR_STOP=1 \
+    -c "ALTER TABLE orders ADD COLUMN note text NOT NULL DEFAULT ''" \
+    -c "CREATE INDEX CONCURRENTLY orders_note ON orders (note)" \
+    -c "ALTER TABLE orders ADD CONSTRAINT orders_note_short CHECK (length(note) < 200)" \
+    -c "SELECT kind, name, definition FROM pg_shard.table_constraint
+         WHERE table_rel = 'orders'::regclass ORDER BY name"
+for port in $(seq $((base_port + 1)) $((base_port + workers))); do
+    psql_node "$port" -d "$database" -c "
+        SELECT $port AS worker, count(*) AS order_shards,
+               count(*) FILTER (WHERE EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = s.shard_rel AND a.attname = 'note'))
+                   AS with_note,
+               count(*) FILTER (WHERE EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                              WHERE i.indrelid = s.shard_rel AND c.relname LIKE 'orders_note_%'))
+                   AS with_index
+          FROM pg_shard.local_shard s WHERE s.shard_rel::text LIKE 'orders_%' AND s.state = 'active'"
+done
+
+echo
 echo "The cluster keeps running: psql -h 127.0.0.1 -p $base_port -U postgres $database (metadata node)"
 echo "                       or: psql -h 127.0.0.1 -p $coordinator_port -U postgres $database (coordinator)"
 echo "Stop it with: make stop"
