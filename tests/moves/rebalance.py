@@ -33,8 +33,27 @@ def wait_all(jobs):
     return [meta.execute("SELECT pg_shard.wait_job(%s, '5 minutes')", (j,)).fetchone()[0] for j in jobs]
 
 
+# Foreign keys between reference tables: the new node's copies must have
+# them too.
+meta.execute("DROP TABLE IF EXISTS rb_orders, rb_countries, rb_regions")
+meta.execute("CREATE TABLE rb_regions (code text PRIMARY KEY)")
+meta.execute("CREATE TABLE rb_countries (code text PRIMARY KEY, region text)")
+meta.execute("INSERT INTO rb_regions VALUES ('EU'), ('NA')")
+meta.execute("INSERT INTO rb_countries VALUES ('DE', 'EU'), ('US', 'NA')")
+for table in ("rb_regions", "rb_countries"):
+    meta.execute("SELECT pg_shard.create_reference_table(%s)", (table,))
+meta.execute("ALTER TABLE rb_countries ADD FOREIGN KEY (region) REFERENCES rb_regions")
+
 workers_before = meta.execute("SELECT count(*) FROM pg_shard.node WHERE state = 'active'").fetchone()[0]
 node = meta.execute("SELECT pg_shard.add_node('127.0.0.1', %s)", (new_port,)).fetchone()[0]
+
+newcomer = psycopg.connect(dsn.format(new_port), autocommit=True)
+keys_query = ("SELECT k.conrelid::regclass::text, k.confrelid::regclass::text FROM pg_constraint k "
+              "JOIN pg_class c ON c.oid = k.conrelid WHERE k.contype = 'f' AND c.relname ~ %s")
+keys = newcomer.execute(keys_query, ("^rb_countries_",)).fetchall()
+check(f"the new node's reference copies have their foreign keys ({keys})",
+      len(keys) == 1 and keys[0][1].startswith("rb_regions_"))
+newcomer.close()
 before = bytes_by_node()
 total = sum(before.values())
 plan = meta.execute("SELECT * FROM pg_shard.rebalance()").fetchall()
@@ -58,6 +77,30 @@ check("every row still there after rebalancing",
 again = meta.execute("SELECT * FROM pg_shard.rebalance()").fetchall()
 check(f"balanced: a second dry run plans nothing ({len(again)} moves)", not again)
 
+# A distributed table's foreign key to a reference table, on a shard moved
+# to the new node.
+meta.execute("CREATE TABLE rb_orders (id bigint PRIMARY KEY, country text)")
+meta.execute("INSERT INTO rb_orders SELECT g, CASE WHEN g % 2 = 0 THEN 'DE' ELSE 'US' END "
+             "FROM generate_series(1, 100) g")
+meta.execute("SELECT pg_shard.create_distributed_table('rb_orders', 'id', shard_count => 2, "
+             "colocate_with => 'none')")
+meta.execute("ALTER TABLE rb_orders ADD FOREIGN KEY (country) REFERENCES rb_countries")
+newcomer = psycopg.connect(dsn.format(new_port), autocommit=True)
+moving = meta.execute("SELECT shard_id FROM pg_shard.shards WHERE table_name = 'rb_orders'::regclass "
+                      "ORDER BY range_start LIMIT 1").fetchone()[0]
+job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (moving, node)).fetchone()[0]
+state = meta.execute("SELECT pg_shard.wait_job(%s, '5 minutes')", (job,)).fetchone()[0]
+keys = newcomer.execute(keys_query, ("^rb_orders_",)).fetchall()
+check(f"a shard moved there keeps its foreign key to the node's copy ({state}: {keys})",
+      state == "done" and len(keys) == 1 and keys[0][1].startswith("rb_countries_"))
+try:
+    meta.execute("INSERT INTO rb_orders SELECT g, 'XX' FROM generate_series(101, 200) g")
+    refused = False
+except psycopg.errors.ForeignKeyViolation:
+    refused = True
+check("rows are still checked against the node's copy", refused)
+newcomer.close()
+
 # Draining the node moves every shard off it and keeps new ones away.
 drained = meta.execute("SELECT * FROM pg_shard.drain_node(%s)", (node,)).fetchall()
 states = wait_all([r[2] for r in drained])
@@ -74,5 +117,5 @@ for bad, sqlstate in (("SELECT * FROM pg_shard.drain_node(9999)", "42704"),):
         check(f"{bad} is refused", False)
     except psycopg.Error as e:
         check(f"{bad} is refused ({e.sqlstate}: {str(e).splitlines()[0]})", e.sqlstate == sqlstate)
-meta.execute("DROP TABLE spread_items")
+meta.execute("DROP TABLE spread_items, rb_orders, rb_countries, rb_regions")
 sys.exit(1 if check.failures else 0)
