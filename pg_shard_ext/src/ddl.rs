@@ -28,6 +28,7 @@ mod objects;
 mod privileges;
 mod truncate;
 
+use foreign_keys::refresh_recorded;
 pub(crate) use foreign_keys::{copy_names, references_copies};
 pub(crate) use objects::recorded_objects_sql;
 

@@ -136,6 +136,7 @@ fn splice_plan(
     let statement = text.text;
     let relid = table.relid;
     Ok(Some(Planned::new(Local::Run, move || {
+        let distributed = recorded.is_some();
         if let Some(recorded) = recorded {
             recorded.record(relid)?;
         }
@@ -148,6 +149,9 @@ fn splice_plan(
                     &statement[end..]
                 )]
             })?;
+            if distributed {
+                super::refresh_recorded(relid)?;
+            }
         }
         if new_map {
             crate::catalog::bump_map_version()?;
@@ -201,6 +205,7 @@ fn rename_distribution_column(
             ));
             sql
         })?;
+        super::refresh_recorded(relid)?;
         Spi::run_with_args(
             "UPDATE pg_shard.logical_table SET dist_column = $2 WHERE table_rel = $1",
             &[relid.into(), new_name.as_str().into()],

@@ -247,6 +247,71 @@ fn recorded(relid: pg_sys::Oid, name: &str) -> Result<Option<String>> {
     )
 }
 
+/// After a column change of distributed table `relid`, the recorded
+/// foreign keys from and to it as the shards now have them: a renamed
+/// column is renamed in them, and PostgreSQL dropped those on a dropped
+/// column. Read from one shard table of the referencing table, in the
+/// remote transaction that made the change.
+pub(crate) fn refresh_recorded(relid: pg_sys::Oid) -> Result<()> {
+    let keys = Spi::connect(|client| {
+        let mut keys = Vec::new();
+        for row in client.select(
+            "SELECT c.table_rel::oid, c.name::text, n.node_id, n.host, n.port, \
+                    format('%I.%I', s.shard_schema, s.shard_name), \
+                    format('%I.%I', rn.nspname, r.relname) \
+             FROM pg_shard.table_constraint c \
+             JOIN pg_class r ON r.oid = c.referenced_rel \
+             JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+             JOIN LATERAL (SELECT s.* FROM pg_shard.shard s WHERE s.table_rel = c.table_rel \
+                           ORDER BY s.shard_id LIMIT 1) s ON true \
+             JOIN pg_shard.placement p ON p.shard_group_id = s.shard_group_id \
+             JOIN pg_shard.node n ON n.node_id = p.node_id \
+             WHERE c.kind = 'f' AND (c.table_rel = $1 OR c.referenced_rel = $1)",
+            None,
+            &[relid.into()],
+        )? {
+            keys.push((
+                row.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
+                row.get::<String>(2)?.unwrap_or_default(),
+                crate::catalog::Node {
+                    node_id: row.get::<i32>(3)?.unwrap_or_default(),
+                    host: row.get::<String>(4)?.unwrap_or_default(),
+                    port: row.get::<i32>(5)?.unwrap_or_default(),
+                },
+                row.get::<String>(6)?.unwrap_or_default(),
+                row.get::<String>(7)?.unwrap_or_default(),
+            ));
+        }
+        Ok::<_, ShardError>(keys)
+    })?;
+    for (table, name, node, shard, referenced) in keys {
+        // (The remote session's search path is pg_catalog, as when the
+        // definition was first printed.)
+        let definition = crate::remote::in_transaction(&node, |client| {
+            client
+                .query_opt(
+                    "SELECT replace(pg_get_constraintdef(k.oid), \
+                                    ' REFERENCES ' || k.confrelid::regclass::text || '(', \
+                                    ' REFERENCES ' || $3 || '(') \
+                     FROM pg_constraint k \
+                     WHERE k.conrelid = $1::text::regclass AND k.conname = $2::text AND k.contype = 'f'",
+                    &[&shard, &name, &referenced],
+                )
+                .map(|row| row.map(|row| row.get::<_, String>(0)))
+                .map_err(|e| crate::remote::remote_error(&node, &e))
+        })?;
+        match definition {
+            Some(definition) => Spi::run_with_args(
+                "UPDATE pg_shard.table_constraint SET definition = $3 \
+                 WHERE table_rel = $1 AND name = $2",
+                &[table.into(), name.as_str().into(), definition.into()],
+            )?,
+            None => forget(table, &name)?,
+        }
+    }
+    Ok(())
+}
+
 fn forget(relid: pg_sys::Oid, name: &str) -> Result<()> {
     Spi::run_with_args(
         "DELETE FROM pg_shard.table_constraint WHERE table_rel = $1 AND name = $2",

@@ -65,6 +65,15 @@ SELECT pg_shard.wait_job(:job, '2 minutes');
 INSERT INTO fk_orders SELECT customer_id, 2000 + customer_id, 'void' FROM fk_customers;
 INSERT INTO fk_orders VALUES (99, 3000, 'void');
 SELECT count(*) FROM fk_orders;
+-- column changes keep the recorded keys true: renamed in them, gone with
+-- a dropped column
+ALTER TABLE fk_orders RENAME COLUMN status TO state;
+ALTER TABLE fk_orders ADD COLUMN other_state text;
+ALTER TABLE fk_orders ADD CONSTRAINT fk_orders_other FOREIGN KEY (other_state) REFERENCES fk_states (code);
+ALTER TABLE fk_orders DROP COLUMN other_state;
+SELECT name, definition FROM pg_shard.table_constraint
+ WHERE kind = 'f' AND table_rel = 'fk_orders'::regclass ORDER BY name;
+ALTER TABLE fk_orders RENAME COLUMN state TO status;
 -- TRUNCATE: a referenced table only with the tables referencing it
 TRUNCATE fk_customers;
 SELECT count(*) FROM fk_customers;
