@@ -292,6 +292,30 @@ pub fn insert_logical_table(
     Ok(())
 }
 
+/// The sequences owned by columns of `relid` (serial columns), as
+/// (sequence, quoted column).
+pub fn owned_sequences(relid: pg_sys::Oid) -> Result<Vec<(String, String)>> {
+    Spi::connect(|client| {
+        let mut sequences = Vec::new();
+        for row in client.select(
+            "SELECT d.objid::regclass::text, quote_ident(a.attname) \
+             FROM pg_depend d \
+             JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
+             JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid \
+             WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
+               AND d.refobjid = $1 AND d.deptype = 'a'",
+            None,
+            &[relid.into()],
+        )? {
+            sequences.push((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<String>(2)?.unwrap_or_default(),
+            ));
+        }
+        Ok(sequences)
+    })
+}
+
 /// Record an index or constraint that a distributed table's shards carry.
 pub fn insert_table_constraint(
     relid: pg_sys::Oid,
@@ -390,12 +414,13 @@ pub fn reference_group() -> Result<Option<i32>> {
     )
 }
 
-/// Shard tables by node: every placement of `relid`'s shards (or of all
-/// shards), as (shard id, qualified shard table name), grouped by node in
-/// node id order.
+/// Shard tables by node: every placement of the shards of `relids` (or of
+/// all shards), as (shard id, qualified shard table name), grouped by node
+/// in node id order.
 pub type ShardsByNode = std::collections::BTreeMap<i32, (Node, Vec<(i64, String)>)>;
 
-pub fn shards_by_node(relid: Option<pg_sys::Oid>) -> Result<ShardsByNode> {
+pub fn shards_by_node(relids: Option<&[pg_sys::Oid]>) -> Result<ShardsByNode> {
+    let relids: Option<Vec<pg_sys::Oid>> = relids.map(<[pg_sys::Oid]>::to_vec);
     Spi::connect(|client| {
         let mut by_node = ShardsByNode::new();
         let rows = client.select(
@@ -404,10 +429,10 @@ pub fn shards_by_node(relid: Option<pg_sys::Oid>) -> Result<ShardsByNode> {
              FROM pg_shard.shard s \
              JOIN pg_shard.placement p USING (shard_group_id) \
              JOIN pg_shard.node n USING (node_id) \
-             WHERE $1 IS NULL OR s.table_rel = $1 \
+             WHERE $1::oid[] IS NULL OR s.table_rel::oid = ANY ($1) \
              ORDER BY n.node_id, s.shard_id",
             None,
-            &[relid.into()],
+            &[relids.into()],
         )?;
         for row in rows {
             let node = Node {

@@ -51,28 +51,10 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
         return Err(ShardError::DependentObjects(referencing));
     }
     catalog::bump_map_version()?;
-    // Every node's shard tables of all the tables.
-    let mut by_node: Vec<(catalog::Node, Vec<i64>, Vec<String>)> = Vec::new();
-    for (relid, _) in &tables {
-        for (node, shards) in catalog::shards_by_node(Some(*relid))?.into_values() {
-            let at = match by_node
-                .iter()
-                .position(|(n, _, _)| n.node_id == node.node_id)
-            {
-                Some(at) => at,
-                None => {
-                    by_node.push((node, Vec::new(), Vec::new()));
-                    by_node.len() - 1
-                }
-            };
-            for (id, name) in shards {
-                by_node[at].1.push(id);
-                by_node[at].2.push(name);
-            }
-        }
-    }
-    for (node, ids, names) in &by_node {
-        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+    let relids: Vec<pg_sys::Oid> = tables.iter().map(|(relid, _)| *relid).collect();
+    for (node, shards) in catalog::shards_by_node(Some(&relids))?.values() {
+        let ids: Vec<String> = shards.iter().map(|(id, _)| id.to_string()).collect();
+        let names: Vec<&str> = shards.iter().map(|(_, name)| name.as_str()).collect();
         let script = format!(
             "DELETE FROM pg_shard.local_shard WHERE shard_id IN ({});\n\
              DROP TABLE IF EXISTS {} CASCADE",

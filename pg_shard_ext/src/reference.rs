@@ -199,7 +199,7 @@ fn updatable_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
 
 /// Every worker copy of a reference table: (node, qualified copy name).
 fn copies_of(relid: pg_sys::Oid) -> Result<Vec<(Node, String)>> {
-    Ok(crate::catalog::shards_by_node(Some(relid))?
+    Ok(crate::catalog::shards_by_node(Some(&[relid]))?
         .into_values()
         .flat_map(|(node, shards)| {
             shards

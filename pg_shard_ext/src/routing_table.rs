@@ -163,19 +163,7 @@ pub fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> 
                 statements.push(format!("ALTER TABLE {new_table} OWNER TO {owner}"));
             }
         }
-        let sequences = client.select(
-            "SELECT d.objid::regclass::text, quote_ident(a.attname) \
-             FROM pg_depend d \
-             JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
-             JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid \
-             WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
-               AND d.refobjid = $1 AND d.deptype = 'a'",
-            None,
-            &[relid.into()],
-        )?;
-        for row in sequences {
-            let sequence = row.get::<String>(1)?.unwrap_or_default();
-            let column = row.get::<String>(2)?.unwrap_or_default();
+        for (sequence, column) in crate::catalog::owned_sequences(relid)? {
             statements.push(format!(
                 "ALTER SEQUENCE {sequence} OWNED BY {new_table}.{column}"
             ));

@@ -336,21 +336,36 @@ impl TableShape {
     /// GRANT and COMMENT statements that give `target` this table's
     /// privileges and comments.
     pub fn grant_and_comment_sql(&self, target: &str) -> Vec<String> {
-        let grants = self.grants.iter().map(|(grantee, privilege, grantable)| {
-            format!(
-                "GRANT {privilege} ON {target} TO {grantee}{}",
-                if *grantable { " WITH GRANT OPTION" } else { "" }
-            )
-        });
-        let comments = self.comments.iter().map(|(column, comment)| match column {
-            None => format!("COMMENT ON TABLE {target} IS {}", quote::literal(comment)),
-            Some(column) => format!(
-                "COMMENT ON COLUMN {target}.{} IS {}",
-                quote::ident(column),
-                quote::literal(comment)
-            ),
-        });
-        grants.chain(comments).collect()
+        let mut sql = self.grant_sql(target);
+        sql.extend(self.comment_sql(target));
+        sql
+    }
+
+    /// GRANT statements that give `target` this table's privileges.
+    pub fn grant_sql(&self, target: &str) -> Vec<String> {
+        self.grants
+            .iter()
+            .map(|(grantee, privilege, grantable)| {
+                format!(
+                    "GRANT {privilege} ON {target} TO {grantee}{}",
+                    if *grantable { " WITH GRANT OPTION" } else { "" }
+                )
+            })
+            .collect()
+    }
+
+    fn comment_sql(&self, target: &str) -> Vec<String> {
+        self.comments
+            .iter()
+            .map(|(column, comment)| match column {
+                None => format!("COMMENT ON TABLE {target} IS {}", quote::literal(comment)),
+                Some(column) => format!(
+                    "COMMENT ON COLUMN {target}.{} IS {}",
+                    quote::ident(column),
+                    quote::literal(comment)
+                ),
+            })
+            .collect()
     }
 
     /// The grantees of this table's privileges (quoted, or PUBLIC).

@@ -58,8 +58,9 @@ pub(super) unsafe fn plan_alter(
             unsafe { check_added_constraint(&*cmd, &table)? };
         }
         // SAFETY: the statement's RangeVar.
-        let span = unsafe { text.name_span(alter.relation, &table)? };
-        return objects_plan(table, text, span);
+        let (_, end) = unsafe { text.name_span(alter.relation, &table)? };
+        let actions = text.text[end..].to_string();
+        return super::objects::plan_alter_constraints(table, actions).map(Some);
     }
     let mut on_shards = false;
     for cmd in cmds.iter_ptr() {
@@ -69,15 +70,6 @@ pub(super) unsafe fn plan_alter(
     // SAFETY: the statement's RangeVar.
     let span = unsafe { text.name_span(alter.relation, &table)? };
     splice_plan(table, text, span, on_shards, false)
-}
-
-fn objects_plan(
-    table: LogicalTable,
-    text: StatementText,
-    span: (usize, usize),
-) -> Result<Option<Planned>> {
-    let (_, end) = span;
-    super::objects::plan_alter_constraints(table, text.text[end..].to_string()).map(Some)
 }
 
 /// # Safety

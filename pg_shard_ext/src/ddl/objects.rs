@@ -250,20 +250,31 @@ struct Scratch {
     /// `pg_temp.name`, quoted.
     qualified: String,
     table: LogicalTable,
+    /// The table's own `schema.name`, quoted (its plain name now means the
+    /// scratch table).
+    table_qualified: String,
 }
 
 impl Scratch {
     fn of(table: &LogicalTable) -> Result<Scratch> {
-        let name = query_one::<String>(
-            "SELECT relname::text FROM pg_class WHERE oid = $1",
-            &[table.relid.into()],
-        )?
-        .unwrap_or_default();
-        let qualified = quote::qualified("pg_temp", &name);
-        let source = query_one::<String>("SELECT $1::regclass::text", &[table.relid.into()])?
-            .unwrap_or_default();
+        let (name, table_qualified) = Spi::connect(|client| {
+            let row = client
+                .select(
+                    "SELECT c.relname::text, format('%I.%I', n.nspname, c.relname) \
+                     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE c.oid = $1",
+                    Some(1),
+                    &[table.relid.into()],
+                )?
+                .next()
+                .map(|row| Ok::<_, ShardError>((row.get::<String>(1)?, row.get::<String>(2)?)))
+                .transpose()?;
+            Ok::<_, ShardError>(row.unwrap_or((None, None)))
+        })?;
+        let qualified = quote::qualified("pg_temp", &name.unwrap_or_default());
+        let table_qualified = table_qualified.unwrap_or_default();
         Spi::run(&format!(
-            "CREATE TEMPORARY TABLE {qualified} (LIKE {source})"
+            "CREATE TEMPORARY TABLE {qualified} (LIKE {table_qualified})"
         ))?;
         let relid =
             query_one::<pg_sys::Oid>("SELECT $1::regclass::oid", &[qualified.as_str().into()])?
@@ -272,6 +283,7 @@ impl Scratch {
             relid,
             qualified,
             table: table.clone(),
+            table_qualified,
         };
         // (Foreign keys are planned apart: a temporary table cannot have
         // them.)
@@ -372,21 +384,12 @@ impl Scratch {
             )? {
                 statements.push(format!(
                     "ALTER TABLE {} ALTER COLUMN {} SET NOT NULL",
-                    self.table.relid_text()?,
+                    self.table_qualified,
                     row.get::<String>(1)?.unwrap_or_default()
                 ));
             }
             Ok(statements)
         })
-    }
-}
-
-impl LogicalTable {
-    fn relid_text(&self) -> Result<String> {
-        Ok(
-            query_one::<String>("SELECT $1::regclass::text", &[self.relid.into()])?
-                .unwrap_or_default(),
-        )
     }
 }
 

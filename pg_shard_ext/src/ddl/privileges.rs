@@ -71,12 +71,7 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
                         grantees.join(", ")
                     ));
                 }
-                sql.extend(
-                    shape
-                        .grant_and_comment_sql(&shard.qualified)
-                        .into_iter()
-                        .filter(|s| s.starts_with("GRANT ")),
-                );
+                sql.extend(shape.grant_sql(&shard.qualified));
                 sql
             })?;
         }

@@ -6,9 +6,8 @@
 //! its sequences restarted. Reference tables truncate themselves: their
 //! TRUNCATE trigger empties every copy the same way.
 
-use super::{shard_tables, Local, LogicalTable, Planned};
+use super::{Local, LogicalTable, Planned};
 use crate::catalog::query_one;
-use crate::catalog::Node;
 use crate::error::{Result, ShardError};
 use crate::remote::{in_transaction, remote_error};
 use pgrx::prelude::*;
@@ -55,7 +54,11 @@ pub(super) unsafe fn plan(
         table.refuse_during_job()?;
         table.lock(pg_sys::AccessExclusiveLock);
         if restart {
-            sequences.extend(owned_sequences(table.relid)?);
+            sequences.extend(
+                crate::catalog::owned_sequences(table.relid)?
+                    .into_iter()
+                    .map(|(sequence, _)| sequence),
+            );
         }
     }
     let local = if kept.is_empty() {
@@ -83,19 +86,9 @@ pub(super) unsafe fn plan(
         }
         // One TRUNCATE per node: shard tables with foreign keys among
         // them can only be emptied together.
-        let mut by_node: Vec<(Node, Vec<String>)> = Vec::new();
-        for table in &distributed {
-            for shard in shard_tables(table.relid)? {
-                match by_node
-                    .iter_mut()
-                    .find(|(n, _)| n.node_id == shard.node.node_id)
-                {
-                    Some((_, tables)) => tables.push(shard.qualified),
-                    None => by_node.push((shard.node, vec![shard.qualified])),
-                }
-            }
-        }
-        for (node, tables) in by_node {
+        let relids: Vec<pg_sys::Oid> = distributed.iter().map(|t| t.relid).collect();
+        for (node, shards) in crate::catalog::shards_by_node(Some(&relids))?.into_values() {
+            let tables: Vec<String> = shards.into_iter().map(|(_, name)| name).collect();
             let statement = format!(
                 "TRUNCATE {}{}",
                 tables.join(", "),
@@ -109,22 +102,4 @@ pub(super) unsafe fn plan(
         }
         Ok(())
     })))
-}
-
-/// The sequences owned by columns of `relid` (serial columns).
-fn owned_sequences(relid: pg_sys::Oid) -> Result<Vec<String>> {
-    Spi::connect(|client| {
-        let mut sequences = Vec::new();
-        for row in client.select(
-            "SELECT d.objid::regclass::text FROM pg_depend d \
-             JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
-             WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
-               AND d.refobjid = $1 AND d.deptype = 'a'",
-            None,
-            &[relid.into()],
-        )? {
-            sequences.push(row.get::<String>(1)?.unwrap_or_default());
-        }
-        Ok(sequences)
-    })
 }
