@@ -16,6 +16,7 @@
 //! - [`columns`]: ALTER TABLE column changes and RENAME;
 //! - [`objects`]: indexes and constraints (CREATE/DROP INDEX, ADD/DROP
 //!   CONSTRAINT);
+//! - [`names`]: renames of indexes and constraints, SET SCHEMA;
 //! - [`foreign_keys`]: foreign keys of distributed tables;
 //! - [`privileges`]: GRANT/REVOKE and COMMENT;
 //! - [`truncate`]: TRUNCATE of distributed tables.
@@ -24,6 +25,7 @@
 
 mod columns;
 mod foreign_keys;
+mod names;
 mod objects;
 mod privileges;
 mod truncate;
@@ -217,6 +219,7 @@ unsafe fn plan(
         tag,
         N::T_AlterTableStmt
             | N::T_RenameStmt
+            | N::T_AlterObjectSchemaStmt
             | N::T_IndexStmt
             | N::T_DropStmt
             | N::T_GrantStmt
@@ -233,7 +236,15 @@ unsafe fn plan(
     unsafe {
         match tag {
             N::T_AlterTableStmt => columns::plan_alter(stmt.cast(), text),
-            N::T_RenameStmt => columns::plan_rename(stmt.cast(), text),
+            N::T_RenameStmt => match (*stmt.cast::<pg_sys::RenameStmt>()).renameType {
+                pg_sys::ObjectType::OBJECT_INDEX => names::plan_index_rename(stmt.cast()),
+                pg_sys::ObjectType::OBJECT_TABLE => match names::plan_index_rename(stmt.cast())? {
+                    Some(planned) => Ok(Some(planned)),
+                    None => columns::plan_rename(stmt.cast(), text),
+                },
+                _ => columns::plan_rename(stmt.cast(), text),
+            },
+            N::T_AlterObjectSchemaStmt => names::plan_set_schema(stmt.cast()),
             N::T_IndexStmt => objects::plan_create_index(pstmt, stmt.cast(), text, top_level),
             N::T_DropStmt => objects::plan_drop_index(pstmt, stmt.cast(), top_level),
             N::T_GrantStmt => privileges::plan_grant(stmt.cast()),
@@ -333,17 +344,8 @@ impl LogicalTable {
         if relation.is_null() {
             return Ok(None);
         }
-        // SAFETY: a name lookup without a lock (the statement itself locks).
-        let relid = unsafe {
-            pg_sys::RangeVarGetRelidExtended(
-                relation,
-                pg_sys::NoLock as pg_sys::LOCKMODE,
-                pg_sys::RVROption::RVR_MISSING_OK,
-                None,
-                std::ptr::null_mut(),
-            )
-        };
-        LogicalTable::of(relid)
+        // SAFETY: the caller's RangeVar.
+        LogicalTable::of(unsafe { relation_oid(relation) })
     }
 
     pub fn of(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
@@ -405,6 +407,23 @@ impl LogicalTable {
         // SAFETY: a heavyweight lock on an existing relation, held to
         // transaction end; an error is raised through pgrx's guard.
         unsafe { pg_sys::LockRelationOid(self.relid, mode as pg_sys::LOCKMODE) };
+    }
+}
+
+/// The relation a statement's RangeVar names, or InvalidOid.
+///
+/// # Safety
+/// `relation` is a RangeVar of the statement.
+unsafe fn relation_oid(relation: *mut pg_sys::RangeVar) -> pg_sys::Oid {
+    // SAFETY: a name lookup without a lock (the statement itself locks).
+    unsafe {
+        pg_sys::RangeVarGetRelidExtended(
+            relation,
+            pg_sys::NoLock as pg_sys::LOCKMODE,
+            pg_sys::RVROption::RVR_MISSING_OK,
+            None,
+            std::ptr::null_mut(),
+        )
     }
 }
 

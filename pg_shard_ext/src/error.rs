@@ -41,6 +41,10 @@ pub enum ShardError {
     NotLogicalTable(String),
     #[error("relation \"{0}\" already exists")]
     RelationExists(String),
+    #[error("constraint \"{constraint}\" of relation {table} does not exist")]
+    UnknownConstraint { constraint: String, table: String },
+    #[error("constraint \"{constraint}\" for relation {table} already exists")]
+    ConstraintExists { constraint: String, table: String },
     #[error("cannot change {0}: a shard move or split of it is in progress")]
     SchemaChangeDuringJob(String),
     #[error("table {0} has no primary key or replica identity")]
@@ -114,6 +118,8 @@ impl ShardError {
             ShardError::SchemaChangeDuringJob(_) => ERRCODE_OBJECT_IN_USE,
             ShardError::UniqueWithoutDistributionColumn { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::RelationExists(_) => ERRCODE_DUPLICATE_TABLE,
+            ShardError::UnknownConstraint { .. } => ERRCODE_UNDEFINED_OBJECT,
+            ShardError::ConstraintExists { .. } => ERRCODE_DUPLICATE_OBJECT,
             ShardError::PermissionDenied(_) => ERRCODE_INSUFFICIENT_PRIVILEGE,
             ShardError::NotLogicalTable(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::DependentObjects(_) => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,

@@ -101,6 +101,10 @@ pub(super) unsafe fn plan_rename(
         pg_sys::ObjectType::OBJECT_COLUMN => (true, false),
         // The shards keep their names; routers learn the new one.
         pg_sys::ObjectType::OBJECT_TABLE => (false, true),
+        pg_sys::ObjectType::OBJECT_TABCONSTRAINT => {
+            // SAFETY: the caller's node.
+            return unsafe { super::names::plan_constraint_rename(rename, table) }.map(Some);
+        }
         _ => return Err(table.refuse("this RENAME is not carried to the shards yet")),
     };
     // SAFETY: the statement's RangeVar.

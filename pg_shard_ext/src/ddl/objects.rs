@@ -14,6 +14,7 @@
 //! must include the distribution column: each shard checks its own rows
 //! only.
 
+use super::names::{index_name_taken, namespace_of};
 use super::{
     on_shards_in_transaction, on_shards_one_by_one, Local, LogicalTable, Planned, ShardTable,
     StatementText,
@@ -42,11 +43,7 @@ impl Object {
     }
 
     fn shard_name(&self, shard_id: i64) -> String {
-        if self.index_backed() {
-            quote::name_with_suffix(&self.name, &format!("_{shard_id}"))
-        } else {
-            self.name.clone()
-        }
+        super::names::shard_object_name(self.kind, &self.name, shard_id)
     }
 
     fn create_sql(&self, table: &str, name: &str, concurrently: bool) -> String {
@@ -347,23 +344,14 @@ impl Scratch {
                     column: dist.clone(),
                 });
             }
-            if object.index_backed() {
-                let taken = query_one::<bool>(
-                    "SELECT EXISTS (SELECT 1 FROM pg_class c \
-                                    WHERE c.relname = $2 AND c.relnamespace = \
-                                          (SELECT relnamespace FROM pg_class WHERE oid = $1)) \
-                         OR EXISTS (SELECT 1 FROM pg_shard.table_constraint t \
-                                    JOIN pg_class c ON c.oid = t.table_rel \
-                                    WHERE t.name = $2 AND t.table_rel <> $1 \
-                                      AND t.kind IN ('p', 'u', 'x', 'i') \
-                                      AND c.relnamespace = \
-                                          (SELECT relnamespace FROM pg_class WHERE oid = $1))",
-                    &[self.table.relid.into(), object.name.as_str().into()],
+            if object.index_backed()
+                && index_name_taken(
+                    namespace_of(self.table.relid)?,
+                    &object.name,
+                    Some(self.table.relid),
                 )?
-                .unwrap_or(false);
-                if taken {
-                    return Err(ShardError::RelationExists(object.name.clone()));
-                }
+            {
+                return Err(ShardError::RelationExists(object.name.clone()));
             }
         }
         Ok(())
@@ -604,7 +592,7 @@ pub(super) unsafe fn plan_drop_index(
 /// The table of the index named `parts` (`[schema, ]name`) and the index's
 /// own name, if the table is distributed (the index is recorded in the
 /// catalog) or a reference table (the index exists on the metadata node).
-fn index_of_logical_table(parts: &[String]) -> Result<Option<(LogicalTable, String)>> {
+pub(super) fn index_of_logical_table(parts: &[String]) -> Result<Option<(LogicalTable, String)>> {
     let (schema, name) = match parts {
         [name] => (None, name.clone()),
         [schema, name] => (Some(schema.clone()), name.clone()),
@@ -615,7 +603,8 @@ fn index_of_logical_table(parts: &[String]) -> Result<Option<(LogicalTable, Stri
     let relid = query_one::<pg_sys::Oid>(
         "SELECT table_rel FROM ( \
            SELECT t.table_rel::oid AS table_rel, c.relnamespace FROM pg_shard.table_constraint t \
-           JOIN pg_class c ON c.oid = t.table_rel WHERE t.kind = 'i' AND t.name = $2 \
+           JOIN pg_class c ON c.oid = t.table_rel \
+           WHERE t.kind IN ('p', 'u', 'x', 'i') AND t.name = $2 \
            UNION ALL \
            SELECT i.indrelid, c.relnamespace FROM pg_index i \
            JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $2) found \

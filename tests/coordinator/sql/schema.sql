@@ -26,6 +26,15 @@ SELECT client_id, order_id, status FROM sc_orders WHERE client_id = 42;
 ALTER TABLE sc_orders RENAME TO sc_purchases;
 SELECT pg_sleep(1);
 SELECT count(*) FROM sc_purchases WHERE client_id = 7;
+-- another schema: the old name stops resolving, the new one routes
+CREATE SCHEMA sc_shop;
+ALTER TABLE sc_purchases SET SCHEMA sc_shop;
+SELECT pg_sleep(1);
+SELECT count(*) FROM sc_purchases WHERE client_id = 7;
+SELECT count(*) FROM sc_shop.sc_purchases WHERE client_id = 7;
+ALTER TABLE sc_shop.sc_purchases SET SCHEMA public;
+DROP SCHEMA sc_shop;
+SELECT pg_sleep(1);
 -- refused, with nothing changed
 ALTER TABLE sc_purchases ALTER COLUMN client_id TYPE integer;
 ALTER TABLE sc_purchases DROP COLUMN client_id;

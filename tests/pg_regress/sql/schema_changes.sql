@@ -64,6 +64,24 @@ SELECT format('%I.%I', n.nspname, c.relname) AS some_shard FROM pg_shard.local_s
 INSERT INTO :some_shard (ident) SELECT g FROM generate_series(1000, 1100) g;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 ALTER TABLE sc_items RENAME COLUMN ident TO id;
+-- moving the table to another schema: the shards stay, routers get a new
+-- map; the indexes recorded for it (its primary key) must be free there
+CREATE SCHEMA sc_other;
+CREATE TABLE sc_other.sc_blocker (a int);
+CREATE INDEX sc_items_pkey ON sc_other.sc_blocker (a);
+SELECT pg_shard.map_version() AS version_before \gset
+ALTER TABLE sc_items SET SCHEMA sc_other;
+SELECT pg_shard.map_version() = :version_before AS same_map;
+DROP TABLE sc_other.sc_blocker;
+ALTER TABLE sc_items SET SCHEMA sc_other;
+ALTER TABLE sc_codes SET SCHEMA sc_other;
+SELECT pg_shard.map_version() = :version_before + 2 AS new_map, count(*) FROM sc_other.sc_items;
+INSERT INTO sc_other.sc_items (id, remark) VALUES (204, 'moved');
+SELECT id, remark FROM sc_other.sc_items WHERE id = 204;
+SELECT table_rel FROM pg_shard.logical_table WHERE table_rel::text ~ '^sc_other' ORDER BY 1;
+ALTER TABLE sc_other.sc_items SET SCHEMA public;
+ALTER TABLE sc_other.sc_codes SET SCHEMA public;
+DROP SCHEMA sc_other;
 -- refused, with nothing changed: the distribution column, constraints on
 -- a new column, and actions not carried to the shards yet
 SELECT pg_shard.map_version() AS version_before \gset

@@ -101,6 +101,42 @@ DROP INDEX CONCURRENTLY so_codes_lower_label;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
 :objects;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- renaming indexes and constraints: the catalog (of a distributed table)
+-- or the table itself (a reference table) and every shard's own object,
+-- which keeps its shard id suffix
+ALTER INDEX so_orders_total_conc RENAME TO so_orders_by_total;
+ALTER INDEX so_orders_pkey RENAME TO so_orders_pk;
+ALTER TABLE so_orders RENAME CONSTRAINT so_total_positive TO so_total_above_zero;
+ALTER INDEX so_codes_rank RENAME TO so_codes_by_rank;
+ALTER TABLE so_codes_by_rank RENAME TO so_codes_rank_order;
+ALTER TABLE so_codes RENAME CONSTRAINT so_codes_rank_positive TO so_codes_rank_above_zero;
+ALTER TABLE so_codes RENAME CONSTRAINT so_codes_pkey TO so_codes_pk;
+-- refused, with nothing changed: names taken in the schema or by the
+-- table, constraints that do not exist (a plain index is not one)
+ALTER INDEX so_orders_by_total RENAME TO so_codes_pk;
+ALTER INDEX so_orders_by_total RENAME TO so_orders_pk;
+ALTER TABLE so_orders RENAME CONSTRAINT so_total_above_zero TO so_orders_pk;
+ALTER TABLE so_orders RENAME CONSTRAINT so_orders_pk TO so_codes_rank_order;
+ALTER TABLE so_orders RENAME CONSTRAINT so_no_such_check TO so_whatever;
+ALTER TABLE so_orders RENAME CONSTRAINT so_orders_by_total TO so_whatever;
+-- a constraint's index is not dropped on its own
+DROP INDEX so_orders_pk;
+:catalog;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+:objects;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+:objects;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- a renamed index is dropped on every shard too
+CREATE INDEX so_orders_scratch ON so_orders (status, total);
+CREATE INDEX so_codes_scratch ON so_codes (label, rank);
+ALTER INDEX so_orders_scratch RENAME TO so_orders_scratch_renamed;
+ALTER INDEX so_codes_scratch RENAME TO so_codes_scratch_renamed;
+DROP INDEX so_orders_scratch_renamed;
+DROP INDEX so_codes_scratch_renamed;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS scratch_indexes FROM pg_class WHERE relname ~ '_scratch';
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 -- a moved shard keeps the indexes and constraints it had
 SELECT s.shard_id AS moving_shard,
        (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id AND n.state = 'active') AS moving_target
@@ -115,7 +151,7 @@ SELECT pg_shard.move_shard(:moving_shard, (SELECT min(node_id) FROM pg_shard.nod
   AND n.node_id <> (SELECT node_id FROM pg_shard.shards WHERE shard_id = :moving_shard))) AS job \gset
 CREATE INDEX so_orders_during_move ON so_orders (status);
 ALTER TABLE so_orders ADD CONSTRAINT so_during_move CHECK (total > -5);
-DROP INDEX so_orders_total_conc;
+DROP INDEX so_orders_by_total;
 SELECT pg_shard.cancel_job(:job);
 SELECT pg_advisory_unlock(hashtext('pg_shard job phase'), hashtext('copy'));
 SELECT pg_shard.wait_job(:job, '2 minutes');
