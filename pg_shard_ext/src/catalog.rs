@@ -21,6 +21,70 @@ pub fn query_one<T: FromDatum + IntoDatum>(
     })
 }
 
+thread_local! {
+    /// While [`as_extension_owner`] runs: the role it stands in for.
+    static ACTING_USER: std::cell::Cell<Option<pg_sys::Oid>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Run `work` as the extension's owner (the superuser who created it), for
+/// catalog writes that follow a change the current role was allowed to make
+/// (its own table's schema change, a write to a reference table): the
+/// catalog tables are not writable by other roles. Connections to workers
+/// made meanwhile still act as the current role ([`acting_user`]), so the
+/// workers check its privileges on the shard tables.
+pub fn as_extension_owner<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    let owner = query_value::<pg_sys::Oid>(
+        "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'",
+    )?;
+    let Some(owner) = owner else {
+        return work();
+    };
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: reads the backend's current user and security context.
+    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };
+    struct Restore {
+        user: pg_sys::Oid,
+        context: i32,
+        acting: Option<pg_sys::Oid>,
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: puts back what GetUserIdAndSecContext returned (also
+            // while an error unwinds; an abort resets it as well).
+            unsafe { pg_sys::SetUserIdAndSecContext(self.user, self.context) };
+            ACTING_USER.set(self.acting);
+        }
+    }
+    let acting = ACTING_USER.get();
+    let _restore = Restore {
+        user,
+        context,
+        acting,
+    };
+    ACTING_USER.set(Some(acting.unwrap_or(user)));
+    // SAFETY: a user switch for this backend, undone by `_restore`;
+    // SECURITY_LOCAL_USERID_CHANGE keeps SET ROLE from undoing it meanwhile.
+    unsafe {
+        pg_sys::SetUserIdAndSecContext(owner, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32)
+    };
+    work()
+}
+
+/// The role the current statement acts as: the current user, or inside
+/// [`as_extension_owner`] the one it stands in for.
+pub fn acting_user() -> Result<String> {
+    // SAFETY: the current user's id.
+    let user = ACTING_USER
+        .get()
+        .unwrap_or_else(|| unsafe { pg_sys::GetUserId() });
+    Ok(query_one::<String>(
+        "SELECT pg_catalog.pg_get_userbyid($1)::text",
+        &[user.into()],
+    )?
+    .unwrap_or_else(|| "postgres".to_string()))
+}
+
 /// [`query_one`] without parameters.
 pub fn query_value<T: FromDatum + IntoDatum>(query: &str) -> Result<Option<T>> {
     query_one(query, &[])

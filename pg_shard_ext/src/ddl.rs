@@ -185,7 +185,10 @@ unsafe extern "C-unwind" fn process_utility(
         // SAFETY: as above; the metadata node's part is done.
         unsafe {
             pg_sys::panic::pgrx_extern_c_guard(|| {
-                if let Err(e) = after() {
+                // The change was allowed (PostgreSQL checked the metadata
+                // node's part, the planners the rest); its catalog writes
+                // need the extension's owner.
+                if let Err(e) = crate::catalog::as_extension_owner(after) {
                     e.report();
                 }
             })
@@ -400,6 +403,21 @@ impl LogicalTable {
             return Err(ShardError::SchemaChangeDuringJob(self.display.clone()));
         }
         Ok(())
+    }
+
+    /// The current role must own the table: for changes the metadata node
+    /// does not run itself (a distributed table's indexes and constraints
+    /// exist only on its shards), so PostgreSQL does not check that.
+    pub fn require_owner(&self) -> Result<()> {
+        // SAFETY: an ownership lookup in the syscache.
+        let owner = unsafe { pg_sys::pg_class_ownercheck(self.relid, pg_sys::GetUserId()) };
+        if owner {
+            return Ok(());
+        }
+        Err(ShardError::PermissionDenied(format!(
+            "must be owner of table {}",
+            self.display
+        )))
     }
 
     /// Take `mode` on the metadata node's table until the transaction ends.

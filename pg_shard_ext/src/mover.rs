@@ -1233,13 +1233,14 @@ fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
         .split_once(' ')
         .ok_or_else(|| ShardError::InvalidArgument(format!("no bounds for {old}")))?;
     crate::ddl::run_internal(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
-    Spi::run(&format!(
-        "CREATE FOREIGN TABLE {new} PARTITION OF {parent} {bounds} SERVER {} \
-         OPTIONS (schema_name {}, table_name {})",
-        quote::ident(&crate::fdw::server_name(job.target.node_id)),
-        quote::literal(&shard.schema),
-        quote::literal(&shard.name),
-    ))?;
+    crate::routing_table::create_foreign_partition(
+        parent,
+        &new,
+        bounds,
+        job.target.node_id,
+        &shard.schema,
+        &shard.name,
+    )?;
     Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
     Ok(())
 }

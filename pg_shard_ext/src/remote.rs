@@ -79,13 +79,13 @@ pub fn connect(host: &str, port: i32) -> Result<Client> {
     };
     let port_u16 = u16::try_from(port).map_err(|_| unreachable("invalid port".into()))?;
     let database = query_value::<String>("SELECT current_database()::text")?;
-    let user = query_value::<String>("SELECT current_user::text")?;
+    let user = crate::catalog::acting_user()?;
     let mut config = Config::new();
     config
         .host(host)
         .port(port_u16)
         .dbname(database.as_deref().unwrap_or("postgres"))
-        .user(user.as_deref().unwrap_or("postgres"))
+        .user(&user)
         .application_name("pg_shard")
         // Generated SQL is fully qualified; an empty path keeps the worker's
         // own search_path from changing what it means.
@@ -179,6 +179,11 @@ fn subtransaction_aborted(aborted: pg_sys::SubTransactionId, _parent: pg_sys::Su
 /// `node`, recorded in the local transaction: the record exists if and only
 /// if the local transaction committed.
 fn record_remote_transaction(node: &Node) -> Result<String> {
+    // (Any role's write to a reference table opens remote transactions.)
+    crate::catalog::as_extension_owner(|| record_as_owner(node))
+}
+
+fn record_as_owner(node: &Node) -> Result<String> {
     let finished = FINISHED.with(|f| std::mem::take(&mut *f.borrow_mut()));
     if !finished.is_empty() {
         Spi::run_with_args(

@@ -110,28 +110,27 @@ pub fn replace_with_routing_table(
         shape.column_definitions(true),
         quote::ident(dist_column)
     ))?;
+    // The owner first: the partitions take the parent's.
+    for statement in carried_over(relid, &new_table)? {
+        Spi::run(&statement)?;
+    }
     for partition in partitions {
         let upper = if partition.range_end == i64::MAX {
             "MAXVALUE".to_string()
         } else {
             (partition.range_end + 1).to_string()
         };
-        Spi::run(&format!(
-            "CREATE FOREIGN TABLE {} PARTITION OF {new_table} \
-             FOR VALUES FROM ({}) TO ({upper}) SERVER {} \
-             OPTIONS (schema_name {}, table_name {})",
-            quote::qualified(
+        create_foreign_partition(
+            &new_table,
+            &quote::qualified(
                 "pg_shard_partitions",
-                &partition_name(&shape.name, partition.shard_id, partition.node_id)
+                &partition_name(&shape.name, partition.shard_id, partition.node_id),
             ),
-            partition.range_start,
-            quote::ident(&server_name(partition.node_id)),
-            quote::literal(&shape.schema),
-            quote::literal(&partition.shard_name),
-        ))?;
-    }
-    for statement in carried_over(relid, &new_table)? {
-        Spi::run(&statement)?;
+            &format!("FOR VALUES FROM ({}) TO ({upper})", partition.range_start),
+            partition.node_id,
+            &shape.schema,
+            &partition.shard_name,
+        )?;
     }
     Spi::run_with_args(
         "UPDATE pg_shard.logical_table SET table_rel = to_regclass($2) WHERE table_rel = $1",
@@ -147,28 +146,43 @@ pub fn replace_with_routing_table(
     Ok(())
 }
 
+/// Attach `partition` (qualified) to the routing table `parent` with
+/// `bounds` (`FOR VALUES …`): a foreign table for the shard table
+/// `shard_schema.shard_name` on node `node_id`, owned by the parent's owner
+/// (who may then change the table: ALTER TABLE recurses to partitions).
+pub fn create_foreign_partition(
+    parent: &str,
+    partition: &str,
+    bounds: &str,
+    node_id: i32,
+    shard_schema: &str,
+    shard_name: &str,
+) -> Result<()> {
+    Spi::run(&format!(
+        "CREATE FOREIGN TABLE {partition} PARTITION OF {parent} {bounds} SERVER {} \
+         OPTIONS (schema_name {}, table_name {})",
+        quote::ident(&server_name(node_id)),
+        quote::literal(shard_schema),
+        quote::literal(shard_name),
+    ))?;
+    let owner = crate::catalog::query_one::<String>(
+        "SELECT quote_ident(pg_get_userbyid(relowner)) FROM pg_class WHERE oid = $1::regclass",
+        &[parent.into()],
+    )?;
+    if let Some(owner) = owner {
+        Spi::run(&format!("ALTER FOREIGN TABLE {partition} OWNER TO {owner}"))?;
+    }
+    Ok(())
+}
+
 /// Owner, grants, comments and sequence ownership of `relid`, as statements
 /// applying them to `new_table`.
 pub fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
-    let grants_and_comments = TableShape::load(relid)?.grant_and_comment_sql(new_table);
-    Spi::connect(|client| {
-        let mut statements = Vec::new();
-        let owner = client.select(
-            "SELECT quote_ident(pg_get_userbyid(relowner)) FROM pg_class WHERE oid = $1",
-            Some(1),
-            &[relid.into()],
-        )?;
-        for row in owner {
-            if let Some(owner) = row.get::<String>(1)? {
-                statements.push(format!("ALTER TABLE {new_table} OWNER TO {owner}"));
-            }
-        }
-        for (sequence, column) in crate::catalog::owned_sequences(relid)? {
-            statements.push(format!(
-                "ALTER SEQUENCE {sequence} OWNED BY {new_table}.{column}"
-            ));
-        }
-        statements.extend(grants_and_comments);
-        Ok(statements)
-    })
+    let mut statements = TableShape::load(relid)?.grant_and_comment_sql(new_table);
+    for (sequence, column) in crate::catalog::owned_sequences(relid)? {
+        statements.push(format!(
+            "ALTER SEQUENCE {sequence} OWNED BY {new_table}.{column}"
+        ));
+    }
+    Ok(statements)
 }

@@ -70,6 +70,8 @@ pub struct TableShape {
     pub in_inheritance_tree: bool,
     pub relkind: char,
     pub persistence: char,
+    /// The owning role, quoted.
+    owner: String,
     /// Table privileges: (grantee, already quoted or PUBLIC; privilege;
     /// with grant option).
     grants: Vec<(String, String, bool)>,
@@ -95,7 +97,8 @@ impl TableShape {
         Spi::connect_mut(|client| {
             let rel = client.update(
                 "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relreplident::text, \
-                        c.relpersistence::text, c.relrowsecurity \
+                        c.relpersistence::text, c.relrowsecurity, \
+                        quote_ident(pg_get_userbyid(c.relowner)) \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
                 Some(1),
                 &[relid.into()],
@@ -120,6 +123,7 @@ impl TableShape {
                 foreign_key_definitions: Vec::new(),
                 in_inheritance_tree: false,
                 row_security: rel.get::<bool>(6)?.unwrap_or(false),
+                owner: rel.get::<String>(7)?.unwrap_or_default(),
                 grants: Vec::new(),
                 comments: Vec::new(),
             };
@@ -333,12 +337,19 @@ impl TableShape {
             .collect()
     }
 
-    /// GRANT and COMMENT statements that give `target` this table's
-    /// privileges and comments.
+    /// The statements that give `target` this table's owner, privileges
+    /// and comments. (The owner's role must exist where `target` is: shard
+    /// tables belong to their table's owner, who may then change them.)
     pub fn grant_and_comment_sql(&self, target: &str) -> Vec<String> {
-        let mut sql = self.grant_sql(target);
+        let mut sql = vec![self.owner_sql(target)];
+        sql.extend(self.grant_sql(target));
         sql.extend(self.comment_sql(target));
         sql
+    }
+
+    /// ALTER TABLE … OWNER TO this table's owner.
+    pub fn owner_sql(&self, target: &str) -> String {
+        format!("ALTER TABLE {target} OWNER TO {}", self.owner)
     }
 
     /// GRANT statements that give `target` this table's privileges.

@@ -42,6 +42,16 @@ pub(super) unsafe fn plan_alter(
             T::AT_AddConstraint | T::AT_DropConstraint | T::AT_ValidateConstraint
         )
     };
+    // SAFETY: AlterTableCmds of the list.
+    if cmds
+        .iter_ptr()
+        .any(|c| unsafe { (*c).subtype } == pg_sys::AlterTableType::AT_ChangeOwner)
+    {
+        if cmds.len() > 1 {
+            return Err(table.refuse("run OWNER TO in an ALTER TABLE statement of its own"));
+        }
+        return super::privileges::plan_owner(table).map(Some);
+    }
     let constraint_actions = cmds.iter_ptr().filter(|c| is_constraint_action(*c)).count();
     // SAFETY: the statement's commands.
     if let Some(planned) = unsafe { super::foreign_keys::plan(&table, &cmds)? } {
@@ -269,7 +279,7 @@ unsafe fn judge_column_action(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable)
         _ => Err(table.refuse(
             "this ALTER TABLE action is not carried to the shards yet (supported: ADD/DROP \
              COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL, SET/DROP DEFAULT, RENAME, \
-             ADD/DROP/VALIDATE CONSTRAINT)",
+             ADD/DROP/VALIDATE CONSTRAINT, OWNER TO, SET SCHEMA)",
         )),
     }
 }

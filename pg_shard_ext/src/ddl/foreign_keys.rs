@@ -69,6 +69,7 @@ pub(super) unsafe fn plan(
         // SAFETY: the statement's Constraint node, if it adds one.
         return unsafe { plan_reference(table, action) }.map(Some);
     }
+    table.require_owner()?;
     table.lock(pg_sys::ShareRowExclusiveLock);
     let relid = table.relid;
     match action {

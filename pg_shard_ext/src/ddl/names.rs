@@ -155,6 +155,7 @@ pub(super) unsafe fn plan_index_rename(rename: *mut pg_sys::RenameStmt) -> Resul
             rename_on_shards(relid, 'i', &old, &new)
         })));
     }
+    table.require_owner()?;
     table.lock(pg_sys::ShareUpdateExclusiveLock);
     if index_name_taken(namespace_of(table.relid)?, &new, None)? {
         return Err(ShardError::RelationExists(new));
@@ -188,6 +189,7 @@ pub(super) unsafe fn plan_constraint_rename(
             rename_on_shards(relid, kind, &old, &new)
         }));
     }
+    table.require_owner()?;
     table.lock(pg_sys::AccessExclusiveLock);
     let kind = match recorded_kind(relid, &old)? {
         Some(kind) if kind != 'i' => kind,

@@ -406,6 +406,9 @@ impl RecordedChange {
 /// after the table's name.
 pub(super) fn plan_alter_constraints(table: LogicalTable, actions: String) -> Result<Planned> {
     table.refuse_during_job()?;
+    if table.is_distributed() {
+        table.require_owner()?;
+    }
     table.lock(pg_sys::AccessExclusiveLock);
     if !table.is_distributed() {
         return follow_reference_table(table, Local::Run);
@@ -470,6 +473,7 @@ pub(super) unsafe fn plan_create_index(
         unsafe { (*statement).concurrent = false };
         return follow_reference_table(table, Local::Replace(copy)).map(Some);
     }
+    table.require_owner()?;
     if index.concurrent {
         prevent_in_transaction_block(top_level, c"CREATE INDEX CONCURRENTLY");
         table.lock(pg_sys::ShareUpdateExclusiveLock);
@@ -566,6 +570,7 @@ pub(super) unsafe fn plan_drop_index(
             dropped.apply_to_shards(relid, false)
         })));
     }
+    table.require_owner()?;
     if drop.concurrent {
         prevent_in_transaction_block(top_level, c"DROP INDEX CONCURRENTLY");
         table.lock(pg_sys::ShareUpdateExclusiveLock);

@@ -1,9 +1,10 @@
-//! GRANT / REVOKE and COMMENT on distributed and reference tables.
+//! GRANT / REVOKE, OWNER TO and COMMENT on distributed and reference tables.
 //!
 //! The metadata node runs the statement; then each shard table gets the
 //! table's privileges (revoked from every grantee before and after, granted
-//! as they now are) or the comment. Roles are per server: a role granted to
-//! must exist on every worker, or the statement fails everywhere.
+//! as they now are), its owner, or the comment. Roles are per server: a role
+//! granted to or made owner must exist on every worker, or the statement
+//! fails everywhere.
 
 use super::{on_shards_in_transaction, string_list, Local, LogicalTable, Planned};
 use crate::error::Result;
@@ -152,4 +153,30 @@ pub(super) unsafe fn plan_comment(comment: *mut pg_sys::CommentStmt) -> Result<O
             }]
         })
     })))
+}
+
+/// ALTER TABLE … OWNER TO: the shard tables (and a distributed table's
+/// foreign partitions, which ALTER TABLE does not recurse to for an owner)
+/// follow, so the new owner may change and use them.
+pub(super) fn plan_owner(table: LogicalTable) -> Result<Planned> {
+    table.refuse_during_job()?;
+    Ok(Planned::new(Local::Run, move || {
+        let shape = TableShape::load(table.relid)?;
+        let partitions = Spi::connect(|client| {
+            let mut partitions = Vec::new();
+            for row in client.select(
+                "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = $1 \
+                 ORDER BY 1",
+                None,
+                &[table.relid.into()],
+            )? {
+                partitions.push(row.get::<String>(1)?.unwrap_or_default());
+            }
+            Ok::<_, crate::error::ShardError>(partitions)
+        })?;
+        for partition in partitions {
+            super::run_internal(&shape.owner_sql(&partition))?;
+        }
+        on_shards_in_transaction(table.relid, |shard| vec![shape.owner_sql(&shard.qualified)])
+    }))
 }

@@ -54,11 +54,20 @@ pub(super) unsafe fn plan(
         table.refuse_during_job()?;
         table.lock(pg_sys::AccessExclusiveLock);
         if restart {
-            sequences.extend(
-                crate::catalog::owned_sequences(table.relid)?
-                    .into_iter()
-                    .map(|(sequence, _)| sequence),
-            );
+            for (sequence, _) in crate::catalog::owned_sequences(table.relid)? {
+                // As PostgreSQL asks: the sequences' owner may restart them.
+                let owner = query_one::<bool>(
+                    "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass",
+                    &[sequence.as_str().into()],
+                )?
+                .unwrap_or(false);
+                if !owner {
+                    return Err(ShardError::PermissionDenied(format!(
+                        "must be owner of sequence {sequence}"
+                    )));
+                }
+                sequences.push(sequence);
+            }
         }
     }
     let local = if kept.is_empty() {

@@ -616,7 +616,6 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
           WHERE colocation_id = (SELECT colocation_id FROM pg_shard.shard_group WHERE shard_group_id = $1)",
         &[upper_group.into()],
     )?;
-    let server = quote::ident(&crate::fdw::server_name(job.source.node_id));
     for table in tables {
         let partition = |id| {
             quote::qualified(
@@ -670,13 +669,14 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
             ),
             (&table.upper, ranges.split_at.to_string(), upper_bound),
         ] {
-            Spi::run(&format!(
-                "CREATE FOREIGN TABLE {} PARTITION OF {parent} FOR VALUES FROM ({from}) TO ({to}) \
-                 SERVER {server} OPTIONS (schema_name {}, table_name {})",
-                partition(half.shard_id),
-                quote::literal(&table.source.schema),
-                quote::literal(&half.name),
-            ))?;
+            crate::routing_table::create_foreign_partition(
+                &parent,
+                &partition(half.shard_id),
+                &format!("FOR VALUES FROM ({from}) TO ({to})"),
+                job.source.node_id,
+                &table.source.schema,
+                &half.name,
+            )?;
         }
     }
     Ok(())
