@@ -306,6 +306,12 @@ impl StatementText {
         }
     }
 
+    /// The statement with `name` in place of the text at `span` (a shard
+    /// table's name in place of its table's).
+    fn spliced(&self, (start, end): (usize, usize), name: &str) -> String {
+        format!("{}{name}{}", &self.text[..start], &self.text[end..])
+    }
+
     /// Where the name of `table`, `relation` of the statement, is (as
     /// written, maybe qualified and quoted).
     ///

@@ -2,7 +2,8 @@
 //! the DDL that recreates it as a shard table on a worker.
 //!
 //! Carried over: column types, NOT NULL, collations, primary key, unique,
-//! check and exclusion constraints, other indexes, replica identity.
+//! check and exclusion constraints, other indexes, replica identity, storage
+//! parameters and column statistics settings, owner, privileges, comments.
 //! Not carried over (documented in docs/sql-api.md): column defaults and
 //! identity (rows arrive with their values; ids are assigned where the row
 //! is routed from) and user-defined types, which must already exist on the
@@ -72,6 +73,11 @@ pub struct TableShape {
     pub persistence: char,
     /// The owning role, quoted.
     owner: String,
+    /// Storage parameters and column statistics settings, as ALTER TABLE
+    /// actions (`SET (fillfactor = '70')`, `ALTER COLUMN "c" SET STATISTICS
+    /// 500`): shard tables carry them, the metadata node's partitioned
+    /// table cannot hold storage parameters.
+    settings: Vec<String>,
     /// Table privileges: (grantee, already quoted or PUBLIC; privilege;
     /// with grant option).
     grants: Vec<(String, String, bool)>,
@@ -124,6 +130,7 @@ impl TableShape {
                 in_inheritance_tree: false,
                 row_security: rel.get::<bool>(6)?.unwrap_or(false),
                 owner: rel.get::<String>(7)?.unwrap_or_default(),
+                settings: Vec::new(),
                 grants: Vec::new(),
                 comments: Vec::new(),
             };
@@ -188,6 +195,35 @@ impl TableShape {
                     default: row.get::<String>(7)?,
                     identity_or_generated: row.get::<bool>(8)?.unwrap_or(false),
                 });
+            }
+
+            // Storage parameters (autovacuum settings, fillfactor) and
+            // per-column statistics settings, as ALTER TABLE actions (the
+            // column options PostgreSQL documents; a server may keep others
+            // of its own there).
+            let settings = client.update(
+                "SELECT format('SET (%s)', string_agg(format('%I = %L', o.option_name, \
+                                                             o.option_value), ', ')) \
+                 FROM pg_class c, pg_options_to_table(c.reloptions) o WHERE c.oid = $1 \
+                 HAVING count(*) > 0 \
+                 UNION ALL \
+                 SELECT format('ALTER COLUMN %I SET STATISTICS %s', attname, attstattarget) \
+                 FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
+                   AND attstattarget >= 0 \
+                 UNION ALL \
+                 (SELECT format('ALTER COLUMN %I SET (%s)', a.attname, \
+                                string_agg(format('%I = %L', o.option_name, o.option_value), ', ')) \
+                  FROM pg_attribute a, pg_options_to_table(a.attoptions) o \
+                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+                    AND o.option_name IN ('n_distinct', 'n_distinct_inherited') \
+                  GROUP BY a.attname ORDER BY a.attname)",
+                None,
+                &[relid.into()],
+            )?;
+            for row in settings {
+                shape
+                    .settings
+                    .extend(row.get::<String>(1)?.filter(|s| !s.is_empty()));
             }
 
             let constraints = client.update(
@@ -488,6 +524,11 @@ impl TableShape {
             format!("CREATE SCHEMA IF NOT EXISTS {}", quote::ident(&self.schema)),
             format!("CREATE TABLE {target} ({columns})"),
         ];
+        ddl.extend(
+            self.settings
+                .iter()
+                .map(|setting| format!("ALTER TABLE {target} {setting}")),
+        );
         let shard_index_name = |name: &str| quote::name_with_suffix(name, suffix);
         for constraint in &self.constraints {
             let name = if constraint.has_index {

@@ -2,7 +2,9 @@
 //! tables.
 //!
 //! Supported: ADD COLUMN (with NOT NULL or DEFAULT), DROP COLUMN, ALTER
-//! COLUMN TYPE, SET / DROP NOT NULL, RENAME COLUMN. The metadata node's
+//! COLUMN TYPE, SET / DROP NOT NULL, SET STATISTICS, SET / RESET column
+//! options, RENAME COLUMN, and SET / RESET of storage parameters (on the
+//! shards only for a distributed table). The metadata node's
 //! table runs the statement first (for a distributed table PostgreSQL
 //! carries column changes on to the foreign partitions itself), then every
 //! shard table runs it with its own name in place of the table's, so the
@@ -51,6 +53,21 @@ pub(super) unsafe fn plan_alter(
             return Err(table.refuse("run OWNER TO in an ALTER TABLE statement of its own"));
         }
         return super::privileges::plan_owner(table).map(Some);
+    }
+    // SAFETY: AlterTableCmds of the list.
+    if cmds.iter_ptr().any(|c| {
+        matches!(
+            unsafe { (*c).subtype },
+            pg_sys::AlterTableType::AT_SetRelOptions | pg_sys::AlterTableType::AT_ResetRelOptions
+        )
+    }) {
+        if cmds.len() > 1 {
+            return Err(table
+                .refuse("set or reset storage parameters in an ALTER TABLE statement of its own"));
+        }
+        // SAFETY: the statement's RangeVar.
+        let span = unsafe { text.name_span(alter.relation, &table)? };
+        return storage_parameters(table, text, span).map(Some);
     }
     let constraint_actions = cmds.iter_ptr().filter(|c| is_constraint_action(*c)).count();
     // SAFETY: the statement's commands.
@@ -134,12 +151,13 @@ fn splice_plan(
     if on_shards || new_map {
         table.refuse_during_job()?;
     }
-    let (start, end) = span;
     let recorded = match on_shards && table.is_distributed() {
-        true => Some(RecordedChange::of_column_change(&table, &text.text[end..])?),
+        true => Some(RecordedChange::of_column_change(
+            &table,
+            &text.text[span.1..],
+        )?),
         false => None,
     };
-    let statement = text.text;
     let relid = table.relid;
     Ok(Some(Planned::new(Local::Run, move || {
         let distributed = recorded.is_some();
@@ -147,14 +165,7 @@ fn splice_plan(
             recorded.record(relid)?;
         }
         if on_shards {
-            on_shards_in_transaction(relid, |shard| {
-                vec![format!(
-                    "{}{}{}",
-                    &statement[..start],
-                    shard.qualified,
-                    &statement[end..]
-                )]
-            })?;
+            on_shards_in_transaction(relid, |shard| vec![text.spliced(span, &shard.qualified)])?;
             if distributed {
                 super::refresh_recorded(relid)?;
             }
@@ -164,6 +175,29 @@ fn splice_plan(
         }
         Ok(())
     })))
+}
+
+/// SET / RESET (storage parameters: fillfactor, autovacuum settings): every
+/// shard table; the metadata node's table too for a reference table. A
+/// distributed table's partitioned table cannot hold them: its shards keep
+/// them (moves and splits copy them from the shard).
+fn storage_parameters(
+    table: LogicalTable,
+    text: StatementText,
+    span: (usize, usize),
+) -> Result<Planned> {
+    table.refuse_during_job()?;
+    let local = if table.is_distributed() {
+        table.require_owner()?;
+        table.lock(pg_sys::ShareUpdateExclusiveLock);
+        Local::Skip
+    } else {
+        Local::Run
+    };
+    let relid = table.relid;
+    Ok(Planned::new(local, move || {
+        on_shards_in_transaction(relid, |shard| vec![text.spliced(span, &shard.qualified)])
+    }))
 }
 
 /// RENAME of the distribution column: the shard tables, their guard
@@ -176,9 +210,7 @@ fn rename_distribution_column(
     new_name: String,
 ) -> Result<Planned> {
     table.refuse_during_job()?;
-    let (start, end) = span;
-    let recorded = RecordedChange::of_column_change(&table, &text.text[end..])?;
-    let statement = text.text;
+    let recorded = RecordedChange::of_column_change(&table, &text.text[span.1..])?;
     let relid = table.relid;
     Ok(Planned::new(Local::Run, move || {
         recorded.record(relid)?;
@@ -186,12 +218,7 @@ fn rename_distribution_column(
         on_shards_in_transaction(relid, |shard| {
             let (range_start, range_end) = ranges.get(&shard.shard_id).copied().unwrap_or_default();
             let mut sql = vec![
-                format!(
-                    "{}{}{}",
-                    &statement[..start],
-                    shard.qualified,
-                    &statement[end..]
-                ),
+                text.spliced(span, &shard.qualified),
                 format!("DROP TRIGGER pg_shard_guard_row ON {}", shard.qualified),
             ];
             sql.extend(
@@ -273,13 +300,15 @@ unsafe fn judge_column_action(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable)
             "the distribution column's type cannot change (rows would hash to other shards)",
         )),
         T::AT_DropColumn | T::AT_AlterColumnType | T::AT_SetNotNull | T::AT_DropNotNull => Ok(true),
+        // Planner statistics are gathered on each shard by its own ANALYZE.
+        T::AT_SetStatistics | T::AT_SetOptions | T::AT_ResetOptions => Ok(true),
         // Defaults apply where rows are routed from: the metadata node's
         // table.
         T::AT_ColumnDefault => Ok(false),
         _ => Err(table.refuse(
             "this ALTER TABLE action is not carried to the shards yet (supported: ADD/DROP \
-             COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL, SET/DROP DEFAULT, RENAME, \
-             ADD/DROP/VALIDATE CONSTRAINT, OWNER TO, SET SCHEMA)",
+             COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL, SET/DROP DEFAULT, SET STATISTICS, \
+             SET/RESET (…), RENAME, ADD/DROP/VALIDATE CONSTRAINT, OWNER TO, SET SCHEMA)",
         )),
     }
 }

@@ -92,6 +92,24 @@ ALTER TABLE sc_items ENABLE ROW LEVEL SECURITY;
 ALTER TABLE sc_items ADD COLUMN extra int, ALTER COLUMN id TYPE integer;
 SELECT attname FROM pg_attribute WHERE attrelid = 'sc_items'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
 SELECT pg_shard.map_version() = :version_before AS same_map;
+-- storage parameters and statistics settings reach every shard table (the
+-- metadata node's partitioned table holds no storage parameters); a bad
+-- one changes nothing
+ALTER TABLE sc_items SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
+ALTER TABLE sc_items RESET (fillfactor);
+ALTER TABLE sc_items ALTER COLUMN remark SET STATISTICS 500;
+ALTER TABLE sc_items ALTER COLUMN remark SET (n_distinct = -0.5);
+ALTER TABLE sc_codes SET (fillfactor = 70);
+\set VERBOSITY terse
+ALTER TABLE sc_items SET (no_such_parameter = 1);
+ALTER TABLE sc_items SET (fillfactor = 5);
+\set VERBOSITY default
+ALTER TABLE sc_items SET (fillfactor = 90), ADD COLUMN extra int;
+SELECT reloptions FROM pg_class WHERE oid = 'sc_codes'::regclass;
+\set settings 'SELECT regexp_replace(c.relname, ''_[0-9]+$'', '''') AS tbl, c.reloptions, (SELECT string_agg(a.attname || '' '' || a.attstattarget || coalesce('' '' || (SELECT string_agg(o, '','') FROM unnest(a.attoptions) o WHERE o LIKE ''n_distinct%''), ''''), ''; '' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attstattarget >= 0) AS columns, count(*) AS shard_tables FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel WHERE c.relname ~ ''^sc_(items|codes)_'' GROUP BY 1, 2, 3 ORDER BY 1'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+:settings;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 -- a failure on a shard (here: a value that does not fit the new type on
 -- one node) changes no node
 UPDATE sc_items SET remark = 'much too long' WHERE id = 3;
@@ -122,4 +140,11 @@ SELECT pg_shard.wait_job(:job, '2 minutes');
 SELECT count(*), sum(qty) FROM sc_items;
 INSERT INTO sc_items (id, remark, qty) VALUES (202, 'after', 7);
 SELECT id, remark, qty FROM sc_items WHERE id = 202;
+-- the moved shard kept its settings
+SELECT port AS target_port FROM pg_shard.node WHERE node_id = :moving_target \gset
+\c pg_shard_regress - 127.0.0.1 :target_port
+SELECT count(*) AS moved_shard_here FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel
+ WHERE c.relname = (SELECT 'sc_items_' || :moving_shard);
+:settings;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 DROP TABLE sc_items, sc_codes;
