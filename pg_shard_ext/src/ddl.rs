@@ -19,7 +19,8 @@
 //! - [`names`]: renames of indexes and constraints, SET SCHEMA;
 //! - [`foreign_keys`]: foreign keys of distributed tables;
 //! - [`privileges`]: GRANT/REVOKE and COMMENT;
-//! - [`truncate`]: TRUNCATE of distributed tables.
+//! - [`truncate`]: TRUNCATE of distributed tables;
+//! - [`reindex`]: REINDEX TABLE / INDEX, shard by shard.
 //!
 //! DROP TABLE is handled by an event trigger (`crate::drop`).
 
@@ -28,6 +29,7 @@ mod foreign_keys;
 mod names;
 mod objects;
 mod privileges;
+mod reindex;
 mod truncate;
 
 use foreign_keys::refresh_recorded;
@@ -228,6 +230,7 @@ unsafe fn plan(
             | N::T_GrantStmt
             | N::T_CommentStmt
             | N::T_TruncateStmt
+            | N::T_ReindexStmt
     ) || !extension_installed()
     {
         return Ok(None);
@@ -253,6 +256,7 @@ unsafe fn plan(
             N::T_GrantStmt => privileges::plan_grant(stmt.cast()),
             N::T_CommentStmt => privileges::plan_comment(stmt.cast()),
             N::T_TruncateStmt => truncate::plan(pstmt, stmt.cast()),
+            N::T_ReindexStmt => reindex::plan(stmt.cast(), top_level),
             _ => Ok(None),
         }
     }

@@ -127,6 +127,28 @@ DROP INDEX so_orders_pk;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
 :objects;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- REINDEX rebuilds every shard's indexes (one shard at a time, each in its
+-- own transaction); a reference table rebuilds its own and its copies'
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT array_agg(pg_relation_filenode(i.indexrelid)) AS before_nodes FROM pg_shard.local_shard s
+  JOIN pg_class c ON c.oid = s.shard_rel JOIN pg_index i ON i.indrelid = c.oid WHERE c.relname ~ '^so_(orders|codes)_' \gset
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+REINDEX TABLE so_orders;
+REINDEX (VERBOSE false) TABLE CONCURRENTLY so_codes;
+REINDEX INDEX CONCURRENTLY so_orders_by_total;
+REINDEX INDEX so_codes_pk;
+-- refused, with nothing changed: tablespaces (per server), CONCURRENTLY in
+-- a transaction block
+REINDEX (TABLESPACE pg_default) TABLE so_orders;
+BEGIN;
+REINDEX TABLE CONCURRENTLY so_orders;
+ROLLBACK;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) FILTER (WHERE pg_relation_filenode(i.indexrelid) = ANY (:'before_nodes'::oid[])) AS not_rebuilt,
+       count(*) FILTER (WHERE NOT i.indisvalid) AS invalid, count(*) > 0 AS some_indexes
+  FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel JOIN pg_index i ON i.indrelid = c.oid
+ WHERE c.relname ~ '^so_(orders|codes)_';
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 -- a renamed index is dropped on every shard too
 CREATE INDEX so_orders_scratch ON so_orders (status, total);
 CREATE INDEX so_codes_scratch ON so_codes (label, rank);
