@@ -62,13 +62,22 @@ pub fn as_extension_owner<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
         context,
         acting,
     };
-    ACTING_USER.set(Some(acting.unwrap_or(user)));
-    // SAFETY: a user switch for this backend, undone by `_restore`;
-    // SECURITY_LOCAL_USERID_CHANGE keeps SET ROLE from undoing it meanwhile.
-    unsafe {
-        pg_sys::SetUserIdAndSecContext(owner, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32)
-    };
-    work()
+    // As for a SECURITY DEFINER function: names resolve in pg_catalog (and
+    // temporary relations last), never in a schema the role could plant a
+    // function or table in.
+    crate::settings::with_settings(crate::settings::CATALOG_ONLY, || {
+        ACTING_USER.set(Some(acting.unwrap_or(user)));
+        // SAFETY: a user switch for this backend, undone by `_restore`;
+        // SECURITY_LOCAL_USERID_CHANGE keeps SET ROLE from undoing it
+        // meanwhile.
+        unsafe {
+            pg_sys::SetUserIdAndSecContext(
+                owner,
+                context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+            )
+        };
+        work()
+    })
 }
 
 /// The role the current statement acts as: the current user, or inside
@@ -362,9 +371,10 @@ pub fn owned_sequences(relid: pg_sys::Oid) -> Result<Vec<(String, String)>> {
     Spi::connect(|client| {
         let mut sequences = Vec::new();
         for row in client.select(
-            "SELECT d.objid::regclass::text, quote_ident(a.attname) \
+            "SELECT format('%I.%I', n.nspname, s.relname), quote_ident(a.attname) \
              FROM pg_depend d \
              JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
+             JOIN pg_namespace n ON n.oid = s.relnamespace \
              JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid \
              WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
                AND d.refobjid = $1 AND d.deptype = 'a'",

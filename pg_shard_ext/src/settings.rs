@@ -11,6 +11,10 @@ use pgrx::prelude::*;
 /// Settings for reading DDL text: qualify every name outside pg_catalog.
 pub const QUALIFIED_NAMES: &[(&str, &str)] = &[("search_path", "pg_catalog")];
 
+/// Settings for work done with the extension owner's rights: only
+/// pg_catalog's functions, temporary relations after the catalog's.
+pub const CATALOG_ONLY: &[(&str, &str)] = &[("search_path", "pg_catalog, pg_temp")];
+
 /// Settings under which every value's text form reads back the same anywhere.
 pub const PORTABLE_TEXT: &[(&str, &str)] = &[
     ("DateStyle", "ISO, MDY"),

@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+import psycopg
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "moves"))
 from tap import Checks, connect  # noqa: E402
 
@@ -44,6 +46,21 @@ def shards_with_column(workers, column):
             ).fetchone()
             shards, having = shards + row[0], having + row[1]
     return shards, having
+
+
+def recover_after_restart(dsn):
+    """Run the recovery once the metadata node is back from the crash
+    restart a killed backend causes. A connection made before the
+    postmaster noticed the kill is ended by that restart: try again."""
+    time.sleep(1)
+    for _ in range(60):
+        try:
+            with connect(dsn) as admin:
+                admin.execute("SELECT pg_shard.recover_prepared_transactions()")
+                return
+        except psycopg.OperationalError:
+            time.sleep(0.5)
+    raise RuntimeError("the metadata node did not come back")
 
 
 def main():
@@ -89,8 +106,8 @@ def main():
         check(f"{column}: the workers prepared, the backend pauses", paused())
         os.kill(pid, signal.SIGKILL)
         thread.join()
-        with connect(dsn) as admin:  # waits out the restart
-            admin.execute("SELECT pg_shard.recover_prepared_transactions()")
+        recover_after_restart(dsn)
+        with connect(dsn) as admin:
             on_metadata = admin.execute(
                 "SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass "
                 "AND attname = %s AND NOT attisdropped", (TABLE, column)).fetchone()[0]

@@ -114,9 +114,11 @@ unsafe fn options(table: &LogicalTable, params: *mut pg_sys::List) -> Result<Opt
         match name.as_ref() {
             "concurrently" => options.concurrently = value(),
             "verbose" => options.verbose = value(),
-            _ => return Err(table.refuse(format!(
+            _ => {
+                return Err(table.refuse(format!(
                 "REINDEX option {name} is not carried to the shards (tablespaces are per server)"
-            ))),
+            )))
+            }
         }
     }
     Ok(options)
