@@ -476,11 +476,39 @@ pub(crate) unsafe fn string_list(list: *mut pg_sys::List) -> Vec<String> {
         .iter_ptr()
         .map(|s| {
             // SAFETY: a String node's NUL-terminated text.
-            unsafe { CStr::from_ptr((*s).sval) }
-                .to_string_lossy()
-                .into_owned()
+            unsafe { text_of((*s).sval) }
         })
         .collect()
+}
+
+/// The text of a C string of the parse tree ("" for null).
+///
+/// # Safety
+/// `text` is a NUL-terminated string of the parse tree, or null.
+pub(crate) unsafe fn text_of(text: *const c_char) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: as the caller promises.
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The name a RangeVar spells, as `[schema, ]name`.
+///
+/// # Safety
+/// `relation` is a RangeVar of the statement.
+unsafe fn range_var_parts(relation: *mut pg_sys::RangeVar) -> Vec<String> {
+    // SAFETY: as the caller promises; its names are C strings or null.
+    unsafe {
+        let relation = &*relation;
+        [relation.schemaname, relation.relname]
+            .into_iter()
+            .filter(|name| !name.is_null())
+            .map(|name| text_of(name))
+            .collect()
+    }
 }
 
 /// One shard table: its node, id, schema and qualified name.

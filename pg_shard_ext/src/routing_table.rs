@@ -178,7 +178,7 @@ pub fn create_foreign_partition(
 /// Owner, grants, comments and sequence ownership of `relid`, as statements
 /// applying them to `new_table`.
 pub fn carried_over(relid: pg_sys::Oid, new_table: &str) -> Result<Vec<String>> {
-    let mut statements = TableShape::load(relid)?.grant_and_comment_sql(new_table);
+    let mut statements = TableShape::load(relid)?.owner_grant_and_comment_sql(new_table);
     for (sequence, column) in crate::catalog::owned_sequences(relid)? {
         statements.push(format!(
             "ALTER SEQUENCE {sequence} OWNED BY {new_table}.{column}"

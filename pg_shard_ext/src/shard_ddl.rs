@@ -376,7 +376,7 @@ impl TableShape {
     /// The statements that give `target` this table's owner, privileges
     /// and comments. (The owner's role must exist where `target` is: shard
     /// tables belong to their table's owner, who may then change them.)
-    pub fn grant_and_comment_sql(&self, target: &str) -> Vec<String> {
+    pub fn owner_grant_and_comment_sql(&self, target: &str) -> Vec<String> {
         let mut sql = vec![self.owner_sql(target)];
         sql.extend(self.grant_sql(target));
         sql.extend(self.comment_sql(target));
@@ -558,7 +558,7 @@ impl TableShape {
             )),
             _ => {}
         }
-        ddl.extend(self.grant_and_comment_sql(&target));
+        ddl.extend(self.owner_grant_and_comment_sql(&target));
         ddl
     }
 }

@@ -36,35 +36,34 @@ pub(super) unsafe fn plan_alter(
     };
     // SAFETY: the statement's list of AlterTableCmd nodes.
     let cmds = unsafe { pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds) };
+    use pg_sys::AlterTableType as T;
     let is_constraint_action = |cmd: *mut pg_sys::AlterTableCmd| {
-        use pg_sys::AlterTableType as T;
         // SAFETY: an AlterTableCmd of the list.
         matches!(
             unsafe { (*cmd).subtype },
             T::AT_AddConstraint | T::AT_DropConstraint | T::AT_ValidateConstraint
         )
     };
-    // SAFETY: AlterTableCmds of the list.
-    if cmds
-        .iter_ptr()
-        .any(|c| unsafe { (*c).subtype } == pg_sys::AlterTableType::AT_ChangeOwner)
-    {
-        if cmds.len() > 1 {
-            return Err(table.refuse("run OWNER TO in an ALTER TABLE statement of its own"));
+    // Actions planned apart, which must come alone: whether the statement
+    // has one of `kinds` (then only that), or is refused for mixing.
+    let alone = |kinds: &[T::Type], what: &str| {
+        // SAFETY: AlterTableCmds of the list.
+        let found = cmds
+            .iter_ptr()
+            .any(|c| kinds.contains(&unsafe { (*c).subtype }));
+        match (found, cmds.len()) {
+            (false, _) => Ok(false),
+            (true, 1) => Ok(true),
+            _ => Err(table.refuse(format!("{what} in an ALTER TABLE statement of its own"))),
         }
+    };
+    if alone(&[T::AT_ChangeOwner], "run OWNER TO")? {
         return super::privileges::plan_owner(table).map(Some);
     }
-    // SAFETY: AlterTableCmds of the list.
-    if cmds.iter_ptr().any(|c| {
-        matches!(
-            unsafe { (*c).subtype },
-            pg_sys::AlterTableType::AT_SetRelOptions | pg_sys::AlterTableType::AT_ResetRelOptions
-        )
-    }) {
-        if cmds.len() > 1 {
-            return Err(table
-                .refuse("set or reset storage parameters in an ALTER TABLE statement of its own"));
-        }
+    if alone(
+        &[T::AT_SetRelOptions, T::AT_ResetRelOptions],
+        "set or reset storage parameters",
+    )? {
         // SAFETY: the statement's RangeVar.
         let span = unsafe { text.name_span(alter.relation, &table)? };
         return storage_parameters(table, text, span).map(Some);
@@ -118,9 +117,7 @@ pub(super) unsafe fn plan_rename(
             let (span, new_name) = unsafe {
                 (
                     text.name_span(rename.relation, &table)?,
-                    CStr::from_ptr(rename.newname)
-                        .to_string_lossy()
-                        .into_owned(),
+                    super::text_of(rename.newname),
                 )
             };
             return rename_distribution_column(table, text, span, new_name).map(Some);

@@ -43,9 +43,7 @@ pub(super) unsafe fn plan(
             }
             T::AT_DropConstraint | T::AT_ValidateConstraint if !cmd.name.is_null() => {
                 // SAFETY: the constraint's name in the parse tree.
-                let name = unsafe { CStr::from_ptr(cmd.name) }
-                    .to_string_lossy()
-                    .into_owned();
+                let name = unsafe { super::text_of(cmd.name) };
                 if recorded(table.relid, &name)?.is_some() || local_key(table.relid, &name)? {
                     actions.push(if cmd.subtype == T::AT_DropConstraint {
                         Action::Drop(name)

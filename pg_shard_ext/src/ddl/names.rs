@@ -11,12 +11,11 @@
 //! renames its own and the copies follow. SET SCHEMA leaves the shards where
 //! they are and moves the map on, so routers learn the table's new name.
 
-use super::{on_shards_in_transaction, Local, LogicalTable, Planned};
+use super::{on_shards_in_transaction, range_var_parts, text_of, Local, LogicalTable, Planned};
 use crate::catalog::query_one;
 use crate::error::{Result, ShardError};
 use crate::quote;
 use pgrx::prelude::*;
-use std::ffi::CStr;
 
 /// The name an index or constraint has on the shard table `shard_id`:
 /// index-backed ones (kinds p, u, x, i) carry the shard id.
@@ -98,18 +97,6 @@ fn rename_on_shards(relid: pg_sys::Oid, kind: char, old: &str, new: &str) -> Res
     })
 }
 
-/// # Safety
-/// A C string of the parse tree, or null.
-unsafe fn text_of(name: *const std::ffi::c_char) -> String {
-    if name.is_null() {
-        return String::new();
-    }
-    // SAFETY: as the caller promises.
-    unsafe { CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// ALTER INDEX … RENAME (or ALTER TABLE naming an index) of an index of a
 /// distributed or reference table; None for other relations.
 ///
@@ -122,14 +109,7 @@ pub(super) unsafe fn plan_index_rename(rename: *mut pg_sys::RenameStmt) -> Resul
         return Ok(None);
     }
     // SAFETY: the statement's RangeVar and new name.
-    let (schema, name, new) = unsafe {
-        let relation = &*rename.relation;
-        (
-            (!relation.schemaname.is_null()).then(|| text_of(relation.schemaname)),
-            text_of(relation.relname),
-            text_of(rename.newname),
-        )
-    };
+    let (parts, new) = unsafe { (range_var_parts(rename.relation), text_of(rename.newname)) };
     if rename.renameType == pg_sys::ObjectType::OBJECT_TABLE {
         // ALTER TABLE accepts an index's name too; only a local index can
         // be meant (a distributed table's exist only in the catalog).
@@ -143,7 +123,6 @@ pub(super) unsafe fn plan_index_rename(rename: *mut pg_sys::RenameStmt) -> Resul
             return Ok(None);
         }
     }
-    let parts: Vec<String> = schema.into_iter().chain([name]).collect();
     let Some((table, old)) = super::objects::index_of_logical_table(&parts)? else {
         return Ok(None);
     };
@@ -239,19 +218,7 @@ pub(super) unsafe fn plan_set_schema(
             &[schema.as_str().into()],
         )?;
         if let Some(namespace) = namespace {
-            let names = Spi::connect(|client| {
-                let mut names = Vec::new();
-                for row in client.select(
-                    "SELECT name::text FROM pg_shard.table_constraint \
-                     WHERE table_rel = $1 AND kind IN ('p', 'u', 'x', 'i') ORDER BY name",
-                    None,
-                    &[table.relid.into()],
-                )? {
-                    names.push(row.get::<String>(1)?.unwrap_or_default());
-                }
-                Ok::<_, ShardError>(names)
-            })?;
-            for name in names {
+            for name in super::objects::recorded_index_names(table.relid)? {
                 if index_name_taken(namespace, &name, Some(table.relid))? {
                     return Err(ShardError::RelationExists(name));
                 }

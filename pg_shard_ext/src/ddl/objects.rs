@@ -231,6 +231,16 @@ fn recorded_objects(relid: pg_sys::Oid) -> Result<Vec<Object>> {
     })
 }
 
+/// The names of a distributed table's recorded indexes and index-backed
+/// constraints (unique per schema).
+pub(super) fn recorded_index_names(relid: pg_sys::Oid) -> Result<Vec<String>> {
+    Ok(recorded_objects(relid)?
+        .into_iter()
+        .filter(Object::index_backed)
+        .map(|object| object.name)
+        .collect())
+}
+
 /// Statements that give `target` the indexes and constraints a distributed
 /// table's shards carry, under their own names.
 pub(crate) fn recorded_objects_sql(relid: pg_sys::Oid, target: &str) -> Result<Vec<String>> {

@@ -11,7 +11,6 @@ use super::{on_shards_one_by_one, Local, LogicalTable, Planned};
 use crate::error::Result;
 use crate::quote;
 use pgrx::prelude::*;
-use std::ffi::CStr;
 
 /// The statement's options that the shards repeat.
 struct Options {
@@ -37,15 +36,8 @@ pub(super) unsafe fn plan(
             }
         }
         K::REINDEX_OBJECT_INDEX if !reindex.relation.is_null() => {
-            // SAFETY: the statement's RangeVar and its names.
-            let parts: Vec<String> = unsafe {
-                let relation = &*reindex.relation;
-                [relation.schemaname, relation.relname]
-                    .into_iter()
-                    .filter(|name| !name.is_null())
-                    .map(|name| CStr::from_ptr(name).to_string_lossy().into_owned())
-                    .collect()
-            };
+            // SAFETY: the statement's RangeVar.
+            let parts = unsafe { super::range_var_parts(reindex.relation) };
             match super::objects::index_of_logical_table(&parts)? {
                 Some((table, index)) => (table, Some(index)),
                 None => return Ok(None),
@@ -108,10 +100,10 @@ unsafe fn options(table: &LogicalTable, params: *mut pg_sys::List) -> Result<Opt
     let params = unsafe { pgrx::PgList::<pg_sys::DefElem>::from_pg(params) };
     for param in params.iter_ptr() {
         // SAFETY: a DefElem of the list; its name is a C string.
-        let name = unsafe { CStr::from_ptr((*param).defname) }.to_string_lossy();
+        let name = unsafe { super::text_of((*param).defname) };
         // SAFETY: as above; defGetBoolean raises an ERROR for a non-boolean.
         let value = || unsafe { pg_sys::defGetBoolean(param) };
-        match name.as_ref() {
+        match name.as_str() {
             "concurrently" => options.concurrently = value(),
             "verbose" => options.verbose = value(),
             _ => {
