@@ -280,6 +280,55 @@ impl ServerConnection {
         }
     }
 
+    /// Reads one message while writing what is left of `pending`.
+    pub async fn read_writing(&mut self, pending: &mut &[u8]) -> Result<(u8, Bytes), BackendError> {
+        loop {
+            if let Some(message) = protocol::split_message(&mut self.input, SERVER_MESSAGE_LIMIT)? {
+                return Ok(message);
+            }
+            let read = match self.stream.read_writing(&mut self.input, pending).await {
+                Ok(read) => read,
+                Err(e) => {
+                    self.broken = true;
+                    // A server that ended the session (terminated, timed
+                    // out) said why before it closed: that error, rather
+                    // than the broken pipe of writing to it.
+                    return match self.parting_error().await {
+                        Some(message) => Ok(message),
+                        None => Err(e.into()),
+                    };
+                }
+            };
+            if read == 0 {
+                self.broken = true;
+                return Err(BackendError::Closed);
+            }
+        }
+    }
+
+    /// An ErrorResponse the server sent before it closed, if it can still
+    /// be read.
+    async fn parting_error(&mut self) -> Option<(u8, Bytes)> {
+        loop {
+            if let Ok(Some((tag, body))) =
+                protocol::split_message(&mut self.input, SERVER_MESSAGE_LIMIT)
+            {
+                if tag == b'E' {
+                    return Some((tag, body));
+                }
+                continue;
+            }
+            let read = tokio::time::timeout(
+                Duration::from_millis(50),
+                self.stream.read_buf(&mut self.input),
+            )
+            .await;
+            if !matches!(read, Ok(Ok(n)) if n > 0) {
+                return None;
+            }
+        }
+    }
+
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
         if let Err(e) = self.stream.write_all(bytes).await {
             self.broken = true;

@@ -197,7 +197,9 @@ pub async fn connect(
             user: &key.user,
             password,
         },
-        &[("application_name", "pg_shard_coordinator")],
+        // No application_name: RESET ALL brings back what the startup
+        // packet set, and a client's default is ''.
+        &[],
     )
     .await
 }

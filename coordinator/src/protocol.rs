@@ -202,18 +202,26 @@ pub fn split_message(
 }
 
 /// Decodes one client message from `buffer`, if a whole one is there.
+/// `utf8_client`: the client's encoding is UTF8 (otherwise non-ASCII text
+/// is kept byte for byte, see [`client_text`]).
 pub fn decode_frontend(
     buffer: &mut BytesMut,
     limit: usize,
+    utf8_client: bool,
 ) -> Result<Option<FrontendMessage>, ProtocolError> {
     match split_message(buffer, limit)? {
         None => Ok(None),
-        Some((tag, body)) => parse_frontend(tag, body).map(Some),
+        Some((tag, body)) => parse_frontend(tag, body, utf8_client).map(Some),
     }
 }
 
 /// Decodes the body of a client message with tag `tag`.
-pub fn parse_frontend(tag: u8, mut body: Bytes) -> Result<FrontendMessage, ProtocolError> {
+pub fn parse_frontend(
+    tag: u8,
+    mut body: Bytes,
+    utf8_client: bool,
+) -> Result<FrontendMessage, ProtocolError> {
+    let get_cstr = |body: &mut Bytes, name| get_text(body, name, utf8_client);
     let message = match tag {
         b'Q' => FrontendMessage::Query(get_cstr(&mut body, "Query")?),
         b'P' => {
@@ -233,7 +241,7 @@ pub fn parse_frontend(tag: u8, mut body: Bytes) -> Result<FrontendMessage, Proto
                 parameter_types,
             }
         }
-        b'B' => FrontendMessage::Bind(parse_bind(&mut body)?),
+        b'B' => FrontendMessage::Bind(parse_bind(&mut body, utf8_client)?),
         b'D' => {
             let kind = get_u8(&mut body, "Describe")?;
             if kind != b'S' && kind != b'P' {
@@ -273,10 +281,10 @@ pub fn parse_frontend(tag: u8, mut body: Bytes) -> Result<FrontendMessage, Proto
     Ok(message)
 }
 
-fn parse_bind(body: &mut Bytes) -> Result<Bind, ProtocolError> {
+fn parse_bind(body: &mut Bytes, utf8_client: bool) -> Result<Bind, ProtocolError> {
     const NAME: &str = "Bind";
-    let portal = get_cstr(body, NAME)?;
-    let statement = get_cstr(body, NAME)?;
+    let portal = get_text(body, NAME, utf8_client)?;
+    let statement = get_text(body, NAME, utf8_client)?;
     let format_count = get_i16(body, NAME)?;
     if format_count < 0 {
         return Err(ProtocolError::Malformed(NAME));
@@ -368,6 +376,71 @@ pub fn get_cstr(body: &mut Bytes, name: &'static str) -> Result<String, Protocol
     Ok(text)
 }
 
+/// A NUL-terminated string of client text (see [`client_text`]).
+fn get_text(
+    body: &mut Bytes,
+    name: &'static str,
+    utf8_client: bool,
+) -> Result<String, ProtocolError> {
+    let end = body
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or(ProtocolError::Malformed(name))?;
+    let text = client_text(&body[..end], utf8_client);
+    body.advance(end + 1);
+    Ok(text)
+}
+
+// ---- client text ----------------------------------------------------------
+//
+// Statement texts and names come in the client's encoding, which need not
+// be UTF-8 (client_encoding LATIN9, SQL_ASCII, or bytes a UTF8 client got
+// wrong, which the server must report). Such text is kept byte for byte:
+// each non-ASCII byte becomes one character of a private-use range, and
+// [`put_cstr`] writes those characters back as the bytes they were. The
+// coordinator never routes a text with such characters (see
+// [`has_client_bytes`]): its literals are not what they look like.
+
+/// The first of 128 private-use characters that stand for bytes 0x80-0xFF.
+const BYTE_CHARS: u32 = 0xF780;
+
+/// `bytes` as a String: UTF-8 as it is when the client's encoding is
+/// UTF8 and the bytes are valid and hold no character of the byte range;
+/// otherwise ASCII as it is and each other byte as its stand-in.
+pub fn client_text(bytes: &[u8], utf8_client: bool) -> String {
+    if bytes.is_ascii() {
+        // ASCII is the same in every client encoding.
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    if utf8_client {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            if !has_client_bytes(text) {
+                return text.to_owned();
+            }
+        }
+    }
+    bytes
+        .iter()
+        .map(|&b| {
+            if b.is_ascii() {
+                b as char
+            } else {
+                char::from_u32(BYTE_CHARS + u32::from(b - 0x80))
+                    .unwrap_or(char::REPLACEMENT_CHARACTER)
+            }
+        })
+        .collect()
+}
+
+/// Whether `text` holds stand-ins for client bytes.
+pub fn has_client_bytes(text: &str) -> bool {
+    // The stand-ins are EF 9E 80 .. EF 9F BF in UTF-8.
+    text.as_bytes().contains(&0xEF)
+        && text
+            .chars()
+            .any(|c| (BYTE_CHARS..BYTE_CHARS + 128).contains(&(c as u32)))
+}
+
 // ---- encoding -------------------------------------------------------------
 
 /// Writes a tag and a length placeholder; returns where the length goes.
@@ -384,8 +457,22 @@ pub fn end_message(out: &mut BytesMut, at: usize) {
     out[at..at + 4].copy_from_slice(&length.to_be_bytes());
 }
 
+/// Writes `text` and a NUL; stand-ins for client bytes go back as the
+/// bytes they stand for.
 pub fn put_cstr(out: &mut BytesMut, text: &str) {
-    out.put_slice(text.as_bytes());
+    if has_client_bytes(text) {
+        for c in text.chars() {
+            match (c as u32).checked_sub(BYTE_CHARS) {
+                Some(byte) if byte < 128 => out.put_u8(0x80 + byte as u8),
+                _ => {
+                    let mut utf8 = [0u8; 4];
+                    out.put_slice(c.encode_utf8(&mut utf8).as_bytes());
+                }
+            }
+        }
+    } else {
+        out.put_slice(text.as_bytes());
+    }
     out.put_u8(0);
 }
 
@@ -429,6 +516,10 @@ pub fn close(out: &mut BytesMut, kind: u8, name: &str) {
 
 pub fn sync(out: &mut BytesMut) {
     out.put_slice(&[b'S', 0, 0, 0, 4]);
+}
+
+pub fn flush(out: &mut BytesMut) {
+    out.put_slice(&[b'H', 0, 0, 0, 4]);
 }
 
 /// A typed message with an empty body (ParseComplete, BindComplete, …).
@@ -593,6 +684,33 @@ mod tests {
     }
 
     #[test]
+    fn client_text_keeps_every_byte() {
+        let written = |text: &str| {
+            let mut out = BytesMut::new();
+            put_cstr(&mut out, text);
+            out.to_vec()
+        };
+        let latin9 = b"SELECT '\xe9\xa4'";
+        let text = client_text(latin9, false);
+        assert!(has_client_bytes(&text));
+        assert_eq!(written(&text), [&latin9[..], &[0]].concat());
+        // UTF-8 of a UTF8 client stays as it is.
+        let utf8 = "SELECT 'é€'";
+        assert_eq!(client_text(utf8.as_bytes(), true), utf8);
+        assert!(!has_client_bytes(utf8));
+        // Bytes a UTF8 client got wrong reach the server unchanged (it says
+        // why they are wrong), and so does a private-use character that
+        // looks like a stand-in.
+        for bytes in [&b"SELECT '\xff'"[..], "SELECT '\u{f790}é'".as_bytes()] {
+            let text = client_text(bytes, true);
+            assert!(has_client_bytes(&text));
+            assert_eq!(written(&text), [bytes, &[0]].concat());
+        }
+        // A non-UTF8 client's valid UTF-8 is still taken byte for byte.
+        assert!(has_client_bytes(&client_text(utf8.as_bytes(), false)));
+    }
+
+    #[test]
     fn bind_round_trips() {
         let bind = Bind {
             portal: "p".into(),
@@ -603,7 +721,7 @@ mod tests {
         };
         let mut out = BytesMut::new();
         bind.encode("s", &mut out);
-        let decoded = decode_frontend(&mut out, 1 << 20).unwrap().unwrap();
+        let decoded = decode_frontend(&mut out, 1 << 20, true).unwrap().unwrap();
         assert_eq!(decoded, FrontendMessage::Bind(bind));
         assert!(out.is_empty());
     }
@@ -614,7 +732,7 @@ mod tests {
         query(&mut whole, "SELECT 1");
         for cut in 0..whole.len() {
             let mut part = BytesMut::from(&whole[..cut]);
-            assert_eq!(decode_frontend(&mut part, 1 << 20), Ok(None));
+            assert_eq!(decode_frontend(&mut part, 1 << 20, true), Ok(None));
         }
     }
 
@@ -622,27 +740,27 @@ mod tests {
     fn oversized_and_malformed_messages_are_errors() {
         let mut big = BytesMut::from(&[b'Q', 0x10, 0, 0, 0][..]);
         assert!(matches!(
-            decode_frontend(&mut big, 1 << 20),
+            decode_frontend(&mut big, 1 << 20, true),
             Err(ProtocolError::TooLarge(..))
         ));
         let mut short = BytesMut::from(&[b'Q', 0, 0, 0, 2][..]);
         assert_eq!(
-            decode_frontend(&mut short, 1 << 20),
+            decode_frontend(&mut short, 1 << 20, true),
             Err(ProtocolError::BadLength(2))
         );
         let mut unterminated = framed(b'Q', b"SELECT 1");
         assert_eq!(
-            decode_frontend(&mut unterminated, 1 << 20),
+            decode_frontend(&mut unterminated, 1 << 20, true),
             Err(ProtocolError::Malformed("Query"))
         );
         let mut trailing = framed(b'S', b"x");
         assert_eq!(
-            decode_frontend(&mut trailing, 1 << 20),
+            decode_frontend(&mut trailing, 1 << 20, true),
             Err(ProtocolError::Malformed("Sync"))
         );
         let mut bad_bind = framed(b'B', b"\0\0\0\0\0\x01\0\0\0\x09ab\0\0");
         assert_eq!(
-            decode_frontend(&mut bad_bind, 1 << 20),
+            decode_frontend(&mut bad_bind, 1 << 20, true),
             Err(ProtocolError::Malformed("Bind"))
         );
     }
@@ -689,12 +807,12 @@ mod tests {
         fn decoder_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut buffer = BytesMut::from(&bytes[..]);
             let _ = decode_startup(&mut buffer.clone(), 1 << 16);
-            while let Ok(Some(_)) = decode_frontend(&mut buffer, 1 << 16) {}
+            while let Ok(Some(_)) = decode_frontend(&mut buffer, 1 << 16, true) {}
         }
 
         #[test]
         fn typed_garbage_never_panics(tag in proptest::prelude::any::<u8>(), body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
-            let _ = parse_frontend(tag, Bytes::from(body));
+            let _ = parse_frontend(tag, Bytes::from(body), tag % 2 == 0);
         }
     }
 }

@@ -38,11 +38,18 @@ const WRONG_SHARD_WAIT: Duration = Duration::from_secs(2);
 const QUERY_CANCELED: &str = "57014";
 /// Output is sent to the client at ReadyForQuery or when this much is queued.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
+/// An extended-protocol batch longer than this (messages, or bytes of
+/// them) without a Sync or Flush is sent on as if the client had sent a
+/// Flush: pipelines of any length stream through bounded buffers.
+const BATCH_MESSAGES: usize = 4096;
+const BATCH_BYTES: usize = 4 << 20;
 
 #[derive(Debug, Error)]
 pub enum SessionError {
     #[error("client went away")]
     ClientGone,
+    #[error("the server ended the session: {0}")]
+    ServerEnded(String),
     #[error("client protocol violation: {0}")]
     Protocol(#[from] protocol::ProtocolError),
     #[error("client I/O: {0}")]
@@ -56,7 +63,9 @@ pub enum Target {
     Worker(NodeId),
 }
 
-/// A client's prepared statement.
+/// A client's prepared statement (shared: each message of a batch keeps
+/// the definition its name had where the message came, as the server
+/// would see it).
 struct Prepared {
     sql: String,
     parameter_types: Vec<u32>,
@@ -141,10 +150,20 @@ pub struct Session {
     settings: Vec<(String, String)>,
     search_path_changed: bool,
     tx: Transaction,
-    statements: HashMap<String, Prepared>,
+    statements: HashMap<String, Arc<Prepared>>,
     /// Named portals' nodes (portals live until their transaction ends).
     portals: HashMap<String, Target>,
-    batch: Vec<FrontendMessage>,
+    /// Extended-protocol messages since the last Sync or Flush.
+    batch: Vec<BatchItem>,
+    /// Bytes of the messages in `batch`.
+    batch_bytes: usize,
+    /// An error ended the current extended-protocol batch before its Sync:
+    /// as the server does, messages are discarded until the Sync.
+    skip_to_sync: bool,
+    /// The last relay left its server skipping to a Sync after an error.
+    server_skipping: bool,
+    /// The client's encoding is UTF8 (as the server last reported it).
+    utf8_client: bool,
     /// Connection held between Flush and Sync outside a transaction.
     held: Option<(Target, Lease)>,
     cancel_key: (i32, i32),
@@ -164,6 +183,9 @@ pub struct Session {
     /// Statements may go to workers (not with standard_conforming_strings
     /// off: literals would be read differently).
     routing: bool,
+    /// The client's idle_session_timeout: the coordinator ends the session
+    /// as the server would (its pooled connections are not the session).
+    idle_timeout: Option<Duration>,
 }
 
 /// Serves one client connection to its end.
@@ -279,8 +301,8 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
             }
         }
     }
-    // The metadata node must accept this user and database; its settings
-    // are the ones the client is told about.
+    // The metadata node must accept this user and database; its settings,
+    // with the client's applied, are the ones the client is told about.
     let mut lease = match shared.pools.checkout(&metadata_key).await {
         Ok(lease) => lease,
         Err(e) => {
@@ -298,14 +320,6 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         }
     };
     protocol::authentication(&mut out, 0, &[]);
-    let mut reported: Vec<(String, String)> = lease
-        .connection()
-        .parameters
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    reported.sort();
-    drop(lease);
     // Startup options the client asked for become session settings.
     let mut settings = Vec::new();
     let mut search_path_changed = false;
@@ -317,9 +331,6 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
                     search_path_changed = true;
                 }
                 settings.push((name.clone(), set_statement(name, value)));
-                if let Some(entry) = reported.iter_mut().find(|(k, _)| k == name) {
-                    entry.1 = value.clone();
-                }
             }
         }
     }
@@ -348,6 +359,24 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
             settings.push((name, statement));
         }
     }
+    // The server says what the settings are (it spells them its own way:
+    // client_encoding 'utf-8' is reported as UTF8); one it refuses
+    // refuses the login, as it would directly.
+    let connection = lease.connection();
+    if let Err(error) = apply_settings(connection, &settings).await {
+        refuse(&mut stream, error).await;
+        return Ok(None);
+    }
+    let mut reported: Vec<(String, String)> = connection
+        .parameters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    reported.sort();
+    drop(lease);
+    let utf8_client = reported
+        .iter()
+        .any(|(name, value)| name == "client_encoding" && value == "UTF8");
     for (name, value) in &reported {
         protocol::parameter_status(&mut out, name, value);
     }
@@ -358,6 +387,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
     let map = shared.maps.get(&database).await;
     let cancel_slot = shared.cancels.register(cancel_key);
     let routing = routing_possible(&settings);
+    let idle_timeout = idle_session_timeout(&settings);
     tracing::debug!(user = %user, database = %database, "client connected");
     Ok(Some(Session {
         shared,
@@ -377,6 +407,10 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         statements: HashMap::new(),
         portals: HashMap::new(),
         batch: Vec::new(),
+        batch_bytes: 0,
+        skip_to_sync: false,
+        server_skipping: false,
+        utf8_client,
         held: None,
         cancel_key,
         cancel_slot,
@@ -385,8 +419,50 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         pipes: HashMap::new(),
         hold_cancels: false,
         last_failed: false,
+        idle_timeout,
         routing,
     }))
+}
+
+/// Runs RESET ALL and `settings` on a fresh login's connection, so that
+/// its ParameterStatus values are the client's; a setting the server
+/// refuses comes back as the FATAL error it would end a login with.
+async fn apply_settings(
+    connection: &mut ServerConnection,
+    settings: &[(String, String)],
+) -> Result<(), ServerError> {
+    let statements: Vec<&str> = std::iter::once("RESET ALL")
+        .chain(settings.iter().map(|(_, sql)| sql.as_str()))
+        .collect();
+    let mut out = BytesMut::new();
+    protocol::query(&mut out, &statements.join(";\n"));
+    let lost = |e: crate::backend::BackendError| ServerError::fatal("08006", e.to_string());
+    connection.write(&out).await.map_err(lost)?;
+    let mut refused = None;
+    loop {
+        let (tag, body) = connection.read().await.map_err(lost)?;
+        match tag {
+            b'S' => connection.note_parameter(&body),
+            b'E' => {
+                let mut error = ServerError::parse(&body);
+                error.severity = "FATAL".into();
+                refused.get_or_insert(error);
+            }
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    match refused {
+        Some(error) => {
+            connection.session_settings = None;
+            Err(error)
+        }
+        None => {
+            connection.session_settings = Some(settings.to_vec());
+            connection.declared_map_version = 0;
+            Ok(())
+        }
+    }
 }
 
 async fn refuse(stream: &mut Socket, error: ServerError) {
@@ -489,14 +565,7 @@ async fn passthrough_login(
         }
     };
     let mut out = BytesMut::new();
-    protocol::startup(
-        &mut out,
-        &[
-            ("user", user),
-            ("database", database),
-            ("application_name", "pg_shard_coordinator"),
-        ],
-    );
+    protocol::startup(&mut out, &[("user", user), ("database", database)]);
     let relay = async {
         server.write(&out).await?;
         loop {
@@ -641,19 +710,40 @@ enum Outcome {
 impl Session {
     async fn run(&mut self) -> Result<(), SessionError> {
         loop {
-            let message = self.read_message().await?;
+            let (message, size) = self.next_message().await?;
             match message {
                 FrontendMessage::Query(sql) => self.simple_query(sql).await?,
                 FrontendMessage::Terminate => return Ok(()),
-                FrontendMessage::Sync | FrontendMessage::Flush => {
-                    self.batch.push(message);
+                FrontendMessage::Sync if self.skip_to_sync => {
+                    self.skip_to_sync = false;
+                    self.batch.clear();
+                    self.batch_bytes = 0;
+                    self.push_batch(FrontendMessage::Sync, size);
                     self.extended_batch().await?;
                 }
                 FrontendMessage::Parse { .. }
                 | FrontendMessage::Bind(_)
                 | FrontendMessage::Describe { .. }
                 | FrontendMessage::Execute { .. }
-                | FrontendMessage::Close { .. } => self.batch.push(message),
+                | FrontendMessage::Close { .. }
+                | FrontendMessage::Flush
+                    if self.skip_to_sync => {}
+                FrontendMessage::Sync | FrontendMessage::Flush => {
+                    self.push_batch(message, size);
+                    self.extended_batch().await?;
+                }
+                FrontendMessage::Parse { .. }
+                | FrontendMessage::Bind(_)
+                | FrontendMessage::Describe { .. }
+                | FrontendMessage::Execute { .. }
+                | FrontendMessage::Close { .. } => {
+                    self.push_batch(message, size);
+                    if self.batch.len() >= BATCH_MESSAGES || self.batch_bytes >= BATCH_BYTES {
+                        // A long pipeline: what has come so far goes on now.
+                        self.push_batch(FrontendMessage::Flush, 0);
+                        self.extended_batch().await?;
+                    }
+                }
                 // Copy data outside COPY is ignored, as PostgreSQL does.
                 FrontendMessage::CopyData(_)
                 | FrontendMessage::CopyDone
@@ -665,12 +755,68 @@ impl Session {
         }
     }
 
-    async fn read_message(&mut self) -> Result<FrontendMessage, SessionError> {
+    /// Adds a message to the batch with the statement its name means at
+    /// this point: a Parse defines (or redefines) its name now, so that
+    /// later messages of the batch see the new definition and earlier
+    /// ones keep theirs.
+    fn push_batch(&mut self, message: FrontendMessage, size: usize) {
+        let statement = match &message {
+            FrontendMessage::Parse {
+                name,
+                query,
+                parameter_types,
+            } => {
+                let (analysis, normalized) = self.analysis(query);
+                let statement = Arc::new(Prepared {
+                    sql: query.clone(),
+                    parameter_types: parameter_types.clone(),
+                    analysis,
+                    normalized,
+                });
+                self.statements.insert(name.clone(), statement.clone());
+                Some(statement)
+            }
+            FrontendMessage::Bind(bind) => self.statements.get(&bind.statement).cloned(),
+            FrontendMessage::Describe { kind: b'S', name } => self.statements.get(name).cloned(),
+            FrontendMessage::Close { kind: b'S', name } => {
+                self.statements.remove(name);
+                None
+            }
+            _ => None,
+        };
+        self.batch_bytes += size;
+        self.batch.push(BatchItem { message, statement });
+    }
+
+    /// The next message of a client between statements: idle outside a
+    /// transaction for longer than its idle_session_timeout, the session
+    /// ends as the server ends it.
+    async fn next_message(&mut self) -> Result<(FrontendMessage, usize), SessionError> {
+        let idle = self.tx.state == TxState::Idle && self.held.is_none() && self.batch.is_empty();
+        let Some(limit) = self.idle_timeout.filter(|_| idle) else {
+            return self.read_message().await;
+        };
+        match tokio::time::timeout(limit, self.read_message()).await {
+            Ok(message) => message,
+            Err(_) => {
+                let message = "terminating connection due to idle-session timeout";
+                self.reply_error(ServerError::fatal("57P05", message));
+                self.flush().await?;
+                Err(SessionError::ServerEnded(message.into()))
+            }
+        }
+    }
+
+    /// The next client message and its size on the wire.
+    async fn read_message(&mut self) -> Result<(FrontendMessage, usize), SessionError> {
         loop {
-            if let Some(message) =
-                protocol::decode_frontend(&mut self.input, self.shared.config.max_message_bytes)?
-            {
-                return Ok(message);
+            let before = self.input.len();
+            if let Some(message) = protocol::decode_frontend(
+                &mut self.input,
+                self.shared.config.max_message_bytes,
+                self.utf8_client,
+            )? {
+                return Ok((message, before - self.input.len()));
             }
             if self.stream.read_buf(&mut self.input).await? == 0 {
                 return Err(SessionError::ClientGone);
@@ -697,7 +843,17 @@ impl Session {
     }
 
     fn analysis(&self, sql: &str) -> (Arc<Analysis>, Normalized) {
-        self.shared.statements.get(sql)
+        let (analysis, normalized) = self.shared.statements.get(sql);
+        if matches!(*analysis, Analysis::Routable(_)) && protocol::has_client_bytes(sql) {
+            // Literals in another encoding than UTF-8 would hash wrong:
+            // the metadata node runs it.
+            let other = Analysis::Other {
+                tableless: false,
+                discard: false,
+            };
+            return (Arc::new(other), normalized);
+        }
+        (analysis, normalized)
     }
 
     // ---- simple query ---------------------------------------------------
@@ -945,13 +1101,7 @@ impl Session {
         if parsed.protobuf.stmts.len() != 1 || self.tx.state != TxState::Idle {
             return;
         }
-        let Some(pg_query::NodeEnum::VariableSetStmt(set)) = parsed
-            .protobuf
-            .stmts
-            .first()
-            .and_then(|s| s.stmt.as_ref())
-            .and_then(|s| s.node.as_ref())
-        else {
+        let Some(set) = first_set_statement(&parsed) else {
             return;
         };
         if set.is_local {
@@ -979,6 +1129,7 @@ impl Session {
             _ => {}
         }
         self.routing = routing_possible(&self.settings);
+        self.idle_timeout = idle_session_timeout(&self.settings);
         // Pipes are shared by clients with the same settings.
         self.pipes.clear();
     }
@@ -1046,74 +1197,40 @@ impl Session {
 
     async fn extended_batch(&mut self) -> Result<(), SessionError> {
         let batch = std::mem::take(&mut self.batch);
-        // Statements are defined as their Parse messages arrive.
-        for message in &batch {
-            if let FrontendMessage::Parse {
-                name,
-                query,
-                parameter_types,
-            } = message
-            {
-                let (analysis, normalized) = self.analysis(query);
-                self.statements.insert(
-                    name.clone(),
-                    Prepared {
-                        sql: query.clone(),
-                        parameter_types: parameter_types.clone(),
-                        analysis,
-                        normalized,
-                    },
-                );
-            }
-        }
-        let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
+        self.batch_bytes = 0;
+        let synced = matches!(
+            batch.last().map(|item| &item.message),
+            Some(FrontendMessage::Sync)
+        );
         // Names must exist before anything is sent.
-        for message in &batch {
-            let missing = match message {
-                FrontendMessage::Bind(bind) if !self.statements.contains_key(&bind.statement) => {
-                    Some(ServerError::new(
-                        "26000",
-                        format!("prepared statement \"{}\" does not exist", bind.statement),
-                    ))
-                }
-                FrontendMessage::Describe { kind: b'S', name }
-                    if !self.statements.contains_key(name) =>
-                {
-                    Some(ServerError::new(
-                        "26000",
-                        format!("prepared statement \"{name}\" does not exist"),
-                    ))
-                }
-                _ => None,
-            };
-            if let Some(error) = missing {
-                self.reply_error(error);
-                if synced {
-                    return self.finish_reply().await;
-                }
-                return self.flush().await;
+        let missing = batch.iter().find_map(|item| match &item.message {
+            FrontendMessage::Bind(bind) if item.statement.is_none() => Some(&bind.statement),
+            FrontendMessage::Describe { kind: b'S', name } if item.statement.is_none() => {
+                Some(name)
             }
+            _ => None,
+        });
+        if let Some(name) = missing {
+            let error = ServerError::new(
+                "26000",
+                format!("prepared statement \"{name}\" does not exist"),
+            );
+            return self.fail_batch(error, synced).await;
         }
         if self.answer_transaction_batch(&batch) {
-            return if synced {
-                self.finish_reply().await
-            } else {
-                self.flush().await
-            };
+            return self.end_batch(synced).await;
+        }
+        let only_sync = batch
+            .iter()
+            .all(|item| matches!(item.message, FrontendMessage::Sync | FrontendMessage::Flush));
+        if only_sync && self.held.is_none() && self.tx.pinned.is_none() {
+            // Nothing is open on a server: the coordinator answers.
+            return self.end_batch(synced).await;
         }
         // Rolled back by the coordinator itself: nothing but COMMIT or
         // ROLLBACK (answered above) ends it.
-        if self.tx.state == TxState::Failed
-            && self.tx.pinned.is_none()
-            && batch
-                .iter()
-                .any(|m| !matches!(m, FrontendMessage::Sync | FrontendMessage::Flush))
-        {
-            self.reply_error(aborted_error());
-            if synced {
-                return self.finish_reply().await;
-            }
-            return self.flush().await;
+        if self.tx.state == TxState::Failed && self.tx.pinned.is_none() && !only_sync {
+            return self.fail_batch(aborted_error(), synced).await;
         }
         let mut tries = 0;
         loop {
@@ -1123,10 +1240,7 @@ impl Session {
                 Ok(plan) => plan,
                 Err(error) => {
                     self.abort_pinned(error).await;
-                    if synced {
-                        return self.finish_reply().await;
-                    }
-                    return self.flush().await;
+                    return self.finish_batch(synced).await;
                 }
             };
             let retryable = synced
@@ -1134,28 +1248,23 @@ impl Session {
                 && tries < self.shared.config.wrong_shard_tries;
             match self.send_batch(&batch, &plan, &map, retryable).await? {
                 Outcome::Done => {
-                    // Closed statements go now (a retry still needed them),
-                    // and successful SETs are kept.
-                    for message in &batch {
-                        if let FrontendMessage::Close { kind: b'S', name } = message {
-                            self.statements.remove(name);
-                        }
-                    }
                     if !self.last_failed {
-                        let bound: Vec<String> = batch
+                        // Successful SETs are kept.
+                        let settings: Vec<String> = batch
                             .iter()
-                            .filter_map(|m| match m {
-                                FrontendMessage::Bind(bind) => self
-                                    .statements
-                                    .get(&bind.statement)
-                                    .filter(|statement| sets_parameter(&statement.analysis))
-                                    .map(|statement| statement.sql.clone()),
-                                _ => None,
-                            })
+                            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+                            .filter_map(|item| item.statement.as_ref())
+                            .filter(|statement| sets_parameter(&statement.analysis))
+                            .map(|statement| statement.sql.clone())
                             .collect();
-                        for sql in bound {
+                        for sql in settings {
                             self.remember_setting(&sql);
                         }
+                    }
+                    if !synced && self.server_skipping {
+                        // The server skips to the Sync after an error; so
+                        // does the coordinator with what the client sends.
+                        self.skip_to_sync = true;
                     }
                     return Ok(());
                 }
@@ -1165,19 +1274,38 @@ impl Session {
         }
     }
 
+    /// Reports an error the coordinator found in a batch before sending
+    /// it; an open extended-protocol transaction is rolled back, and
+    /// before a Sync what the client sends up to it is skipped.
+    async fn fail_batch(&mut self, error: ServerError, synced: bool) -> Result<(), SessionError> {
+        self.reply_error(error);
+        self.abort_held();
+        self.finish_batch(synced).await
+    }
+
+    /// A connection held since a Flush outside a transaction runs the
+    /// implicit transaction of the extended-protocol messages so far; a
+    /// Sync would commit it, so after an error it is closed instead (the
+    /// server rolls back).
+    fn abort_held(&mut self) {
+        if let Some((_, mut lease)) = self.held.take() {
+            lease.connection().broken = true;
+        }
+    }
+
     /// BEGIN, or COMMIT/ROLLBACK of a transaction that has not reached a
     /// server yet, sent with the extended protocol (as drivers and pgbench
     /// -M extended/prepared do): answered here, as in [`Self::simple_query`].
     /// False when the batch holds anything else.
-    fn answer_transaction_batch(&mut self, batch: &[FrontendMessage]) -> bool {
+    fn answer_transaction_batch(&mut self, batch: &[BatchItem]) -> bool {
         let mut command = None;
-        for message in batch {
-            match message {
-                FrontendMessage::Bind(bind) => {
+        for item in batch {
+            match &item.message {
+                FrontendMessage::Bind(_) => {
                     if command.is_some() {
                         return false;
                     }
-                    let Some(statement) = self.statements.get(&bind.statement) else {
+                    let Some(statement) = &item.statement else {
                         return false;
                     };
                     let Analysis::Transaction(kind) = &*statement.analysis else {
@@ -1185,8 +1313,12 @@ impl Session {
                     };
                     command = Some((kind.clone(), statement.sql.clone()));
                 }
-                FrontendMessage::Parse { query, .. } => {
-                    if !matches!(*self.analysis(query).0, Analysis::Transaction(_)) {
+                FrontendMessage::Parse { .. } => {
+                    let is_transaction = item
+                        .statement
+                        .as_ref()
+                        .is_some_and(|s| matches!(*s.analysis, Analysis::Transaction(_)));
+                    if !is_transaction {
                         return false;
                     }
                 }
@@ -1200,6 +1332,9 @@ impl Session {
         let Some((kind, sql)) = command else {
             return false;
         };
+        if self.held.is_some() {
+            return false;
+        }
         let tag = match kind {
             TransactionCommand::Begin if self.tx.state == TxState::Idle => "BEGIN",
             TransactionCommand::Commit | TransactionCommand::Rollback
@@ -1213,8 +1348,8 @@ impl Session {
             }
             _ => return false,
         };
-        for message in batch {
-            match message {
+        for item in batch {
+            match &item.message {
                 FrontendMessage::Parse { .. } => protocol::empty(&mut self.output, b'1'),
                 FrontendMessage::Bind(_) => protocol::empty(&mut self.output, b'2'),
                 FrontendMessage::Describe { kind: b'S', .. } => {
@@ -1239,11 +1374,7 @@ impl Session {
     }
 
     /// Picks the batch's node and each bound statement's text there.
-    fn plan_batch(
-        &self,
-        batch: &[FrontendMessage],
-        map: &ClusterMap,
-    ) -> Result<BatchPlan, ServerError> {
+    fn plan_batch(&self, batch: &[BatchItem], map: &ClusterMap) -> Result<BatchPlan, ServerError> {
         let pinned = self
             .tx
             .pinned
@@ -1265,11 +1396,11 @@ impl Session {
         };
         let mut routes: Vec<(usize, Route)> = Vec::new();
         let mut runs = false;
-        for (index, message) in batch.iter().enumerate() {
-            match message {
+        for (index, item) in batch.iter().enumerate() {
+            match &item.message {
                 FrontendMessage::Bind(bind) => {
                     runs = true;
-                    let Some(statement) = self.statements.get(&bind.statement) else {
+                    let Some(statement) = &item.statement else {
                         continue;
                     };
                     let route = match &*statement.analysis {
@@ -1303,9 +1434,9 @@ impl Session {
             // transaction on a worker: the metadata node answers on another
             // connection (it knows every table by its name; no side effects).
             // Otherwise the metadata node.
-            let describes = batch.iter().any(|m| {
+            let describes = batch.iter().any(|item| {
                 matches!(
-                    m,
+                    item.message,
                     FrontendMessage::Parse { .. } | FrontendMessage::Describe { kind: b'S', .. }
                 )
             });
@@ -1333,23 +1464,18 @@ impl Session {
         let mut texts = HashMap::new();
         let mut shard = None;
         let mut all_routed = true;
-        for (index, route) in &routes {
-            let statement = match &batch[*index] {
-                FrontendMessage::Bind(bind) => match self.statements.get(&bind.statement) {
-                    Some(statement) => statement,
-                    None => continue,
-                },
-                _ => continue,
+        for (index, route) in routes {
+            let Some(statement) = &batch[index].statement else {
+                continue;
             };
-            let (placed, text, s) =
-                match self.place(route.clone(), &statement.analysis, &statement.sql) {
-                    Ok(placed) => placed,
-                    Err(error) if self.tx.pinned.is_some() => return Err(error),
-                    Err(_) => {
-                        all_routed = false;
-                        continue;
-                    }
-                };
+            let (placed, text, s) = match self.place(route, &statement.analysis, &statement.sql) {
+                Ok(placed) => placed,
+                Err(error) if self.tx.pinned.is_some() => return Err(error),
+                Err(_) => {
+                    all_routed = false;
+                    continue;
+                }
+            };
             if target.is_some_and(|t| t != placed) {
                 if self.tx.pinned.is_some() || self.held.is_some() {
                     if let Some(Target::Worker(p)) = target {
@@ -1360,7 +1486,7 @@ impl Session {
             }
             target.get_or_insert(placed);
             shard = shard.or(s);
-            texts.insert(*index, text);
+            texts.insert(index, text);
         }
         let target = match target {
             Some(target) if all_routed => target,
@@ -1384,17 +1510,20 @@ impl Session {
 
     async fn send_batch(
         &mut self,
-        batch: &[FrontendMessage],
+        batch: &[BatchItem],
         plan: &BatchPlan,
         map: &ClusterMap,
         retryable: bool,
     ) -> Result<Outcome, SessionError> {
-        let synced = matches!(batch.last(), Some(FrontendMessage::Sync));
+        let synced = matches!(
+            batch.last().map(|item| &item.message),
+            Some(FrontendMessage::Sync)
+        );
         if self.batch_multiplexable(batch, plan) {
             if let Some(pipe) = self.pipe(plan.target, map) {
                 let answers = batch
                     .iter()
-                    .filter(|m| matches!(m, FrontendMessage::Sync))
+                    .filter(|item| matches!(item.message, FrontendMessage::Sync))
                     .count();
                 let ran = self
                     .multiplexed(pipe, map, plan.shard, retryable, |session, prepared| {
@@ -1422,15 +1551,12 @@ impl Session {
         // What running the bound statements may leave on the connection.
         let effect = batch
             .iter()
-            .filter_map(|m| match m {
-                FrontendMessage::Bind(bind) => self.statements.get(&bind.statement),
-                _ => None,
-            })
+            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+            .filter_map(|item| item.statement.as_ref())
             .map(|statement| session_effect(&statement.analysis))
             .max()
             .unwrap_or(SessionEffect::None);
-        let (request, expects, _) =
-            self.batch_request(batch, plan, &lease.connection().prepared.clone());
+        let (request, expects, _) = self.batch_request(batch, plan, &lease.connection().prepared);
         self.exchange(
             lease,
             plan.target,
@@ -1448,184 +1574,129 @@ impl Session {
 
     /// The messages of `batch` as sent to the server (`already` prepared
     /// there), what to expect back for each, and the named statements the
-    /// request prepares.
+    /// request prepares. One pass over the batch.
     fn batch_request(
         &mut self,
-        batch: &[FrontendMessage],
+        batch: &[BatchItem],
         plan: &BatchPlan,
         already: &HashSet<String>,
     ) -> (BytesMut, Vec<Expect>, Vec<String>) {
-        // The server-side text of each client statement in this batch.
-        let bound_text = |statement: &str| -> Option<&String> {
-            batch.iter().enumerate().find_map(|(i, m)| match m {
-                FrontendMessage::Bind(b) if b.statement == statement => plan.texts.get(&i),
-                _ => None,
-            })
-        };
-        let mut messages: Vec<(Vec<u8>, Expect)> = Vec::new();
-        let mut prepared_here: HashSet<String> = HashSet::new();
-        let mut unnamed_text: Option<String> = None;
         let on_worker = matches!(plan.target, Target::Worker(_));
-        for message in batch {
-            let mut out = BytesMut::new();
-            match message {
+        // On a worker, a statement's text is the one rewritten where the
+        // batch first binds that definition of it.
+        let mut bound_texts: HashMap<*const Prepared, &String> = HashMap::new();
+        if on_worker {
+            for (index, item) in batch.iter().enumerate() {
+                if let (Some(statement), Some(text)) = (&item.statement, plan.texts.get(&index)) {
+                    bound_texts.entry(Arc::as_ptr(statement)).or_insert(text);
+                }
+            }
+        }
+        let mut request = BytesMut::new();
+        let mut expects = Vec::with_capacity(batch.len());
+        let mut prepared = ServerStatements {
+            already,
+            here: HashSet::new(),
+            unnamed: None,
+        };
+        for (index, item) in batch.iter().enumerate() {
+            match &item.message {
                 FrontendMessage::Parse {
                     name,
                     query,
                     parameter_types,
                 } => {
-                    // Defined when the batch arrived; Close applies after it ran.
-                    let Some(statement) = self.statements.get(name) else {
+                    let Some(statement) = &item.statement else {
                         continue;
                     };
-                    let text = match bound_text(name) {
-                        Some(text) => Some(text.clone()),
-                        None if !on_worker => Some(query.clone()),
-                        None if matches!(*statement.analysis, Analysis::Unparsed) => {
-                            Some(query.clone())
-                        }
-                        None => None,
-                    };
-                    match text {
-                        Some(text) => {
-                            let server_name = server_statement_name(name, &text, parameter_types);
-                            if !name.is_empty()
-                                && (already.contains(&server_name)
-                                    || prepared_here.contains(&server_name))
-                            {
-                                messages.push((Vec::new(), synthetic(b'1')));
-                            } else {
-                                protocol::parse(&mut out, &server_name, &text, parameter_types);
-                                prepared_here.insert(server_name.clone());
-                                if name.is_empty() {
-                                    unnamed_text = Some(text);
-                                }
-                                messages.push((
-                                    out.to_vec(),
-                                    Expect::ParseComplete {
-                                        visible: true,
-                                        name: (!name.is_empty()).then_some(server_name),
-                                    },
-                                ));
-                            }
-                        }
-                        // Parsed where it is bound; pg_query found no error.
-                        None => messages.push((Vec::new(), synthetic(b'1'))),
+                    // On a worker, a statement is prepared where it is
+                    // bound (rewritten for its shard; pg_query found no
+                    // error), but for what pg_query cannot parse: the
+                    // worker reports the syntax error.
+                    if on_worker && !matches!(*statement.analysis, Analysis::Unparsed) {
+                        expects.push(synthetic(b'1'));
+                        continue;
                     }
+                    let server_name = server_statement_name(name, query, parameter_types);
+                    if !name.is_empty() && prepared.has(&server_name) {
+                        expects.push(synthetic(b'1'));
+                        continue;
+                    }
+                    protocol::parse(&mut request, &server_name, query, parameter_types);
+                    if name.is_empty() {
+                        prepared.unnamed = Some(query.clone());
+                    } else {
+                        prepared.here.insert(server_name.clone());
+                    }
+                    expects.push(Expect::ParseComplete {
+                        visible: true,
+                        name: (!name.is_empty()).then_some(server_name),
+                    });
                 }
                 FrontendMessage::Bind(bind) => {
-                    let Some(server_name) = self.ensure_prepared(
-                        &bind.statement,
-                        bound_text(&bind.statement),
-                        already,
-                        &mut prepared_here,
-                        &mut unnamed_text,
-                        &mut messages,
-                    ) else {
+                    let Some(statement) = &item.statement else {
                         continue;
                     };
-                    bind.encode(&server_name, &mut out);
-                    messages.push((out.to_vec(), Expect::BindComplete));
+                    let text = plan.texts.get(&index).unwrap_or(&statement.sql);
+                    let server_name = prepared.ensure(
+                        &bind.statement,
+                        statement,
+                        text,
+                        &mut request,
+                        &mut expects,
+                    );
+                    bind.encode(&server_name, &mut request);
+                    expects.push(Expect::BindComplete);
                     if !bind.portal.is_empty() {
                         self.portals.insert(bind.portal.clone(), plan.target);
                     }
                 }
                 FrontendMessage::Describe { kind: b'S', name } => {
-                    let Some(server_name) = self.ensure_prepared(
-                        name,
-                        bound_text(name),
-                        already,
-                        &mut prepared_here,
-                        &mut unnamed_text,
-                        &mut messages,
-                    ) else {
+                    let Some(statement) = &item.statement else {
                         continue;
                     };
-                    protocol::describe(&mut out, b'S', &server_name);
-                    messages.push((out.to_vec(), Expect::DescribeStatement));
+                    let text = bound_texts
+                        .get(&Arc::as_ptr(statement))
+                        .copied()
+                        .unwrap_or(&statement.sql);
+                    let server_name =
+                        prepared.ensure(name, statement, text, &mut request, &mut expects);
+                    protocol::describe(&mut request, b'S', &server_name);
+                    expects.push(Expect::DescribeStatement);
                 }
                 FrontendMessage::Describe { name, .. } => {
-                    protocol::describe(&mut out, b'P', name);
-                    messages.push((out.to_vec(), Expect::DescribePortal));
+                    protocol::describe(&mut request, b'P', name);
+                    expects.push(Expect::DescribePortal);
                 }
                 FrontendMessage::Execute { portal, max_rows } => {
-                    protocol::execute(&mut out, portal, *max_rows);
-                    messages.push((out.to_vec(), Expect::Execute));
+                    protocol::execute(&mut request, portal, *max_rows);
+                    expects.push(Expect::Execute);
                 }
                 FrontendMessage::Close { kind: b'S', .. } => {
-                    // Server-side statements stay cached on their connections;
-                    // the client's name goes when the batch has run.
-                    messages.push((Vec::new(), synthetic(b'3')));
+                    // Server-side statements stay cached on their
+                    // connections; the client's name went when it came.
+                    expects.push(synthetic(b'3'));
                 }
                 FrontendMessage::Close { name, .. } => {
                     if self.portals.remove(name).is_some() || name.is_empty() {
-                        protocol::close(&mut out, b'P', name);
-                        messages.push((out.to_vec(), Expect::CloseComplete));
+                        protocol::close(&mut request, b'P', name);
+                        expects.push(Expect::CloseComplete);
                     } else {
-                        messages.push((Vec::new(), synthetic(b'3')));
+                        expects.push(synthetic(b'3'));
                     }
                 }
                 FrontendMessage::Sync => {
-                    protocol::sync(&mut out);
-                    messages.push((out.to_vec(), Expect::Sync));
+                    protocol::sync(&mut request);
+                    expects.push(Expect::Sync);
                 }
                 FrontendMessage::Flush => {
-                    out.put_slice(&[b'H', 0, 0, 0, 4]);
-                    messages.push((out.to_vec(), Expect::Synthetic(Bytes::new())));
+                    protocol::flush(&mut request);
+                    expects.push(Expect::Synthetic(Bytes::new()));
                 }
                 _ => {}
             }
         }
-        let mut request = BytesMut::new();
-        let mut expects = Vec::with_capacity(messages.len());
-        for (message, expect) in messages {
-            request.put_slice(&message);
-            expects.push(expect);
-        }
-        prepared_here.remove("");
-        (request, expects, prepared_here.into_iter().collect())
-    }
-
-    /// The server-side name of a client statement in `text`, queueing a
-    /// hidden Parse when the connection does not have it.
-    #[allow(clippy::too_many_arguments)]
-    fn ensure_prepared(
-        &self,
-        name: &str,
-        bound_text: Option<&String>,
-        already: &HashSet<String>,
-        prepared_here: &mut HashSet<String>,
-        unnamed_text: &mut Option<String>,
-        messages: &mut Vec<(Vec<u8>, Expect)>,
-    ) -> Option<String> {
-        // Defined when the batch arrived; Close applies after it ran.
-        let statement = self.statements.get(name)?;
-        // The rewritten text where the batch binds it, else as written.
-        let text = bound_text.unwrap_or(&statement.sql).as_str();
-        let parameter_types = &statement.parameter_types;
-        let server_name = server_statement_name(name, text, parameter_types);
-        let present = if name.is_empty() {
-            unnamed_text.as_deref() == Some(text)
-        } else {
-            already.contains(&server_name) || prepared_here.contains(&server_name)
-        };
-        if !present {
-            let mut out = BytesMut::new();
-            protocol::parse(&mut out, &server_name, text, parameter_types);
-            messages.push((
-                out.to_vec(),
-                Expect::ParseComplete {
-                    visible: false,
-                    name: (!name.is_empty()).then(|| server_name.clone()),
-                },
-            ));
-            if name.is_empty() {
-                *unnamed_text = Some(text.to_owned());
-            } else {
-                prepared_here.insert(server_name.clone());
-            }
-        }
-        Some(server_name)
+        (request, expects, prepared.here.into_iter().collect())
     }
 
     // ---- multiplexed reads ----------------------------------------------
@@ -1680,13 +1751,13 @@ impl Session {
     /// Whether an extended-protocol batch may go on a pipe: it binds only
     /// reads that may (see [`multiplexable`]), ends with Sync and has no
     /// Flush (a held connection is one client's).
-    fn batch_multiplexable(&self, batch: &[FrontendMessage], plan: &BatchPlan) -> bool {
+    fn batch_multiplexable(&self, batch: &[BatchItem], plan: &BatchPlan) -> bool {
         let mut binds = 0;
-        for message in batch {
-            match message {
-                FrontendMessage::Bind(bind) => {
+        for item in batch {
+            match &item.message {
+                FrontendMessage::Bind(_) => {
                     binds += 1;
-                    match self.statements.get(&bind.statement) {
+                    match &item.statement {
                         Some(statement) if multiplexable(&statement.analysis) => {}
                         _ => return false,
                     }
@@ -1695,7 +1766,12 @@ impl Session {
                 _ => {}
             }
         }
-        binds > 0 && !plan.side_connection && matches!(batch.last(), Some(FrontendMessage::Sync))
+        binds > 0
+            && !plan.side_connection
+            && matches!(
+                batch.last().map(|item| &item.message),
+                Some(FrontendMessage::Sync)
+            )
     }
 
     /// Runs a request made by `build` on `pipe` and relays its answer. None
@@ -1769,6 +1845,7 @@ impl Session {
                 Ok(Some(outcome))
             }
             Err(RelayError::Client(e)) => Err(e),
+            Err(RelayError::Fatal(message)) => Err(SessionError::ServerEnded(message)),
             Err(RelayError::Server(_) | RelayError::ServerBeforeAnswer(_))
                 if !self.flushed_in_statement =>
             {
@@ -1923,6 +2000,7 @@ impl Session {
                 lease.connection().broken = true;
                 return Err(e);
             }
+            Err(RelayError::Fatal(message)) => return Err(SessionError::ServerEnded(message)),
             Err(RelayError::ServerBeforeAnswer(_))
                 if lease.reused && (self.tx.state == TxState::Idle || begins) =>
             {
@@ -1931,6 +2009,15 @@ impl Session {
                 self.shared.pools.discard_idle(&lease);
                 self.output.truncate(output_start.min(self.output.len()));
                 return Ok(Outcome::Stale);
+            }
+            Err(RelayError::ServerBeforeAnswer(crate::backend::BackendError::Refused(error))) => {
+                // The server ended the session before answering (terminated,
+                // timed out, shut down): its own error, and the end.
+                lease.connection().broken = true;
+                self.output.truncate(output_start.min(self.output.len()));
+                self.reply_error(error.clone());
+                self.flush().await?;
+                return Err(SessionError::ServerEnded(error.message));
             }
             Err(RelayError::Server(e)) | Err(RelayError::ServerBeforeAnswer(e)) => {
                 lease.connection().broken = true;
@@ -2041,12 +2128,22 @@ impl Session {
         }
     }
 
-    async fn finish_batch(&mut self, synced: bool) -> Result<(), SessionError> {
+    /// Ends a batch the coordinator answered itself.
+    async fn end_batch(&mut self, synced: bool) -> Result<(), SessionError> {
         if synced {
             self.finish_reply().await
         } else {
             self.flush().await
         }
+    }
+
+    /// Ends a batch after an error: before its Sync, the rest of what the
+    /// client sends up to the Sync is skipped, as the server does.
+    async fn finish_batch(&mut self, synced: bool) -> Result<(), SessionError> {
+        if !synced {
+            self.skip_to_sync = true;
+        }
+        self.end_batch(synced).await
     }
 
     /// SET statements, the map version and BEGIN the connection needs
@@ -2102,17 +2199,17 @@ impl Session {
         retryable: bool,
         side_connection: bool,
     ) -> Result<(Outcome, bool), RelayError> {
-        connection
-            .write(request)
-            .await
-            .map_err(RelayError::ServerBeforeAnswer)?;
+        // Written while answers are read (a long pipeline's answers may
+        // fill the socket before the request is all written).
+        let mut pending = request;
+        self.server_skipping = false;
         let mut queue: VecDeque<Expect> = expects.into();
         let mut held_error: Option<ServerError> = None;
         let mut saw_error = false;
         let mut received_any = false;
         self.emit_synthetic(&mut queue);
         while !queue.is_empty() {
-            let (tag, body) = match connection.read().await {
+            let (tag, body) = match connection.read_writing(&mut pending).await {
                 Ok(message) => message,
                 Err(e) if !received_any => return Err(RelayError::ServerBeforeAnswer(e)),
                 Err(e) => return Err(RelayError::Server(e)),
@@ -2138,6 +2235,9 @@ impl Session {
                 b'S' => {
                     connection.note_parameter(&body);
                     if !hidden {
+                        if let Some(value) = body.strip_prefix(b"client_encoding\0".as_slice()) {
+                            self.utf8_client = value == b"UTF8\0";
+                        }
                         self.pass(tag, &body);
                     }
                     continue;
@@ -2145,6 +2245,14 @@ impl Session {
                 b'E' => {
                     saw_error = true;
                     let error = ServerError::parse(&body);
+                    if matches!(error.severity.as_str(), "FATAL" | "PANIC") && !self.hold_cancels {
+                        // The server ends the session: so does the client's
+                        // (a shared connection's reads run again instead).
+                        connection.broken = true;
+                        self.pass(tag, &body);
+                        self.flush_relay().await?;
+                        return Err(RelayError::Fatal(error.message));
+                    }
                     let held = !self.flushed_in_statement
                         && ((retryable && error.code == WRONG_SHARD)
                             || (self.hold_cancels
@@ -2158,6 +2266,7 @@ impl Session {
                     match queue.front() {
                         Some(Expect::Hidden | Expect::Query) => {}
                         _ => {
+                            self.server_skipping = true;
                             // The server skips to Sync; so do the expectations.
                             while let Some(front) = queue.front() {
                                 if matches!(front, Expect::Sync) {
@@ -2170,6 +2279,7 @@ impl Session {
                     continue;
                 }
                 b'Z' => {
+                    self.server_skipping = false;
                     connection.status = body.first().copied().unwrap_or(b'E');
                     // Messages the server skipped (after an error, until
                     // Sync) answer nothing: their expectations go too.
@@ -2198,6 +2308,10 @@ impl Session {
                     // In the extended protocol the server ignored the Sync
                     // sent before the data; libpq sends another after it.
                     let extended = matches!(queue.front(), Some(Expect::Execute));
+                    connection
+                        .write(std::mem::take(&mut pending))
+                        .await
+                        .map_err(RelayError::Server)?;
                     self.pass(tag, &body);
                     self.flush_relay().await?;
                     self.pump_copy_data(connection, extended).await?;
@@ -2248,6 +2362,12 @@ impl Session {
                 self.flush_relay().await?;
             }
         }
+        // What the server skips (after an error) or answers with nothing
+        // (a Flush at the end) may still be unwritten.
+        connection
+            .write(pending)
+            .await
+            .map_err(RelayError::Server)?;
         match held_error {
             Some(error) => Ok((Outcome::WrongShard(error), true)),
             None => Ok((Outcome::Done, saw_error)),
@@ -2278,7 +2398,7 @@ impl Session {
         extended: bool,
     ) -> Result<(), RelayError> {
         loop {
-            let message = self.read_message().await.map_err(RelayError::Client)?;
+            let (message, _) = self.read_message().await.map_err(RelayError::Client)?;
             let mut out = BytesMut::new();
             let last = match message {
                 FrontendMessage::CopyData(data) => {
@@ -2312,7 +2432,7 @@ impl Session {
             if last && extended {
                 // The Sync the client sends after the copy ends the batch.
                 loop {
-                    match self.read_message().await.map_err(RelayError::Client)? {
+                    match self.read_message().await.map_err(RelayError::Client)?.0 {
                         FrontendMessage::Sync => break,
                         FrontendMessage::Flush => {}
                         other => {
@@ -2384,6 +2504,58 @@ fn sets_parameter(analysis: &Analysis) -> bool {
     )
 }
 
+/// The first statement parsed, if it is a SET or RESET.
+fn first_set_statement(
+    parsed: &pg_query::ParseResult,
+) -> Option<&pg_query::protobuf::VariableSetStmt> {
+    match parsed.protobuf.stmts.first()?.stmt.as_ref()?.node.as_ref()? {
+        pg_query::NodeEnum::VariableSetStmt(set) => Some(set),
+        _ => None,
+    }
+}
+
+/// The idle_session_timeout among the client's settings (0: none).
+fn idle_session_timeout(settings: &[(String, String)]) -> Option<Duration> {
+    let (_, sql) = settings
+        .iter()
+        .find(|(name, _)| name == "idle_session_timeout")?;
+    let parsed = pg_query::parse(sql).ok()?;
+    let set = first_set_statement(&parsed)?;
+    let value = match set.args.first()?.node.as_ref()? {
+        pg_query::NodeEnum::AConst(constant) => match constant.val.as_ref()? {
+            pg_query::protobuf::a_const::Val::Ival(i) => i.ival.to_string(),
+            pg_query::protobuf::a_const::Val::Sval(s) => s.sval.clone(),
+            pg_query::protobuf::a_const::Val::Fval(f) => f.fval.clone(),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    milliseconds(&value)
+        .filter(|ms| *ms > 0.0)
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+}
+
+/// A time setting's value in milliseconds (PostgreSQL's units; a bare
+/// number is milliseconds).
+fn milliseconds(value: &str) -> Option<f64> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    Some(number * scale)
+}
+
 /// Routing reads literals as PostgreSQL does only with
 /// standard_conforming_strings on (the default).
 fn routing_possible(settings: &[(String, String)]) -> bool {
@@ -2403,6 +2575,8 @@ enum RelayError {
     /// The server failed before answering anything (closed, or a FATAL
     /// error such as an administrator shutdown).
     ServerBeforeAnswer(crate::backend::BackendError),
+    /// The server ended the session with this error (already passed on).
+    Fatal(String),
 }
 
 struct BatchPlan {
@@ -2413,6 +2587,61 @@ struct BatchPlan {
     /// Parse/Describe only, answered on a connection outside the
     /// transaction.
     side_connection: bool,
+}
+
+/// A client message of an extended-protocol batch and the statement its
+/// name meant where it came (Parse, Bind, Describe statement).
+struct BatchItem {
+    message: FrontendMessage,
+    statement: Option<Arc<Prepared>>,
+}
+
+/// The server-side statements a request can use: those prepared on the
+/// connection before it, those it prepares itself, and the text of the
+/// unnamed statement it last parsed.
+struct ServerStatements<'a> {
+    already: &'a HashSet<String>,
+    here: HashSet<String>,
+    unnamed: Option<String>,
+}
+
+impl ServerStatements<'_> {
+    fn has(&self, server_name: &str) -> bool {
+        self.already.contains(server_name) || self.here.contains(server_name)
+    }
+
+    /// The server-side name of client statement `name` (defined as
+    /// `statement`) in `text`, queueing a hidden Parse when the connection
+    /// does not have it.
+    fn ensure(
+        &mut self,
+        name: &str,
+        statement: &Prepared,
+        text: &str,
+        request: &mut BytesMut,
+        expects: &mut Vec<Expect>,
+    ) -> String {
+        let parameter_types = &statement.parameter_types;
+        let server_name = server_statement_name(name, text, parameter_types);
+        let present = if name.is_empty() {
+            self.unnamed.as_deref() == Some(text)
+        } else {
+            self.has(&server_name)
+        };
+        if !present {
+            protocol::parse(request, &server_name, text, parameter_types);
+            expects.push(Expect::ParseComplete {
+                visible: false,
+                name: (!name.is_empty()).then(|| server_name.clone()),
+            });
+            if name.is_empty() {
+                self.unnamed = Some(text.to_owned());
+            } else {
+                self.here.insert(server_name.clone());
+            }
+        }
+        server_name
+    }
 }
 
 fn synthetic(tag: u8) -> Expect {
@@ -2490,6 +2719,28 @@ mod tests {
         assert_eq!(command_line_settings("-d 5"), None);
         assert_eq!(command_line_settings("-c"), None);
         assert_eq!(command_line_settings("-c =x"), None);
+    }
+
+    #[test]
+    fn idle_session_timeouts() {
+        let setting = |sql: &str| vec![("idle_session_timeout".to_owned(), sql.to_owned())];
+        assert_eq!(
+            idle_session_timeout(&setting("SET idle_session_timeout = '1s'")),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            idle_session_timeout(&setting("SET idle_session_timeout TO 1500")),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            idle_session_timeout(&setting("SET \"idle_session_timeout\" = '2min'")),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            idle_session_timeout(&setting("SET idle_session_timeout = 0")),
+            None
+        );
+        assert_eq!(idle_session_timeout(&[]), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
+use tokio::io::{Interest, Ready};
 
 /// Read at most this much per read call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -119,6 +119,76 @@ impl Socket {
         }
         if self.writable_interest {
             self.register(Interest::READABLE)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what it can of `pending` (dropping the written part from
+    /// it) and appends what can be read to `buffer`, whichever the socket
+    /// allows first; returns the bytes read (0 at end of stream). With
+    /// nothing pending this is [`Socket::read_buf`]. A proxy must read its
+    /// peer's answers while it still writes: a peer that blocks writing
+    /// its answers stops reading.
+    pub async fn read_writing(
+        &mut self,
+        buffer: &mut BytesMut,
+        pending: &mut &[u8],
+    ) -> io::Result<usize> {
+        loop {
+            self.write_ready(pending)?;
+            if pending.is_empty() {
+                if self.writable_interest {
+                    self.register(Interest::READABLE)?;
+                }
+                return self.read_buf(buffer).await;
+            }
+            if !self.writable_interest {
+                self.register(Interest::READABLE | Interest::WRITABLE)?;
+            }
+            let fd = self
+                .fd
+                .as_ref()
+                .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
+            let chunk = &mut self.chunk;
+            let mut guard = fd.ready(Interest::READABLE | Interest::WRITABLE).await?;
+            let ready = guard.ready();
+            if ready.is_readable() || ready.is_read_closed() {
+                match guard.get_inner().read(chunk) {
+                    Ok(read) => {
+                        buffer.extend_from_slice(&chunk[..read]);
+                        return Ok(read);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        guard.clear_ready_matching(Ready::READABLE)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if ready.is_writable() {
+                match guard.get_inner().write(pending) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(written) => *pending = &pending[written..],
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        guard.clear_ready_matching(Ready::WRITABLE)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+
+    /// Writes what the socket takes of `pending` without waiting.
+    fn write_ready(&mut self, pending: &mut &[u8]) -> io::Result<()> {
+        while !pending.is_empty() {
+            match self.fd()?.get_ref().write(pending) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => *pending = &pending[written..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
