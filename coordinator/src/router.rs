@@ -51,12 +51,13 @@ pub enum Analysis {
     Routable(Shape),
     /// Parsed, but always for the metadata node. `tableless`: a SELECT,
     /// SET or SHOW that names no table, which may run on whatever node a
-    /// transaction is on. `discard`: it leaves state on its server
-    /// connection that RESET ALL does not undo (PREPARE, LISTEN, DISCARD,
-    /// DEALLOCATE), so the connection is not pooled again.
+    /// transaction is on. `keeps_state`: it leaves session state on its
+    /// server connection that RESET ALL does not undo (PREPARE, LISTEN,
+    /// DISCARD, DEALLOCATE, a WITH HOLD cursor, set_config or a session
+    /// advisory lock), so the client keeps that connection.
     Other {
         tableless: bool,
-        discard: bool,
+        keeps_state: bool,
     },
     /// pg_query could not parse it: the metadata node will say why.
     Unparsed,
@@ -142,7 +143,7 @@ pub fn analyze(sql: &str) -> Analysis {
     let statements = &parsed.protobuf.stmts;
     let other = Analysis::Other {
         tableless: false,
-        discard: false,
+        keeps_state: false,
     };
     if statements.len() != 1 {
         return other;
@@ -171,12 +172,17 @@ pub fn analyze(sql: &str) -> Analysis {
         }
         N::VariableSetStmt(_) => Analysis::Other {
             tableless: true,
-            discard: false,
+            keeps_state: false,
+        },
+        // CURSOR_OPT_HOLD: the cursor outlives its transaction.
+        N::DeclareCursorStmt(cursor) if cursor.options & 0x0020 != 0 => Analysis::Other {
+            tableless: false,
+            keeps_state: true,
         },
         N::PrepareStmt(_) | N::ListenStmt(_) | N::DiscardStmt(_) | N::DeallocateStmt(_) => {
             Analysis::Other {
                 tableless: false,
-                discard: true,
+                keeps_state: true,
             }
         }
         N::VariableShowStmt(show) => match show.name.as_str() {
@@ -185,7 +191,7 @@ pub fn analyze(sql: &str) -> Analysis {
             "shards" => Analysis::Admin(AdminCommand::Shards),
             _ => Analysis::Other {
                 tableless: true,
-                discard: false,
+                keeps_state: false,
             },
         },
         N::CreateStmt(create) if temporary(create.relation.as_ref()) => {
@@ -204,10 +210,17 @@ pub fn analyze(sql: &str) -> Analysis {
         }
         _ => match shape(&parsed, statement).and_then(|shape| with_name_ends(shape, sql)) {
             Some(shape) => Analysis::Routable(shape),
-            None => Analysis::Other {
-                tableless: matches!(statement, N::SelectStmt(_)) && names_no_table(&parsed),
-                discard: false,
-            },
+            None => {
+                let tree = serde_json::to_string(&parsed.protobuf).unwrap_or_default();
+                Analysis::Other {
+                    tableless: matches!(statement, N::SelectStmt(_))
+                        && !tree.is_empty()
+                        && !tree.contains("\"RangeVar\""),
+                    keeps_state: SESSION_FUNCTIONS
+                        .iter()
+                        .any(|name| tree.contains(&format!("\"sval\":\"{name}\""))),
+                }
+            }
         },
     }
 }
@@ -217,10 +230,16 @@ fn temporary(relation: Option<&protobuf::RangeVar>) -> bool {
     relation.is_some_and(|r| r.relpersistence == "t")
 }
 
-/// Whether a statement's tree holds no table reference at all.
-fn names_no_table(parsed: &pg_query::ParseResult) -> bool {
-    serde_json::to_string(&parsed.protobuf).is_ok_and(|tree| !tree.contains("\"RangeVar\""))
-}
+/// Functions whose effects outlive the statement on its connection.
+const SESSION_FUNCTIONS: [&str; 7] = [
+    "set_config",
+    "pg_advisory_lock",
+    "pg_advisory_lock_shared",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_lock_shared",
+    "pg_advisory_unlock",
+    "pg_advisory_unlock_all",
+];
 
 /// Completes each relation's span with the end of its (possibly
 /// schema-qualified) name, found by scanning the text once.
@@ -690,7 +709,7 @@ impl Shape {
     pub fn may_change_session(&self) -> bool {
         self.functions
             .iter()
-            .any(|(_, name)| METADATA_FUNCTIONS[4..].contains(&name.as_str()))
+            .any(|(_, name)| SESSION_FUNCTIONS.contains(&name.as_str()))
     }
 }
 
@@ -1476,7 +1495,33 @@ mod tests {
         ));
         assert!(matches!(
             analyze("DISCARD ALL"),
-            Analysis::Other { discard: true, .. }
+            Analysis::Other {
+                keeps_state: true,
+                ..
+            }
+        ));
+        for kept in [
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            "SELECT pg_advisory_lock(7)",
+            "SELECT set_config('work_mem', '9MB', false)",
+        ] {
+            assert!(
+                matches!(
+                    analyze(kept),
+                    Analysis::Other {
+                        keeps_state: true,
+                        ..
+                    }
+                ),
+                "{kept}"
+            );
+        }
+        assert!(matches!(
+            analyze("DECLARE c CURSOR FOR SELECT 1"),
+            Analysis::Other {
+                keeps_state: false,
+                ..
+            }
         ));
         assert!(matches!(analyze("SELEC 1"), Analysis::Unparsed));
     }

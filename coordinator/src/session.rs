@@ -183,6 +183,12 @@ pub struct Session {
     /// Statements may go to workers (not with standard_conforming_strings
     /// off: literals would be read differently).
     routing: bool,
+    /// Nodes where the client has session state (see SessionEffect::Keeps)
+    /// and, between its statements, the connections that hold it.
+    session_targets: HashSet<Target>,
+    session_connections: HashMap<Target, Lease>,
+    /// Session-level SETs of the open transaction: kept if it commits.
+    pending_settings: Vec<String>,
     /// The client's idle_session_timeout: the coordinator ends the session
     /// as the server would (its pooled connections are not the session).
     idle_timeout: Option<Duration>,
@@ -203,6 +209,7 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     match start(stream, shared.clone()).await {
         Ok(Some(mut session)) => {
             let result = session.run().await;
+            session.forget_session_state();
             shared.cancels.unregister(session.cancel_key);
             if let Err(e) = result {
                 if matches!(e, SessionError::Protocol(_)) {
@@ -301,24 +308,6 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
             }
         }
     }
-    // The metadata node must accept this user and database; its settings,
-    // with the client's applied, are the ones the client is told about.
-    let mut lease = match shared.pools.checkout(&metadata_key).await {
-        Ok(lease) => lease,
-        Err(e) => {
-            let error = match e {
-                crate::pool::PoolError::Backend(crate::backend::BackendError::Refused(
-                    mut error,
-                )) => {
-                    error.severity = "FATAL".into();
-                    error
-                }
-                other => ServerError::fatal("08006", other.to_string()),
-            };
-            refuse(&mut stream, error).await;
-            return Ok(None);
-        }
-    };
     protocol::authentication(&mut out, 0, &[]);
     // Startup options the client asked for become session settings.
     let mut settings = Vec::new();
@@ -359,21 +348,50 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
             settings.push((name, statement));
         }
     }
-    // The server says what the settings are (it spells them its own way:
+    // The metadata node must accept this user and database. The server
+    // says what the settings are (it spells them its own way:
     // client_encoding 'utf-8' is reported as UTF8); one it refuses
     // refuses the login, as it would directly.
-    let connection = lease.connection();
-    if let Err(error) = apply_settings(connection, &settings).await {
-        refuse(&mut stream, error).await;
-        return Ok(None);
-    }
-    let mut reported: Vec<(String, String)> = connection
-        .parameters
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut tries = 0;
+    let mut reported: Vec<(String, String)> = loop {
+        tries += 1;
+        let mut lease = match shared.pools.checkout(&metadata_key).await {
+            Ok(lease) => lease,
+            Err(e) => {
+                let error = match e {
+                    crate::pool::PoolError::Backend(crate::backend::BackendError::Refused(
+                        mut error,
+                    )) => {
+                        error.severity = "FATAL".into();
+                        error
+                    }
+                    other => ServerError::fatal("08006", other.to_string()),
+                };
+                refuse(&mut stream, error).await;
+                return Ok(None);
+            }
+        };
+        let connection = lease.connection();
+        match apply_settings(connection, &settings).await {
+            Ok(()) => {
+                break connection
+                    .parameters
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+            }
+            // A pooled connection its server had closed (an
+            // idle_session_timeout, a restart): another one.
+            Err(_) if connection.broken && lease.reused && tries < 3 => {
+                shared.pools.discard_idle(&lease);
+            }
+            Err(error) => {
+                refuse(&mut stream, error).await;
+                return Ok(None);
+            }
+        }
+    };
     reported.sort();
-    drop(lease);
     let utf8_client = reported
         .iter()
         .any(|(name, value)| name == "client_encoding" && value == "UTF8");
@@ -421,6 +439,9 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         last_failed: false,
         idle_timeout,
         routing,
+        session_targets: HashSet::new(),
+        session_connections: HashMap::new(),
+        pending_settings: Vec::new(),
     }))
 }
 
@@ -788,23 +809,105 @@ impl Session {
         self.batch.push(BatchItem { message, statement });
     }
 
-    /// The next message of a client between statements: idle outside a
-    /// transaction for longer than its idle_session_timeout, the session
-    /// ends as the server ends it.
+    /// The next message of a client between statements. Meanwhile what
+    /// the server holding its session state on the metadata node sends
+    /// (notifications of its LISTENs, notices, the error that ends the
+    /// session) reaches it; idle outside a transaction for longer than its
+    /// idle_session_timeout, the session ends as the server would end it.
     async fn next_message(&mut self) -> Result<(FrontendMessage, usize), SessionError> {
         let idle = self.tx.state == TxState::Idle && self.held.is_none() && self.batch.is_empty();
-        let Some(limit) = self.idle_timeout.filter(|_| idle) else {
-            return self.read_message().await;
-        };
-        match tokio::time::timeout(limit, self.read_message()).await {
-            Ok(message) => message,
-            Err(_) => {
-                let message = "terminating connection due to idle-session timeout";
-                self.reply_error(ServerError::fatal("57P05", message));
-                self.flush().await?;
-                Err(SessionError::ServerEnded(message.into()))
+        let deadline = self
+            .idle_timeout
+            .filter(|_| idle)
+            .map(|limit| tokio::time::Instant::now() + limit);
+        loop {
+            let before = self.input.len();
+            if let Some(message) = protocol::decode_frontend(
+                &mut self.input,
+                self.shared.config.max_message_bytes,
+                self.utf8_client,
+            )? {
+                return Ok((message, before - self.input.len()));
+            }
+            let woke = {
+                let watched = self
+                    .session_connections
+                    .get_mut(&Target::Metadata)
+                    .map(|lease| lease.connection());
+                let server = async {
+                    match watched {
+                        Some(connection) => connection.read().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let timeout = async {
+                    match deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    read = self.stream.read_buf(&mut self.input) => Woke::Client(read),
+                    message = server => Woke::Server(message),
+                    () = timeout => Woke::IdleTimeout,
+                }
+            };
+            match woke {
+                Woke::Client(read) => {
+                    if read? == 0 {
+                        return Err(SessionError::ClientGone);
+                    }
+                }
+                Woke::Server(Ok((tag, body))) => self.unprompted(tag, &body).await?,
+                Woke::Server(Err(e)) => {
+                    self.session_connections.remove(&Target::Metadata);
+                    let message = format!(
+                        "pg_shard coordinator: the server session holding this session's state ended: {e}"
+                    );
+                    self.reply_error(ServerError::fatal("08006", message.clone()));
+                    self.flush().await?;
+                    return Err(SessionError::ServerEnded(message));
+                }
+                Woke::IdleTimeout => {
+                    let message = "terminating connection due to idle-session timeout";
+                    self.reply_error(ServerError::fatal("57P05", message));
+                    self.flush().await?;
+                    return Err(SessionError::ServerEnded(message.into()));
+                }
             }
         }
+    }
+
+    /// A message the metadata node's session connection sent between
+    /// statements.
+    async fn unprompted(&mut self, tag: u8, body: &[u8]) -> Result<(), SessionError> {
+        match tag {
+            b'A' | b'N' => self.pass(tag, body),
+            b'S' => {
+                if let Some(lease) = self.session_connections.get_mut(&Target::Metadata) {
+                    lease.connection().note_parameter(body);
+                }
+                self.pass(tag, body);
+            }
+            b'E' => {
+                let error = ServerError::parse(body);
+                self.pass(tag, body);
+                if matches!(error.severity.as_str(), "FATAL" | "PANIC") {
+                    if let Some(mut lease) = self.session_connections.remove(&Target::Metadata) {
+                        lease.connection().broken = true;
+                    }
+                    self.flush().await?;
+                    return Err(SessionError::ServerEnded(error.message));
+                }
+            }
+            _ => {
+                // Out of step: the session's state cannot be trusted.
+                if let Some(mut lease) = self.session_connections.remove(&Target::Metadata) {
+                    lease.connection().broken = true;
+                }
+            }
+        }
+        self.flush().await
     }
 
     /// The next client message and its size on the wire.
@@ -849,7 +952,7 @@ impl Session {
             // the metadata node runs it.
             let other = Analysis::Other {
                 tableless: false,
-                discard: false,
+                keeps_state: false,
             };
             return (Arc::new(other), normalized);
         }
@@ -902,6 +1005,8 @@ impl Session {
             _ => {}
         }
         let effect = session_effect(&analysis);
+        let committing = matches!(*analysis, Analysis::Transaction(TransactionCommand::Commit))
+            && self.tx.state == TxState::Open;
         let mut tries = 0;
         loop {
             tries += 1;
@@ -967,10 +1072,46 @@ impl Session {
                 }
             }
         }
-        if !self.last_failed && sets_parameter(&analysis) {
-            self.remember_setting(&sql);
-        }
+        let sets = if sets_parameter(&analysis) {
+            vec![sql.clone()]
+        } else {
+            Vec::new()
+        };
+        self.after_statements(sets, committing, discards_all(&sql));
         Ok(())
+    }
+
+    /// Session state after statements ran: successful SETs are kept
+    /// (inside a transaction once it commits), DISCARD ALL forgets it all.
+    fn after_statements(&mut self, sets: Vec<String>, committing: bool, discards: bool) {
+        if !self.last_failed {
+            if self.tx.state == TxState::Idle {
+                for sql in sets {
+                    self.remember_setting(&sql);
+                }
+            } else {
+                self.pending_settings.extend(sets);
+            }
+            if committing && self.tx.state == TxState::Idle {
+                for sql in std::mem::take(&mut self.pending_settings) {
+                    self.remember_setting(&sql);
+                }
+            }
+            if discards {
+                // Prepared statements and portals went with it.
+                self.statements.clear();
+                self.portals.clear();
+                self.forget_session_state();
+                self.settings.clear();
+                self.search_path_changed = false;
+                self.routing = true;
+                self.idle_timeout = None;
+                self.pipes.clear();
+            }
+        }
+        if self.tx.state == TxState::Idle {
+            self.pending_settings.clear();
+        }
     }
 
     /// The node and text for a simple-query statement.
@@ -1009,6 +1150,14 @@ impl Session {
         sql: &str,
     ) -> Result<(Target, String, Option<i64>), ServerError> {
         let pinned = self.tx.pinned.as_ref().map(|(target, _)| *target);
+        if self.tx.state != TxState::Idle
+            && pinned.is_none()
+            && self.session_targets.contains(&Target::Metadata)
+        {
+            // A client with session state on the metadata node (temporary
+            // tables, …) runs its transactions there, with that state.
+            return Ok((Target::Metadata, sql.to_owned(), None));
+        }
         match (route, pinned) {
             (
                 Route::Worker {
@@ -1148,15 +1297,50 @@ impl Session {
     fn end_transaction(&mut self) {
         self.tx.state = TxState::Idle;
         self.tx.begin = None;
-        self.tx.pinned = None;
+        if let Some((target, lease)) = self.tx.pinned.take() {
+            self.release(target, lease);
+        }
         self.portals.clear();
+    }
+
+    /// A connection the client is done with for now: kept when it holds
+    /// the client's session state on that node, else back to its pool.
+    fn release(&mut self, target: Target, lease: Lease) {
+        let mut lease = lease;
+        if self.session_targets.contains(&target) && !lease.connection().broken {
+            self.session_connections.insert(target, lease);
+        }
+    }
+
+    /// DISCARD ALL succeeded: the client's session connections are closed
+    /// (nothing of its state is left to keep) and it is pooled again.
+    fn forget_session_state(&mut self) {
+        self.session_targets.clear();
+        for (_, mut lease) in self.session_connections.drain() {
+            lease.connection().broken = true;
+        }
     }
 
     /// A statement needs another node than the transaction's: report it,
     /// roll the transaction back on its node, and fail it for the client.
     async fn abort_pinned(&mut self, error: ServerError) {
         self.reply_error(error);
-        if let Some((_, mut lease)) = self.tx.pinned.take() {
+        if let Some((target, mut lease)) = self.tx.pinned.take() {
+            self.roll_back(&mut lease).await;
+            self.release(target, lease);
+        }
+        self.abort_held();
+        self.tx.state = if self.tx.state == TxState::Idle {
+            TxState::Idle
+        } else {
+            TxState::Failed
+        };
+        self.tx.begin = None;
+    }
+
+    /// Rolls back the transaction open on `lease`.
+    async fn roll_back(&mut self, lease: &mut Lease) {
+        {
             let connection = lease.connection();
             let mut out = BytesMut::new();
             // A connection between Flush and Sync answers nothing before a Sync.
@@ -1185,12 +1369,6 @@ impl Session {
                 connection.broken = true;
             }
         }
-        self.tx.state = if self.tx.state == TxState::Idle {
-            TxState::Idle
-        } else {
-            TxState::Failed
-        };
-        self.tx.begin = None;
     }
 
     // ---- extended query -------------------------------------------------
@@ -1232,6 +1410,16 @@ impl Session {
         if self.tx.state == TxState::Failed && self.tx.pinned.is_none() && !only_sync {
             return self.fail_batch(aborted_error(), synced).await;
         }
+        let committing = self.tx.state == TxState::Open
+            && batch.iter().any(|item| {
+                matches!(item.message, FrontendMessage::Bind(_))
+                    && item.statement.as_ref().is_some_and(|statement| {
+                        matches!(
+                            *statement.analysis,
+                            Analysis::Transaction(TransactionCommand::Commit)
+                        )
+                    })
+            });
         let mut tries = 0;
         loop {
             tries += 1;
@@ -1248,19 +1436,18 @@ impl Session {
                 && tries < self.shared.config.wrong_shard_tries;
             match self.send_batch(&batch, &plan, &map, retryable).await? {
                 Outcome::Done => {
-                    if !self.last_failed {
-                        // Successful SETs are kept.
-                        let settings: Vec<String> = batch
+                    let bound = || {
+                        batch
                             .iter()
                             .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
                             .filter_map(|item| item.statement.as_ref())
-                            .filter(|statement| sets_parameter(&statement.analysis))
-                            .map(|statement| statement.sql.clone())
-                            .collect();
-                        for sql in settings {
-                            self.remember_setting(&sql);
-                        }
-                    }
+                    };
+                    let sets = bound()
+                        .filter(|statement| sets_parameter(&statement.analysis))
+                        .map(|statement| statement.sql.clone())
+                        .collect();
+                    let discards = bound().any(|statement| discards_all(&statement.sql));
+                    self.after_statements(sets, committing, discards);
                     if !synced && self.server_skipping {
                         // The server skips to the Sync after an error; so
                         // does the coordinator with what the client sends.
@@ -1714,6 +1901,9 @@ impl Session {
         let Target::Worker(node) = target else {
             return None;
         };
+        if self.session_targets.contains(&target) {
+            return None;
+        }
         let address = &map.nodes.get(&node)?.address;
         // The least busy lane.
         let least = |pipes: &[Arc<Pipe>]| pipes.iter().min_by_key(|p| p.load()).cloned();
@@ -1902,6 +2092,9 @@ impl Session {
         if let Some(lease) = self.take_lease(target, side_connection) {
             return Ok(Some(lease));
         }
+        if let Some(lease) = self.session_connections.remove(&target) {
+            return Ok(Some(lease));
+        }
         // Pools by node, kept per session: no string hashing or copying per
         // statement (checked against the map's address, which may change).
         let current = match target {
@@ -2053,9 +2246,15 @@ impl Session {
             SessionEffect::None => {}
             // The client may have changed session state: reset before reuse.
             SessionEffect::Unknown => connection.session_settings = None,
-            // State RESET ALL does not undo (prepared statements, LISTEN,
-            // temporary tables): the connection is closed when released.
-            SessionEffect::Discard => connection.broken = true,
+            // State RESET ALL does not undo: the client keeps the
+            // connection (session mode for this client, on this node).
+            SessionEffect::Keeps => {
+                self.session_targets.insert(target);
+            }
+        }
+        if self.session_targets.contains(&target) {
+            // The server session is the client's own: never reset.
+            lease.connection().session_settings = Some(self.settings.clone());
         }
         if let Outcome::WrongShard(_) = outcome {
             // The statement and its transaction (if it began one) are gone
@@ -2078,12 +2277,13 @@ impl Session {
                     lease.connection().broken = true;
                 }
             }
+            self.release(target, lease);
             return Ok(outcome);
         }
         let status = lease.connection().status;
         if side_connection {
-            // Not the transaction's connection: back to the pool.
-            drop(lease);
+            // Not the transaction's connection.
+            self.release(target, lease);
         } else if !synced {
             if self.tx.pinned.is_none() && status == b'I' {
                 self.held = Some((target, lease));
@@ -2094,6 +2294,7 @@ impl Session {
             match status {
                 b'I' => {
                     self.end_transaction();
+                    self.release(target, lease);
                 }
                 b'T' => {
                     self.tx.state = TxState::Open;
@@ -2162,8 +2363,11 @@ impl Session {
         // the Sync after an error, and would skip these too.
         let idle = connection.status == b'I' && !connection.awaiting_sync;
         if idle && connection.session_settings.as_ref() != Some(&self.settings) {
-            // Start from the server's defaults, then the client's settings.
-            statements.push("RESET ALL".into());
+            // Start from the server's defaults (RESET ALL leaves the role
+            // and session authorization), then the client's settings.
+            statements.extend(
+                ["RESET SESSION AUTHORIZATION", "RESET ROLE", "RESET ALL"].map(String::from),
+            );
             statements.extend(self.settings.iter().map(|(_, sql)| sql.clone()));
             connection.declared_map_version = 0;
         }
@@ -2455,6 +2659,13 @@ impl Session {
     }
 }
 
+/// What woke a client session waiting for its next message.
+enum Woke {
+    Client(std::io::Result<usize>),
+    Server(Result<(u8, Bytes), crate::backend::BackendError>),
+    IdleTimeout,
+}
+
 /// What a connection needs before the client's messages.
 struct Prelude {
     /// RESET ALL, the client's settings, the map version.
@@ -2468,23 +2679,36 @@ struct Prelude {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SessionEffect {
     None,
-    /// Settings may have changed (SET, set_config(), functions…).
+    /// Settings may have changed (SET, functions…): reset before reuse.
     Unknown,
-    /// State a reset does not undo.
-    Discard,
+    /// Session state a reset does not undo (temporary tables, LISTEN,
+    /// PREPARE, WITH HOLD cursors, set_config, advisory locks): the
+    /// connection becomes the client's own until it leaves or DISCARD ALL.
+    Keeps,
 }
 
 fn session_effect(analysis: &Analysis) -> SessionEffect {
     match analysis {
-        Analysis::Routable(shape) if shape.may_change_session() => SessionEffect::Unknown,
+        Analysis::Routable(shape) if shape.may_change_session() => SessionEffect::Keeps,
         Analysis::Routable(_) | Analysis::Transaction(_) | Analysis::Admin(_) => {
             SessionEffect::None
         }
-        Analysis::SearchPath { temporary: true } | Analysis::Other { discard: true, .. } => {
-            SessionEffect::Discard
-        }
+        Analysis::SearchPath { temporary: true }
+        | Analysis::Other {
+            keeps_state: true, ..
+        } => SessionEffect::Keeps,
         _ => SessionEffect::Unknown,
     }
+}
+
+/// `DISCARD ALL`: the session's state is gone.
+fn discards_all(sql: &str) -> bool {
+    let words: Vec<String> = sql
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    words == ["discard", "all"]
 }
 
 /// A statement that may share a pipe with other clients' (multiplex.rs).
@@ -2508,7 +2732,15 @@ fn sets_parameter(analysis: &Analysis) -> bool {
 fn first_set_statement(
     parsed: &pg_query::ParseResult,
 ) -> Option<&pg_query::protobuf::VariableSetStmt> {
-    match parsed.protobuf.stmts.first()?.stmt.as_ref()?.node.as_ref()? {
+    match parsed
+        .protobuf
+        .stmts
+        .first()?
+        .stmt
+        .as_ref()?
+        .node
+        .as_ref()?
+    {
         pg_query::NodeEnum::VariableSetStmt(set) => Some(set),
         _ => None,
     }

@@ -206,6 +206,7 @@ check "WrongShard on a read: retried twice, then reported; served once active ($
 run_script "$here/faults.log" "$python" "$here/clients/faults.py" "$coordinator" "$PGSHARD_DATABASE"
 run_script "$here/faults.log" "$python" "$here/clients/multiplex.py" "$coordinator" 28320 \
     "$PGSHARD_DATABASE" "$metrics"
+run_script "$here/faults.log" "$python" "$here/clients/session_protocol.py" "$coordinator" "$PGSHARD_DATABASE" 28320
 cat "$here/faults.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/faults.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/faults.log")))
