@@ -83,6 +83,9 @@ pub struct ServerConnection {
     pub awaiting_sync: bool,
     /// Transaction status of the last ReadyForQuery.
     pub status: u8,
+    /// The process id of the client (its BackendKeyData) that last used
+    /// the connection (0: none yet).
+    pub last_client: i32,
     /// Set when the connection cannot be reused (I/O error, protocol
     /// confusion, client vanished mid-statement).
     pub broken: bool,
@@ -165,6 +168,7 @@ impl ServerConnection {
             session_settings: Some(Vec::new()),
             awaiting_sync: false,
             status: b'I',
+            last_client: 0,
             broken: false,
         })
     }
@@ -335,6 +339,31 @@ impl ServerConnection {
             return Err(e.into());
         }
         Ok(())
+    }
+
+    /// Copies bytes between `client` and the server both ways, unchanged,
+    /// until either ends (a replication connection after its login).
+    /// `client_input` holds what the client sent already.
+    pub async fn relay_raw(
+        &mut self,
+        client: &mut Socket,
+        client_input: &mut BytesMut,
+    ) -> std::io::Result<()> {
+        let mut from_server = std::mem::take(&mut self.input);
+        loop {
+            if !from_server.is_empty() {
+                client.write_all(&from_server).await?;
+                from_server.clear();
+            }
+            if !client_input.is_empty() {
+                self.stream.write_all(client_input).await?;
+                client_input.clear();
+            }
+            tokio::select! {
+                read = client.read_buf(client_input) => if read? == 0 { return Ok(()) },
+                read = self.stream.read_buf(&mut from_server) => if read? == 0 { return Ok(()) },
+            }
+        }
     }
 
     /// Whether the connection can go back to its pool.

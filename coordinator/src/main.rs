@@ -10,6 +10,7 @@ mod config;
 mod lexer;
 mod metrics;
 mod multiplex;
+mod notifiers;
 mod pool;
 mod protocol;
 mod router;
@@ -34,6 +35,7 @@ pub struct Shared {
     pub metrics: Arc<metrics::Metrics>,
     pub users: Option<auth::Users>,
     pub cancels: session::CancelRegistry,
+    pub notifiers: notifiers::Notifiers,
     pub statements: StatementCache,
 }
 
@@ -225,6 +227,7 @@ async fn run(config: Config) -> Result<(), String> {
         metrics,
         users,
         cancels: session::CancelRegistry::default(),
+        notifiers: notifiers::Notifiers::default(),
     });
     let event_loops = event_loops(&shared)?;
     let mut next = 0;

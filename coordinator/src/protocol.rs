@@ -66,6 +66,9 @@ pub enum FrontendMessage {
     Terminate,
     /// PasswordMessage, SASLInitialResponse and SASLResponse share the tag.
     Password(Bytes),
+    /// A fast-path FunctionCall (libpq's large-object functions use it),
+    /// forwarded as it came.
+    FunctionCall(Bytes),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,6 +276,7 @@ pub fn parse_frontend(
         b'f' => FrontendMessage::CopyFail(get_cstr(&mut body, "CopyFail")?),
         b'X' => FrontendMessage::Terminate,
         b'p' => return Ok(FrontendMessage::Password(body)),
+        b'F' => return Ok(FrontendMessage::FunctionCall(body)),
         other => return Err(ProtocolError::UnexpectedType(other as char)),
     };
     if body.has_remaining() {

@@ -288,6 +288,14 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
     let database = parameter("database")
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| user.clone());
+    // A replication connection (physical or logical) is the metadata
+    // node's walsender: relayed as it is.
+    let replication = parameter("replication").filter(|mode| {
+        !matches!(
+            mode.to_lowercase().as_str(),
+            "false" | "off" | "no" | "0" | ""
+        )
+    });
     let mut out = BytesMut::new();
     let metadata_key = PoolKey {
         address: shared.metadata.clone(),
@@ -302,11 +310,37 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
             }
         }
         AuthMode::Passthrough => {
-            match passthrough_login(&mut stream, &mut input, &shared, &user, &database).await? {
+            match passthrough_login(
+                &mut stream,
+                &mut input,
+                &shared,
+                &user,
+                &database,
+                replication.as_deref(),
+            )
+            .await?
+            {
+                Some(connection) if replication.is_some() => {
+                    relay_replication(stream, input, connection, &shared).await;
+                    return Ok(None);
+                }
                 Some(connection) => shared.pools.adopt(&metadata_key, connection),
                 None => return Ok(None),
             }
         }
+    }
+    if let Some(mode) = &replication {
+        // Other logins: the coordinator's own server credentials.
+        let credentials = crate::backend::Credentials {
+            user: &user,
+            password: shared.config.server_password.as_deref(),
+        };
+        let extra = [("replication", mode.as_str())];
+        match ServerConnection::connect(&shared.metadata, &database, &credentials, &extra).await {
+            Ok(connection) => relay_replication(stream, input, connection, &shared).await,
+            Err(e) => refuse(&mut stream, ServerError::fatal("08006", e.to_string())).await,
+        }
+        return Ok(None);
     }
     protocol::authentication(&mut out, 0, &[]);
     // Startup options the client asked for become session settings.
@@ -577,6 +611,7 @@ async fn passthrough_login(
     shared: &Shared,
     user: &str,
     database: &str,
+    replication: Option<&str>,
 ) -> Result<Option<ServerConnection>, SessionError> {
     let mut server = match ServerConnection::open(&shared.metadata).await {
         Ok(server) => server,
@@ -586,7 +621,9 @@ async fn passthrough_login(
         }
     };
     let mut out = BytesMut::new();
-    protocol::startup(&mut out, &[("user", user), ("database", database)]);
+    let mut parameters = vec![("user", user), ("database", database)];
+    parameters.extend(replication.map(|mode| ("replication", mode)));
+    protocol::startup(&mut out, &parameters);
     let relay = async {
         server.write(&out).await?;
         loop {
@@ -643,6 +680,35 @@ async fn passthrough_login(
             Ok(None)
         }
     }
+}
+
+/// Serves a replication connection: the client is told what the server
+/// said at login (its cancel key is the coordinator's, forwarded to the
+/// walsender), then bytes go both ways unchanged until either side ends.
+async fn relay_replication(
+    mut stream: Socket,
+    mut input: BytesMut,
+    mut server: ServerConnection,
+    shared: &Shared,
+) {
+    let mut out = BytesMut::new();
+    protocol::authentication(&mut out, 0, &[]);
+    for (name, value) in &server.parameters {
+        protocol::parameter_status(&mut out, name, value);
+    }
+    let cancel_key = (rand::random::<i32>() & 0x7fff_ffff, rand::random::<i32>());
+    let slot = shared.cancels.register(cancel_key);
+    if let Ok(mut target) = slot.lock() {
+        target.server = Some((server.address.clone(), server.process_id, server.secret_key));
+    }
+    protocol::backend_key_data(&mut out, cancel_key.0, cancel_key.1);
+    protocol::ready_for_query(&mut out, b'I');
+    if stream.write_all(&out).await.is_ok() {
+        if let Err(e) = server.relay_raw(&mut stream, &mut input).await {
+            tracing::debug!(error = %e, "replication connection ended");
+        }
+    }
+    shared.cancels.unregister(cancel_key);
 }
 
 /// The settings in a startup `options` string: words separated by spaces
@@ -772,6 +838,7 @@ impl Session {
                 FrontendMessage::Password(_) => {
                     return Err(protocol::ProtocolError::UnexpectedType('p').into())
                 }
+                FrontendMessage::FunctionCall(body) => self.function_call(body).await?,
             }
         }
     }
@@ -882,7 +949,7 @@ impl Session {
     /// statements.
     async fn unprompted(&mut self, tag: u8, body: &[u8]) -> Result<(), SessionError> {
         match tag {
-            b'A' | b'N' => self.pass(tag, body),
+            b'A' | b'N' => self.pass_notice(tag, body),
             b'S' => {
                 if let Some(lease) = self.session_connections.get_mut(&Target::Metadata) {
                     lease.connection().note_parameter(body);
@@ -1112,6 +1179,49 @@ impl Session {
         if self.tx.state == TxState::Idle {
             self.pending_settings.clear();
         }
+    }
+
+    /// A fast-path function call: on the transaction's node, else on the
+    /// metadata node (large objects live there).
+    async fn function_call(&mut self, body: Bytes) -> Result<(), SessionError> {
+        if self.tx.state == TxState::Failed && self.tx.pinned.is_none() {
+            self.reply_error(aborted_error());
+            return self.finish_reply().await;
+        }
+        let target = self
+            .tx
+            .pinned
+            .as_ref()
+            .map_or(Target::Metadata, |(target, _)| *target);
+        let map = self.map.current();
+        for _ in 0..3 {
+            let Some(lease) = self.acquire(target, &map, false, true).await? else {
+                return Ok(());
+            };
+            let mut request = BytesMut::new();
+            let at = protocol::begin_message(&mut request, b'F');
+            request.put_slice(&body);
+            protocol::end_message(&mut request, at);
+            let outcome = self
+                .exchange(
+                    lease,
+                    target,
+                    &map,
+                    None,
+                    false,
+                    false,
+                    true,
+                    SessionEffect::Unknown,
+                    request,
+                    vec![Expect::Query],
+                )
+                .await?;
+            // A pooled connection found dead before it answered: again.
+            if !matches!(outcome, Outcome::Stale) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The node and text for a simple-query statement.
@@ -2095,6 +2205,15 @@ impl Session {
         if let Some(lease) = self.session_connections.remove(&target) {
             return Ok(Some(lease));
         }
+        if self.session_targets.contains(&target) {
+            // The connection that held the client's session state (its
+            // temporary tables, LISTENs, …) was lost: so is the session.
+            let message =
+                "pg_shard coordinator: the server connection holding this session's state was lost";
+            self.reply_error(ServerError::fatal("08006", message));
+            self.flush().await?;
+            return Err(SessionError::ServerEnded(message.into()));
+        }
         // Pools by node, kept per session: no string hashing or copying per
         // statement (checked against the map's address, which may change).
         let current = match target {
@@ -2157,6 +2276,13 @@ impl Session {
     ) -> Result<Outcome, SessionError> {
         let started = Instant::now();
         let address = lease.connection().address.clone();
+        if target == Target::Metadata && lease.connection().last_client != self.cancel_key.0 {
+            let connection = lease.connection();
+            connection.last_client = self.cancel_key.0;
+            self.shared
+                .notifiers
+                .note(connection.process_id, self.cancel_key.0);
+        }
         let mut out = BytesMut::with_capacity(request.len() + 64);
         let prelude = self.prelude(lease.connection(), target, map, side_connection);
         let begins = prelude.begin.is_some();
@@ -2432,7 +2558,7 @@ impl Session {
             match tag {
                 b'N' | b'A' => {
                     if !hidden {
-                        self.pass(tag, &body);
+                        self.pass_notice(tag, &body);
                     }
                     continue;
                 }
@@ -2586,6 +2712,15 @@ impl Session {
         while let Some(Expect::Synthetic(bytes)) = queue.front() {
             self.output.put_slice(bytes);
             queue.pop_front();
+        }
+    }
+
+    /// A notice, or a notification (its sender named as the client that
+    /// sent it, see notifiers.rs).
+    fn pass_notice(&mut self, tag: u8, body: &[u8]) {
+        match (tag, self.shared.notifiers.as_client(body)) {
+            (b'A', Some(rewritten)) => self.pass(tag, &rewritten),
+            _ => self.pass(tag, body),
         }
     }
 
@@ -2911,6 +3046,7 @@ fn frontend_tag(message: &FrontendMessage) -> u8 {
         FrontendMessage::Execute { .. } => b'E',
         FrontendMessage::Close { .. } => b'C',
         FrontendMessage::Password(_) => b'p',
+        FrontendMessage::FunctionCall(_) => b'F',
         _ => b'?',
     }
 }

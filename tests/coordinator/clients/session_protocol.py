@@ -177,10 +177,13 @@ class Raw:
         self.sock.sendall(struct.pack("!i", 4 + len(body)) + body)
         self.startup = self.until_ready()
         self.parameters = {}
+        self.key_pid = None  # the process id of BackendKeyData
         for tag, payload in self.startup:
             if tag == b"S":
                 name, setting = payload.split(b"\0")[:2]
                 self.parameters[name.decode()] = setting.decode()
+            elif tag == b"K":
+                self.key_pid = struct.unpack_from("!i", payload)[0]
         if not self.startup or self.startup[-1][0] != b"Z":
             raise RuntimeError(f"startup failed: {tags(self.startup)} {errors(self.startup)}")
 
@@ -852,11 +855,15 @@ def listen_notify():
     listener = Raw()
     early = notifications_in(listener.run("LISTEN sp_chan") + listener.run("SELECT v FROM sp_items WHERE id = 10")
                              + listener.run("SELECT 1"))
-    own_pid = int(listener.value("SELECT pg_backend_pid()"))
+    # A notification names its sender by the process id a client knows it
+    # by: that of the sender's BackendKeyData (psycopg's info.backend_pid).
+    own_pid = listener.key_pid
     with connect() as notifier:
-        notifier_pid = value(notifier, "SELECT pg_backend_pid() FROM pg_notify('sp_chan', 'from another')")
+        notifier.execute("SELECT pg_notify('sp_chan', 'from another')")
+        notifier_pid = notifier.info.backend_pid
         got = early + wait_for_notification(listener, 5)
-        check("LISTEN: a NOTIFY of another connection reaches the idle listener (pid, channel, payload)",
+        check("LISTEN: a NOTIFY of another connection reaches the idle listener (its BackendKeyData pid, "
+              "channel, payload)",
               got == [(notifier_pid, "sp_chan", "from another")], f"got {got}, notifier pid {notifier_pid}")
         notifier.execute("BEGIN")
         notifier.execute("NOTIFY sp_chan, 'rolled back'")
@@ -1189,6 +1196,31 @@ def encodings():
 # ---------------------------------------------------------------------------
 # 5. Backend identity and errors.
 
+def replication_and_fast_path():
+    # A replication connection (replication=database) is the metadata node's
+    # walsender: IDENTIFY_SYSTEM answers with the node's system id.
+    with metadata() as direct:
+        system_id = value(direct, "SELECT system_identifier::text FROM pg_control_system()")
+        int4pl = int(value(direct, "SELECT 'pg_catalog.int4pl'::regproc::oid"))
+    walsender = Raw(replication="database")
+    identified = walsender.value("IDENTIFY_SYSTEM")
+    walsender.close()
+    check("replication connection: IDENTIFY_SYSTEM gives the metadata node's system id",
+          identified == system_id, f"got {identified}, expected {system_id}")
+    # A fast-path FunctionCall (libpq's large-object functions use it):
+    # int4pl(3, 4) with binary arguments and result.
+    raw = Raw()
+    args = b"".join(struct.pack("!i", 4) + struct.pack("!i", n) for n in (3, 4))
+    raw.send(message(b"F", struct.pack("!ihhh", int4pl, 1, 1, 2) + args + struct.pack("!h", 1)))
+    answer = raw.until_ready()
+    result = [body for tag, body in answer if tag == b"V"]
+    check("fast-path FunctionCall: int4pl(3, 4) answers 7, then ReadyForQuery",
+          result == [struct.pack("!i", 4) + struct.pack("!i", 7)] and tags(answer).endswith("Z"),
+          f"got {tags(answer)} {result} {errors(answer)}")
+    check("...and the connection goes on", raw.value("SELECT 6 * 7") == "42")
+    raw.close()
+
+
 def terminate_backend():
     with connect() as conn, metadata() as direct:
         created = run_sql(conn, "CREATE TEMP TABLE sp_tmp5 (id int)")
@@ -1344,6 +1376,7 @@ for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (li
                          (prepared_after_ddl, 20), (parameter_status, 15), (encodings, 20),
                          (long_pipelines, 90), (unread_pipeline, 130), (vanishing_client, 30),
                          (terminate_backend, 20), (close_unknown, 15), (set_role, 20),
+                         (replication_and_fast_path, 15),
                          # last: pooled connections a proxy leaves with the timeout die meanwhile
                          (idle_session_timeout, 40)]:
     if not chosen or section.__name__ in chosen:
