@@ -2406,6 +2406,11 @@ impl Session {
             self.release(target, lease);
             return Ok(outcome);
         }
+        if begins {
+            // Sent: a batch ended by Flush leaves the transaction open on
+            // its connection, and the next one must not begin it again.
+            self.tx.begin = None;
+        }
         let status = lease.connection().status;
         if side_connection {
             // Not the transaction's connection.
@@ -2504,12 +2509,15 @@ impl Session {
                 declares_version = true;
             }
         }
-        let begin =
-            if !side_connection && self.tx.state == TxState::Open && self.tx.pinned.is_none() {
-                self.tx.begin.clone()
-            } else {
-                None
-            };
+        let begin = if idle
+            && !side_connection
+            && self.tx.state == TxState::Open
+            && self.tx.pinned.is_none()
+        {
+            self.tx.begin.clone()
+        } else {
+            None
+        };
         Prelude {
             // One statement per line: each was generated or checked to be a
             // single statement.

@@ -1342,6 +1342,31 @@ def close_unknown():
     raw.close()
 
 
+def flush_batches():
+    # pg8000's way in a transaction: every message followed by Flush, Sync
+    # only after Parse, Describe and Execute; the Bind comes before its
+    # Execute's batch. Each batch must continue the same transaction.
+    flush_message = message(b"H")
+    raw = Raw()
+    began = raw.run("BEGIN")
+    raw.send(parse("", "SELECT v FROM sp_items WHERE id = $1", (20,)) + flush_message + sync())
+    parsed = raw.until_ready()
+    raw.send(message(b"D", b"S" + cstring("")) + flush_message + sync())
+    described = raw.until_ready()
+    raw.send(bind("", ["10"]) + flush_message + execute() + flush_message + sync())
+    executed = raw.until_ready()
+    raw.send(execute() + flush_message + sync())
+    again = raw.until_ready()
+    ended = raw.run("COMMIT")
+    check("Flush-separated batches in a transaction (as pg8000 sends them): one transaction, right rows",
+          (tags(began), tags(parsed), tags(described), tags(executed), rows(executed), tags(again),
+           tags(ended)) == ("CZ", "1Z", "tTZ", "2DCZ", [["hello"]], "CZ", "CZ")
+          and began[-1][1] == parsed[-1][1] == executed[-1][1] == b"T",
+          f"got {[tags(m) for m in (began, parsed, described, executed, again, ended)]} "
+          f"{rows(executed)} {errors(executed + again)}")
+    raw.close()
+
+
 # ---------------------------------------------------------------------------
 
 class Timeout(Exception):
@@ -1376,7 +1401,7 @@ for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (li
                          (prepared_after_ddl, 20), (parameter_status, 15), (encodings, 20),
                          (long_pipelines, 90), (unread_pipeline, 130), (vanishing_client, 30),
                          (terminate_backend, 20), (close_unknown, 15), (set_role, 20),
-                         (replication_and_fast_path, 15),
+                         (replication_and_fast_path, 15), (flush_batches, 15),
                          # last: pooled connections a proxy leaves with the timeout die meanwhile
                          (idle_session_timeout, 40)]:
     if not chosen or section.__name__ in chosen:
