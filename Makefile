@@ -12,7 +12,7 @@ demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
 	scripts/demo.sh
 
-test: install lint unit regress coordinator-test ## every test
+test: install lint unit regress coordinator-test client-suites ## every test
 
 bootstrap: ## install what is missing: PostgreSQL dev headers, libclang, cargo-pgrx
 	scripts/bootstrap.sh
@@ -41,6 +41,9 @@ regress: ## pg_regress suites against a throwaway 3-node cluster
 
 coordinator-test: ## the coordinator with psql, pgbench, psycopg, node-postgres, tokio-postgres, faults
 	tests/coordinator/run.sh
+
+client-suites: ## psycopg2's and pg8000's own test suites, directly and through the coordinator
+	tests/client_suites/run.sh
 
 lint:
 	cargo fmt --all -- --check

@@ -95,11 +95,11 @@ impl Bind {
         let start = begin_message(out, b'B');
         put_cstr(out, &self.portal);
         put_cstr(out, statement);
-        out.put_i16(self.parameter_formats.len() as i16);
+        out.put_u16(self.parameter_formats.len() as u16);
         for format in &self.parameter_formats {
             out.put_i16(*format);
         }
-        out.put_i16(self.parameters.len() as i16);
+        out.put_u16(self.parameters.len() as u16);
         for parameter in &self.parameters {
             match parameter {
                 None => out.put_i32(-1),
@@ -109,7 +109,7 @@ impl Bind {
                 }
             }
         }
-        out.put_i16(self.result_formats.len() as i16);
+        out.put_u16(self.result_formats.len() as u16);
         for format in &self.result_formats {
             out.put_i16(*format);
         }
@@ -230,11 +230,8 @@ pub fn parse_frontend(
         b'P' => {
             let name = get_cstr(&mut body, "Parse")?;
             let query = get_cstr(&mut body, "Parse")?;
-            let count = get_i16(&mut body, "Parse")?;
-            if count < 0 {
-                return Err(ProtocolError::Malformed("Parse"));
-            }
-            let mut parameter_types = Vec::with_capacity(count as usize);
+            let count = get_count(&mut body, "Parse")?;
+            let mut parameter_types = Vec::with_capacity(count);
             for _ in 0..count {
                 parameter_types.push(get_i32(&mut body, "Parse")? as u32);
             }
@@ -289,19 +286,16 @@ fn parse_bind(body: &mut Bytes, utf8_client: bool) -> Result<Bind, ProtocolError
     const NAME: &str = "Bind";
     let portal = get_text(body, NAME, utf8_client)?;
     let statement = get_text(body, NAME, utf8_client)?;
-    let format_count = get_i16(body, NAME)?;
-    if format_count < 0 {
-        return Err(ProtocolError::Malformed(NAME));
-    }
-    let mut parameter_formats = Vec::with_capacity(format_count as usize);
+    let format_count = get_count(body, NAME)?;
+    let mut parameter_formats = Vec::with_capacity(format_count);
     for _ in 0..format_count {
         parameter_formats.push(get_i16(body, NAME)?);
     }
-    let parameter_count = get_i16(body, NAME)?;
-    if parameter_count < 0 || (format_count > 1 && format_count != parameter_count) {
+    let parameter_count = get_count(body, NAME)?;
+    if format_count > 1 && format_count != parameter_count {
         return Err(ProtocolError::Malformed(NAME));
     }
-    let mut parameters = Vec::with_capacity(parameter_count as usize);
+    let mut parameters = Vec::with_capacity(parameter_count);
     for _ in 0..parameter_count {
         let length = get_i32(body, NAME)?;
         if length == -1 {
@@ -312,11 +306,8 @@ fn parse_bind(body: &mut Bytes, utf8_client: bool) -> Result<Bind, ProtocolError
             parameters.push(Some(body.split_to(length as usize)));
         }
     }
-    let result_count = get_i16(body, NAME)?;
-    if result_count < 0 {
-        return Err(ProtocolError::Malformed(NAME));
-    }
-    let mut result_formats = Vec::with_capacity(result_count as usize);
+    let result_count = get_count(body, NAME)?;
+    let mut result_formats = Vec::with_capacity(result_count);
     for _ in 0..result_count {
         result_formats.push(get_i16(body, NAME)?);
     }
@@ -351,6 +342,15 @@ fn get_u8(body: &mut Bytes, name: &'static str) -> Result<u8, ProtocolError> {
         return Err(ProtocolError::Malformed(name));
     }
     Ok(body.get_u8())
+}
+
+/// A count of formats, parameters or types: PostgreSQL reads them as
+/// unsigned 16-bit numbers (up to 65,535 parameters).
+fn get_count(body: &mut Bytes, name: &'static str) -> Result<usize, ProtocolError> {
+    if body.remaining() < 2 {
+        return Err(ProtocolError::Malformed(name));
+    }
+    Ok(usize::from(body.get_u16()))
 }
 
 fn get_i16(body: &mut Bytes, name: &'static str) -> Result<i16, ProtocolError> {
@@ -490,7 +490,7 @@ pub fn parse(out: &mut BytesMut, name: &str, sql: &str, parameter_types: &[u32])
     let at = begin_message(out, b'P');
     put_cstr(out, name);
     put_cstr(out, sql);
-    out.put_i16(parameter_types.len() as i16);
+    out.put_u16(parameter_types.len() as u16);
     for oid in parameter_types {
         out.put_u32(*oid);
     }

@@ -230,8 +230,10 @@ fn temporary(relation: Option<&protobuf::RangeVar>) -> bool {
     relation.is_some_and(|r| r.relpersistence == "t")
 }
 
-/// Functions whose effects outlive the statement on its connection.
-const SESSION_FUNCTIONS: [&str; 7] = [
+/// Functions whose effects outlive the statement on its connection (and
+/// pg_backend_pid: a client that asks for its backend expects to keep it).
+const SESSION_FUNCTIONS: [&str; 8] = [
+    "pg_backend_pid",
     "set_config",
     "pg_advisory_lock",
     "pg_advisory_lock_shared",

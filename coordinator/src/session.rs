@@ -162,6 +162,9 @@ pub struct Session {
     skip_to_sync: bool,
     /// The last relay left its server skipping to a Sync after an error.
     server_skipping: bool,
+    /// The last relay forwarded the Sync a client sent after COPY data,
+    /// ending a batch that had none.
+    synced_by_copy: bool,
     /// The client's encoding is UTF8 (as the server last reported it).
     utf8_client: bool,
     /// Connection held between Flush and Sync outside a transaction.
@@ -187,6 +190,9 @@ pub struct Session {
     /// and, between its statements, the connections that hold it.
     session_targets: HashSet<Target>,
     session_connections: HashMap<Target, Lease>,
+    /// A transaction command the coordinator answered the Bind of, whose
+    /// Execute is still to come: its kind, text and portal.
+    pending_transaction: Option<(TransactionCommand, String, String)>,
     /// Session-level SETs of the open transaction: kept if it commits.
     pending_settings: Vec<String>,
     /// The client's idle_session_timeout: the coordinator ends the session
@@ -462,6 +468,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         batch_bytes: 0,
         skip_to_sync: false,
         server_skipping: false,
+        synced_by_copy: false,
         utf8_client,
         held: None,
         cancel_key,
@@ -476,6 +483,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         session_targets: HashSet::new(),
         session_connections: HashMap::new(),
         pending_settings: Vec::new(),
+        pending_transaction: None,
     }))
 }
 
@@ -780,6 +788,11 @@ enum Expect {
     /// A simple Query: everything up to ReadyForQuery.
     Query,
     Sync,
+    /// CloseComplete of a server statement: it is gone from the connection.
+    CloseStatement(String),
+    /// A Sync the coordinator added (a side connection must not be left
+    /// in an implicit transaction): its ReadyForQuery is not passed on.
+    QuietSync,
     /// Not sent: the coordinator answers this message itself.
     Synthetic(Bytes),
 }
@@ -866,10 +879,8 @@ impl Session {
             }
             FrontendMessage::Bind(bind) => self.statements.get(&bind.statement).cloned(),
             FrontendMessage::Describe { kind: b'S', name } => self.statements.get(name).cloned(),
-            FrontendMessage::Close { kind: b'S', name } => {
-                self.statements.remove(name);
-                None
-            }
+            // The definition closed (its server statement may go too).
+            FrontendMessage::Close { kind: b'S', name } => self.statements.remove(name),
             _ => None,
         };
         self.batch_bytes += size;
@@ -1595,10 +1606,14 @@ impl Session {
     /// -M extended/prepared do): answered here, as in [`Self::simple_query`].
     /// False when the batch holds anything else.
     fn answer_transaction_batch(&mut self, batch: &[BatchItem]) -> bool {
+        // A transaction command bound in an earlier batch (ended by Flush,
+        // as pg8000 sends them) and executed in this one.
+        let pending = self.pending_transaction.take();
         let mut command = None;
+        let mut executed = None;
         for item in batch {
             match &item.message {
-                FrontendMessage::Bind(_) => {
+                FrontendMessage::Bind(bind) => {
                     if command.is_some() {
                         return false;
                     }
@@ -1608,7 +1623,7 @@ impl Session {
                     let Analysis::Transaction(kind) = &*statement.analysis else {
                         return false;
                     };
-                    command = Some((kind.clone(), statement.sql.clone()));
+                    command = Some((kind.clone(), statement.sql.clone(), bind.portal.clone()));
                 }
                 FrontendMessage::Parse { .. } => {
                     let is_transaction = item
@@ -1619,16 +1634,30 @@ impl Session {
                         return false;
                     }
                 }
+                FrontendMessage::Execute { portal, .. } => {
+                    if executed.is_some() {
+                        return false;
+                    }
+                    executed = Some(portal.clone());
+                }
                 FrontendMessage::Describe { .. }
-                | FrontendMessage::Execute { .. }
                 | FrontendMessage::Sync
                 | FrontendMessage::Flush => {}
                 _ => return false,
             }
         }
-        let Some((kind, sql)) = command else {
+        if command.is_none() {
+            command = pending;
+        }
+        let Some((kind, sql, portal)) = command else {
             return false;
         };
+        if executed
+            .as_ref()
+            .is_some_and(|executed| *executed != portal)
+        {
+            return false;
+        }
         if self.held.is_some() {
             return false;
         }
@@ -1661,7 +1690,10 @@ impl Session {
                 _ => {}
             }
         }
-        if tag == "BEGIN" {
+        if executed.is_none() {
+            // Bound, not executed yet: it takes effect with its Execute.
+            self.pending_transaction = Some((kind, sql, portal));
+        } else if tag == "BEGIN" {
             self.tx.state = TxState::Open;
             self.tx.begin = Some(sql);
         } else {
@@ -1853,7 +1885,13 @@ impl Session {
             .map(|statement| session_effect(&statement.analysis))
             .max()
             .unwrap_or(SessionEffect::None);
-        let (request, expects, _) = self.batch_request(batch, plan, &lease.connection().prepared);
+        let (mut request, mut expects, _) =
+            self.batch_request(batch, plan, &lease.connection().prepared);
+        if plan.side_connection && !synced {
+            // Not the client's transaction: its implicit one ends here.
+            protocol::sync(&mut request);
+            expects.push(Expect::QuietSync);
+        }
         self.exchange(
             lease,
             plan.target,
@@ -1894,6 +1932,7 @@ impl Session {
         let mut prepared = ServerStatements {
             already,
             here: HashSet::new(),
+            closed: HashSet::new(),
             unnamed: None,
         };
         for (index, item) in batch.iter().enumerate() {
@@ -1969,10 +2008,27 @@ impl Session {
                     protocol::execute(&mut request, portal, *max_rows);
                     expects.push(Expect::Execute);
                 }
-                FrontendMessage::Close { kind: b'S', .. } => {
-                    // Server-side statements stay cached on their
-                    // connections; the client's name went when it came.
-                    expects.push(synthetic(b'3'));
+                FrontendMessage::Close { kind: b'S', name } => {
+                    // The client's name went when it came. On the metadata
+                    // node the server statement goes too, so that
+                    // pg_prepared_statements reads as it would directly
+                    // (another client using it there prepares it again);
+                    // on workers, statements stay cached by their text.
+                    let server_name = item
+                        .statement
+                        .as_ref()
+                        .filter(|_| !on_worker && !name.is_empty())
+                        .map(|s| server_statement_name(name, &s.sql, &s.parameter_types))
+                        .filter(|server_name| prepared.has(server_name));
+                    match server_name {
+                        Some(server_name) => {
+                            protocol::close(&mut request, b'S', &server_name);
+                            prepared.here.remove(&server_name);
+                            prepared.closed.insert(server_name.clone());
+                            expects.push(Expect::CloseStatement(server_name));
+                        }
+                        None => expects.push(synthetic(b'3')),
+                    }
                 }
                 FrontendMessage::Close { name, .. } => {
                     if self.portals.remove(name).is_some() || name.is_empty() {
@@ -2308,6 +2364,7 @@ impl Session {
             )
             .await;
         self.unwatch_cancel();
+        let synced = synced || std::mem::take(&mut self.synced_by_copy);
         let failed = !matches!(result, Ok((Outcome::Done, false)));
         lease.pool().stats.observe(started.elapsed(), failed);
         if let Some(shard) = shard {
@@ -2355,7 +2412,8 @@ impl Session {
         };
         self.last_failed = saw_error;
         let connection = lease.connection();
-        connection.awaiting_sync = !synced;
+        // A side connection's batch got a Sync of its own (send_batch).
+        connection.awaiting_sync = !synced && !side_connection;
         if prelude.settings.is_some() {
             connection.session_settings = Some(self.settings.clone());
         }
@@ -2607,7 +2665,7 @@ impl Session {
                             self.server_skipping = true;
                             // The server skips to Sync; so do the expectations.
                             while let Some(front) = queue.front() {
-                                if matches!(front, Expect::Sync) {
+                                if matches!(front, Expect::Sync | Expect::QuietSync) {
                                     break;
                                 }
                                 queue.pop_front();
@@ -2622,12 +2680,18 @@ impl Session {
                     // Messages the server skipped (after an error, until
                     // Sync) answer nothing: their expectations go too.
                     while queue.front().is_some_and(|e| {
-                        !matches!(e, Expect::Hidden | Expect::Query | Expect::Sync)
+                        !matches!(
+                            e,
+                            Expect::Hidden | Expect::Query | Expect::Sync | Expect::QuietSync
+                        )
                     }) {
                         queue.pop_front();
                     }
                     let front = queue.pop_front();
-                    if matches!(front, Some(Expect::Query | Expect::Sync)) {
+                    if matches!(
+                        front,
+                        Some(Expect::Query | Expect::Sync | Expect::QuietSync)
+                    ) {
                         connection.awaiting_sync = false;
                     }
                     if matches!(front, Some(Expect::Query | Expect::Sync)) && held_error.is_none() {
@@ -2653,6 +2717,13 @@ impl Session {
                     self.pass(tag, &body);
                     self.flush_relay().await?;
                     self.pump_copy_data(connection, extended).await?;
+                    if extended && !queue.iter().any(|e| matches!(e, Expect::Sync)) {
+                        // A batch ended by Flush (as pg8000 sends COPY):
+                        // the Sync after the data, forwarded with it, ends
+                        // the batch; its ReadyForQuery goes to the client.
+                        queue.push_back(Expect::Sync);
+                        self.synced_by_copy = true;
+                    }
                     continue;
                 }
                 _ => {}
@@ -2683,6 +2754,11 @@ impl Session {
                     self.pass(tag, &body);
                     matches!(tag, b'C' | b'I' | b's')
                 }
+                Expect::CloseStatement(name) => {
+                    connection.prepared.remove(name.as_str());
+                    self.pass(tag, &body);
+                    true
+                }
                 Expect::BindComplete
                 | Expect::CloseComplete
                 | Expect::DescribePortal
@@ -2690,7 +2766,7 @@ impl Session {
                     self.pass(tag, &body);
                     true
                 }
-                Expect::Synthetic(_) => true,
+                Expect::Synthetic(_) | Expect::QuietSync => true,
             };
             if done {
                 queue.pop_front();
@@ -2977,12 +3053,15 @@ struct BatchItem {
 struct ServerStatements<'a> {
     already: &'a HashSet<String>,
     here: HashSet<String>,
+    /// Closed by the request.
+    closed: HashSet<String>,
     unnamed: Option<String>,
 }
 
 impl ServerStatements<'_> {
     fn has(&self, server_name: &str) -> bool {
-        self.already.contains(server_name) || self.here.contains(server_name)
+        (self.already.contains(server_name) && !self.closed.contains(server_name))
+            || self.here.contains(server_name)
     }
 
     /// The server-side name of client statement `name` (defined as

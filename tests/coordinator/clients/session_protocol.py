@@ -1364,6 +1364,16 @@ def flush_batches():
           and began[-1][1] == parsed[-1][1] == executed[-1][1] == b"T",
           f"got {[tags(m) for m in (began, parsed, described, executed, again, ended)]} "
           f"{rows(executed)} {errors(executed + again)}")
+    # BEGIN itself that way: bound in one batch, executed in the next.
+    raw.send(parse("", "BEGIN") + flush_message + sync())
+    parsed = raw.until_ready()
+    raw.send(bind("", []) + flush_message)
+    raw.send(execute() + flush_message + sync())
+    began = raw.until_ready()
+    ended = raw.run("ROLLBACK")
+    check("...BEGIN bound in one Flush batch and executed in the next begins the transaction",
+          (tags(parsed), tags(began), tags(ended)) == ("1Z", "2CZ", "CZ") and began[-1][1] == b"T",
+          f"got {tags(parsed)} {tags(began)} {began[-1:]} {tags(ended)} {errors(began)}")
     raw.close()
 
 
