@@ -899,13 +899,8 @@ impl Session {
             .filter(|_| idle)
             .map(|limit| tokio::time::Instant::now() + limit);
         loop {
-            let before = self.input.len();
-            if let Some(message) = protocol::decode_frontend(
-                &mut self.input,
-                self.shared.config.max_message_bytes,
-                self.utf8_client,
-            )? {
-                return Ok((message, before - self.input.len()));
+            if let Some(message) = self.buffered_message()? {
+                return Ok(message);
             }
             let woke = {
                 let watched = self
@@ -988,16 +983,22 @@ impl Session {
         self.flush().await
     }
 
+    /// A whole client message already read, and its size on the wire.
+    fn buffered_message(&mut self) -> Result<Option<(FrontendMessage, usize)>, SessionError> {
+        let before = self.input.len();
+        let message = protocol::decode_frontend(
+            &mut self.input,
+            self.shared.config.max_message_bytes,
+            self.utf8_client,
+        )?;
+        Ok(message.map(|message| (message, before - self.input.len())))
+    }
+
     /// The next client message and its size on the wire.
     async fn read_message(&mut self) -> Result<(FrontendMessage, usize), SessionError> {
         loop {
-            let before = self.input.len();
-            if let Some(message) = protocol::decode_frontend(
-                &mut self.input,
-                self.shared.config.max_message_bytes,
-                self.utf8_client,
-            )? {
-                return Ok((message, before - self.input.len()));
+            if let Some(message) = self.buffered_message()? {
+                return Ok(message);
             }
             if self.stream.read_buf(&mut self.input).await? == 0 {
                 return Err(SessionError::ClientGone);
