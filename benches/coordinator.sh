@@ -11,11 +11,14 @@
 #                  over TCP, and over their Unix-domain sockets
 #   Clients always connect over TCP to 127.0.0.1. Reports tps, the ratio to
 #   direct, and p50/p99 latency (from pgbench's per-transaction log).
-#   Then pgbench -N through the coordinator (history distributed by aid and
+#   Then point reads (pgbench -S, one client) while three clients pipeline
+#   50,000 INSERTs each before one Sync, direct and through the coordinator;
+#   and pgbench -N through the coordinator (history distributed by aid and
 #   co-located with accounts; branches and tellers reference tables).
 #
 # Own throwaway cluster: metadata 29320, workers 29321-29322, coordinator
-# 29420 (Unix sockets) and 29422 (TCP), pgbouncer 29430 (TCP) and 29431
+# 29420 (Unix sockets) and 29422 (TCP), with PGSHARD_BENCH_BASELINE=<binary>
+# a baseline coordinator on 29424 (Unix sockets), pgbouncer 29430 (TCP) and 29431
 # (Unix socket); the single PostgreSQL is a plain server (no pg_shard) on
 # 29330, configured like the cluster's. Run with: make bench-coordinator
 set -euo pipefail
@@ -79,6 +82,18 @@ pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29330 single >/dev/null 2>&1
 "$bin" --listen 127.0.0.1:29422 --metadata 127.0.0.1:29320 --metrics-listen "" \
     >"$scratch/coordinator-tcp.log" 2>&1 &
 pids+=($!)
+# Before and after side by side: PGSHARD_BENCH_BASELINE names another
+# coordinator binary (an older build), run on 29424 in front of the same
+# cluster over the same sockets, measured in the same loop.
+coordinators=("coordinator (servers over TCP):29422:bench"
+              "coordinator (servers over sockets):29420:bench")
+if [ -n "${PGSHARD_BENCH_BASELINE:-}" ]; then
+    "$PGSHARD_BENCH_BASELINE" --listen 127.0.0.1:29424 --metadata 127.0.0.1:29320 \
+        --metrics-listen "" --server-socket-dir "$cluster_dir" >"$scratch/coordinator-baseline.log" 2>&1 &
+    baseline_pid=$!
+    pids+=("$baseline_pid")
+    coordinators+=("baseline (servers over sockets):29424:bench")
+fi
 # pgbouncer, transaction pooling, as Debian packages it (it refuses root).
 pgbouncer_start() { # port server-host
     local ini=$scratch/pgbouncer-$1.ini
@@ -104,11 +119,11 @@ pgbouncer_start 29430 127.0.0.1
 pgbouncer_start 29431 "$single_dir"
 sleep 1
 
-run() { # label port database clients → "tps p50 p99"
+run() { # label port database clients [protocol] → "tps p50 p99"
     local log=$scratch/log-$1-$4
     rm -f "$log".*
     local out
-    out=$(cd "$scratch" && pgbench -n -S -c "$4" -j 2 -T "$seconds" -h 127.0.0.1 -p "$2" \
+    out=$(cd "$scratch" && pgbench -n -S -M "${5:-simple}" -c "$4" -j 2 -T "$seconds" -h 127.0.0.1 -p "$2" \
         -l --log-prefix="$log" --sampling-rate=0.2 "$3" 2>&1)
     local tps
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
@@ -132,15 +147,93 @@ for clients in 4 16; do
     read -r direct_tps p50 p99 <<<"$(run direct 29330 single "$clients")"
     printf '%-32s %7s %10.0f %7s %9s %9s\n' "direct" "$clients" "$direct_tps" "1.00" "$p50" "$p99"
     for target in "pgbouncer (server over TCP):29430:single" \
-                  "pgbouncer (server over socket):29431:single" \
-                  "coordinator (servers over TCP):29422:bench" \
-                  "coordinator (servers over sockets):29420:bench"; do
+                  "pgbouncer (server over socket):29431:single" "${coordinators[@]}"; do
         IFS=: read -r label port database <<<"$target"
         read -r tps p50 p99 <<<"$(run "${port}" "$port" "$database" "$clients")"
         printf '%-32s %7s %10.0f %7.2f %9s %9s\n' "$label" "$clients" "$tps" \
             "$(awk "BEGIN {print $tps / $direct_tps}")" "$p50" "$p99"
     done
 done
+
+if [ -n "${baseline_pid:-}" ]; then
+    # Before and after, run by run: the coordinator and the baseline in
+    # turn, so that the machine's drift falls on both alike.
+    pairs=${PGSHARD_BENCH_PAIRS:-5}
+    echo
+    echo "coordinator / baseline (servers over sockets), $pairs pairs of runs in turn:"
+    printf '%-9s %-8s %-40s %7s\n' protocol clients "tps coordinator/baseline per pair" median
+    for mode in simple prepared; do
+        for clients in 4 16; do
+            ratios=()
+            for _ in $(seq 1 "$pairs"); do
+                read -r after _ <<<"$(run paired-after 29420 bench "$clients" "$mode")"
+                read -r before _ <<<"$(run paired-before 29424 bench "$clients" "$mode")"
+                ratios+=("$(awk "BEGIN {printf \"%.3f\", $after / $before}")")
+            done
+            median=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(( (pairs + 1) / 2 ))p")
+            printf '%-9s %-8s %-40s %7s\n' "$mode" "$clients" "${ratios[*]}" "$median"
+        done
+    done
+fi
+
+# Point reads while three clients each pipeline 50,000 INSERTs with one
+# Sync (pgbench -M extended in pipeline mode: Parse/Bind/Execute per row),
+# into an ordinary table (on the metadata node through the coordinator):
+# the reads must not wait behind the pipelines.
+pipeline_rows=50000
+load_script=$scratch/pipeline-load.sql
+awk -v rows="$pipeline_rows" 'BEGIN {
+    print "\\startpipeline"
+    for (i = 1; i <= rows; i++) print "INSERT INTO pipeline_load VALUES (:client_id, '\''load'\'');"
+    print "\\endpipeline" }' >"$load_script"
+under_load() { # label port database → "reads p50 p99 pipelines"
+    local log=$scratch/log-load-$2
+    rm -f "$log".*
+    psql -X -q -h 127.0.0.1 -p "$2" -d "$3" -c "SET client_min_messages = warning" \
+        -c "DROP TABLE IF EXISTS pipeline_load" -c "CREATE TABLE pipeline_load (client int, v text)"
+    # Bounded: a coordinator that stalls on long pipelines is reported, not waited for.
+    (cd "$scratch" && timeout -s KILL $((seconds * 6)) pgbench -n -M extended -f "$load_script" \
+        -c 3 -j 1 -T "$seconds" -h 127.0.0.1 -p "$2" "$3" >"$log.loaders" 2>&1) 2>/dev/null &
+    local loaders=$!
+    sleep 1
+    (cd "$scratch" && timeout -s KILL $((seconds * 6)) pgbench -n -S -c 1 -j 1 -T "$((seconds - 2))" \
+        -h 127.0.0.1 -p "$2" -l --log-prefix="$log" "$3" >"$log.reads" 2>&1) 2>/dev/null || true
+    local rows status=0
+    { wait "$loaders"; } 2>/dev/null || status=$?
+    if [ "$status" -eq 137 ]; then
+        rows=stalled
+    else
+        rows=$(psql -X -At -h 127.0.0.1 -p "$2" -d "$3" -c "SELECT count(*) FROM pipeline_load")
+    fi
+    if [ "$rows" = stalled ]; then
+        echo "the pipelines through $1 had not finished after $((seconds * 6)) s" >&2
+    elif grep -q "number of failed transactions: [1-9]" "$log.loaders" "$log.reads" ||
+        [ $((rows % pipeline_rows)) -ne 0 ]; then
+        echo "pgbench failed under load for $1 ($rows rows):" >&2
+        tail -5 "$log.loaders" "$log.reads" >&2
+    fi
+    cat "$log".[0-9]* | awk '{print $3}' | sort -n >"$log.sorted"
+    local n
+    n=$(wc -l <"$log.sorted")
+    printf '%s %s %s %s\n' "$n" \
+        "$(awk "BEGIN {printf \"%.3f\", $(sed -n "$(( (n + 1) / 2 ))p" "$log.sorted") / 1000}")" \
+        "$(awk "BEGIN {printf \"%.3f\", $(sed -n "$(( (n * 99 + 99) / 100 ))p" "$log.sorted") / 1000}")" \
+        "$([ "$rows" = stalled ] && echo stalled || echo $((rows / pipeline_rows)))"
+}
+echo
+echo "pgbench -S, 1 client, while 3 clients pipeline $pipeline_rows INSERTs per Sync ($seconds s):"
+printf '%-32s %9s %9s %9s %10s\n' target reads "p50 ms" "p99 ms" pipelines
+for target in "direct:29330:single" "${coordinators[@]:1}"; do
+    IFS=: read -r label port database <<<"$target"
+    read -r reads p50 p99 done_pipelines <<<"$(under_load "$label" "$port" "$database")"
+    printf '%-32s %9s %9s %9s %10s\n' "$label" "$reads" "$p50" "$p99" "$done_pipelines"
+done
+if [ -n "${baseline_pid:-}" ]; then
+    # A stalled baseline ignores SIGTERM; the rest of the run is the
+    # coordinator's own.
+    kill -9 "$baseline_pid" 2>/dev/null || true
+    { wait "$baseline_pid"; } 2>/dev/null || true
+fi
 
 echo
 echo "pgbench -N through the coordinator (16 clients, $seconds s):"

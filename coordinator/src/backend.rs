@@ -60,6 +60,10 @@ pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
     let _ = SOCKET_FOLDER.set(folder);
 }
 
+/// [`ServerConnection::last_session`] of a connection whose session state
+/// may be anyone's.
+pub const UNKNOWN_SESSION: u64 = u64::MAX;
+
 pub struct ServerConnection {
     /// Shared, so that keeping it (cancel keys, errors) costs no copy.
     pub address: Arc<ServerAddress>,
@@ -86,6 +90,11 @@ pub struct ServerConnection {
     /// The process id of the client (its BackendKeyData) that last used
     /// the connection (0: none yet).
     pub last_client: i32,
+    /// The coordinator session (its serial number) that last ran
+    /// statements here, 0 for none and [`UNKNOWN_SESSION`] when unsure:
+    /// another session's sequence state (currval, lastval) is discarded
+    /// before a session runs anything.
+    pub last_session: u64,
     /// Set when the connection cannot be reused (I/O error, protocol
     /// confusion, client vanished mid-statement).
     pub broken: bool,
@@ -125,14 +134,30 @@ impl ServerConnection {
         }
     }
 
-    /// Opens the connection only (startup is up to the caller).
+    /// Opens the connection only (startup is up to the caller), over the
+    /// server's Unix-domain socket when one is configured for it.
     pub async fn open(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
+        Self::open_by(address, true).await
+    }
+
+    /// [`Self::open`] over TCP always: a login relayed for a client
+    /// (passthrough) must meet the server's rules for TCP clients, which
+    /// is what the client is; its `local` rules (peer, trust) are for
+    /// processes of the server's machine.
+    pub async fn open_tcp(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
+        Self::open_by(address, false).await
+    }
+
+    async fn open_by(
+        address: &ServerAddress,
+        socket_allowed: bool,
+    ) -> Result<ServerConnection, BackendError> {
         let target = address.to_string();
         let local = matches!(address.host.as_str(), "127.0.0.1" | "localhost" | "::1");
         let socket = SOCKET_FOLDER
             .get()
             .and_then(|folder| folder.as_ref())
-            .filter(|_| local)
+            .filter(|_| local && socket_allowed)
             .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)));
         let stream = match socket {
             Some(path) => Socket::new(Inner::Unix(
@@ -169,6 +194,7 @@ impl ServerConnection {
             awaiting_sync: false,
             status: b'I',
             last_client: 0,
+            last_session: 0,
             broken: false,
         })
     }

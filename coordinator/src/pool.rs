@@ -136,17 +136,30 @@ impl Pools {
 
     /// An idle connection from the pool, or a new one.
     pub async fn checkout(&self, key: &PoolKey) -> Result<Lease, PoolError> {
-        self.checkout_from(self.pool(key)).await
+        self.checkout_from(self.pool(key), 0).await
     }
 
-    /// [`Pools::checkout`] from a pool the caller kept.
-    pub async fn checkout_from(&self, pool: Arc<Pool>) -> Result<Lease, PoolError> {
+    /// [`Pools::checkout`] from a pool the caller kept; the idle connection
+    /// that `session` used last if there is one (it keeps that session's
+    /// sequence state and needs no reset), else the one idle longest.
+    pub async fn checkout_from(&self, pool: Arc<Pool>, session: u64) -> Result<Lease, PoolError> {
         let permit = tokio::time::timeout(CHECKOUT_TIMEOUT, pool.permits.clone().acquire_owned())
             .await
             .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?
             .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?;
         pool.checkouts.fetch_add(1, Ordering::Relaxed);
-        let idle = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let idle = pool.idle.lock().ok().and_then(|mut idle| {
+            let own = idle
+                .iter()
+                .rposition(|c| session != 0 && c.last_session == session);
+            match own {
+                Some(own) => Some(idle.remove(own)),
+                // The one idle longest: the recently used ones are likely
+                // to be wanted back by their sessions.
+                None if !idle.is_empty() => Some(idle.remove(0)),
+                None => None,
+            }
+        });
         let reused = idle.is_some();
         let connection = match idle {
             Some(connection) => connection,

@@ -9,7 +9,7 @@
 //! and the transaction is rolled back.
 
 use crate::admin;
-use crate::backend::{ServerAddress, ServerConnection};
+use crate::backend::{ServerAddress, ServerConnection, UNKNOWN_SESSION};
 use crate::cluster::{ClusterMap, DatabaseMap, NodeId};
 use crate::config::AuthMode;
 use crate::lexer::Normalized;
@@ -23,7 +23,7 @@ use crate::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -43,6 +43,8 @@ const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
 /// Flush: pipelines of any length stream through bounded buffers.
 const BATCH_MESSAGES: usize = 4096;
 const BATCH_BYTES: usize = 4 << 20;
+/// Serial numbers of client sessions (0 means none).
+static SESSION_SERIALS: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Debug, Error)]
 pub enum SessionError {
@@ -170,6 +172,8 @@ pub struct Session {
     /// Connection held between Flush and Sync outside a transaction.
     held: Option<(Target, Lease)>,
     cancel_key: (i32, i32),
+    /// This session's serial number (see `ServerConnection::last_session`).
+    serial: u64,
     cancel_slot: CancelSlot,
     /// Output bytes were sent to the client since the current statement began.
     flushed_in_statement: bool,
@@ -472,6 +476,7 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
         utf8_client,
         held: None,
         cancel_key,
+        serial: SESSION_SERIALS.fetch_add(1, Ordering::Relaxed),
         cancel_slot,
         flushed_in_statement: false,
         pools: HashMap::new(),
@@ -487,14 +492,20 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
     }))
 }
 
-/// Runs RESET ALL and `settings` on a fresh login's connection, so that
+/// Brings a server session back to its defaults (RESET ALL leaves the
+/// role and the session authorization).
+const SERVER_DEFAULTS: [&str; 3] = ["RESET SESSION AUTHORIZATION", "RESET ROLE", "RESET ALL"];
+
+/// Runs [`SERVER_DEFAULTS`] and `settings` on a fresh login's connection
+/// (a pooled one another client used), so that
 /// its ParameterStatus values are the client's; a setting the server
 /// refuses comes back as the FATAL error it would end a login with.
 async fn apply_settings(
     connection: &mut ServerConnection,
     settings: &[(String, String)],
 ) -> Result<(), ServerError> {
-    let statements: Vec<&str> = std::iter::once("RESET ALL")
+    let statements: Vec<&str> = SERVER_DEFAULTS
+        .into_iter()
         .chain(settings.iter().map(|(_, sql)| sql.as_str()))
         .collect();
     let mut out = BytesMut::new();
@@ -612,7 +623,8 @@ async fn scram_login(
 }
 
 /// Lets the metadata node authenticate the client by relaying the
-/// exchange; returns the logged-in server connection.
+/// exchange, over TCP whatever `--server-socket-dir` says (the node's
+/// rules for TCP clients decide); returns the logged-in server connection.
 async fn passthrough_login(
     stream: &mut Socket,
     input: &mut BytesMut,
@@ -621,7 +633,7 @@ async fn passthrough_login(
     database: &str,
     replication: Option<&str>,
 ) -> Result<Option<ServerConnection>, SessionError> {
-    let mut server = match ServerConnection::open(&shared.metadata).await {
+    let mut server = match ServerConnection::open_tcp(&shared.metadata).await {
         Ok(server) => server,
         Err(e) => {
             refuse(stream, ServerError::fatal("08006", e.to_string())).await;
@@ -2297,7 +2309,12 @@ impl Session {
                 pool
             }
         };
-        match self.shared.pools.checkout_from(pool.clone()).await {
+        match self
+            .shared
+            .pools
+            .checkout_from(pool.clone(), self.serial)
+            .await
+        {
             Ok(lease) => Ok(Some(lease)),
             Err(e) => {
                 pool.stats.observe(std::time::Duration::ZERO, true);
@@ -2342,6 +2359,7 @@ impl Session {
         }
         let mut out = BytesMut::with_capacity(request.len() + 64);
         let prelude = self.prelude(lease.connection(), target, map, side_connection);
+        lease.connection().last_session = self.serial;
         let begins = prelude.begin.is_some();
         // Settings and BEGIN go as separate queries: settings must outlive
         // the client's transaction (a ROLLBACK must not undo them).
@@ -2426,6 +2444,9 @@ impl Session {
             // next time.
             connection.session_settings = None;
             connection.declared_map_version = 0;
+            if prelude.settings.is_some() {
+                connection.last_session = UNKNOWN_SESSION;
+            }
         }
         match effect {
             SessionEffect::None => {}
@@ -2552,12 +2573,13 @@ impl Session {
         // Not between Flush and Sync either: the server may be skipping to
         // the Sync after an error, and would skip these too.
         let idle = connection.status == b'I' && !connection.awaiting_sync;
+        if idle && connection.last_session != 0 && connection.last_session != self.serial {
+            // Another client's currval and lastval must not be this one's.
+            statements.push("DISCARD SEQUENCES".into());
+        }
         if idle && connection.session_settings.as_ref() != Some(&self.settings) {
-            // Start from the server's defaults (RESET ALL leaves the role
-            // and session authorization), then the client's settings.
-            statements.extend(
-                ["RESET SESSION AUTHORIZATION", "RESET ROLE", "RESET ALL"].map(String::from),
-            );
+            // Start from the server's defaults, then the client's settings.
+            statements.extend(SERVER_DEFAULTS.map(String::from));
             statements.extend(self.settings.iter().map(|(_, sql)| sql.clone()));
             connection.declared_map_version = 0;
         }

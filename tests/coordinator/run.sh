@@ -272,6 +272,29 @@ check "SCRAM: right password accepted" test "$good" = "owner 42"
 check "SCRAM: wrong password refused" grep -q "password authentication failed" <<<"$bad"
 nodb=$(psql -X -h 127.0.0.1 -p "$coordinator" -d no_such_database -Atc "SELECT 1" 2>&1)
 check "passthrough: the metadata node's refusal reaches the client" grep -q 'database "no_such_database" does not exist' <<<"$nodb"
+# Passthrough meets the metadata node's rules for TCP clients even though
+# the coordinator reaches the node over its Unix-domain socket (trust there).
+hba=$cluster_dir/metadata/pg_hba.conf
+on_metadata -q -c "DROP ROLE IF EXISTS sp_secure" -c "CREATE ROLE sp_secure LOGIN PASSWORD 'right'"
+cp "$hba" "$hba.saved"
+{ echo "host all sp_secure 127.0.0.1/32 scram-sha-256"; cat "$hba.saved"; } >"$hba"
+on_metadata -Atqc "SELECT pg_reload_conf()" >/dev/null
+login_as_secure() { # port password → what the login gave
+    PGPASSWORD=$2 psql -X -w -h 127.0.0.1 -p "$1" -U sp_secure -d "$PGSHARD_DATABASE" \
+        -Atc "SELECT current_user" 2>&1
+}
+direct_nopw=$(PGPASSWORD= psql -X -w -h 127.0.0.1 -p 28320 -U sp_secure -d "$PGSHARD_DATABASE" -Atc "SELECT 1" 2>&1)
+via_nopw=$(PGPASSWORD= psql -X -w -h 127.0.0.1 -p "$coordinator" -U sp_secure -d "$PGSHARD_DATABASE" -Atc "SELECT 1" 2>&1)
+via_wrong=$(login_as_secure "$coordinator" wrong)
+via_right=$(login_as_secure "$coordinator" right)
+cp "$hba.saved" "$hba"
+on_metadata -Atqc "SELECT pg_reload_conf()" >/dev/null
+check "passthrough over the node's socket: a login the node refuses over TCP without a password is refused" \
+    grep -q "no password supplied" <<<"$direct_nopw"
+check "...through the coordinator too (no session without the password)" grep -q "no password supplied" <<<"$via_nopw"
+check "...a wrong password is refused" grep -q 'password authentication failed for user "sp_secure"' <<<"$via_wrong"
+check "...the right one logs in" test "$via_right" = "sp_secure"
+on_metadata -q -c "DROP ROLE sp_secure"
 
 # CREATE INDEX CONCURRENTLY of a distributed table under writes.
 : >"$here/ddl.log"

@@ -677,6 +677,35 @@ def unread_pipeline():
           f"send: {sent}, messages {summary}, errors {error_messages[:3]}, {rows_stored} rows stored")
 
 
+def long_pipeline_across_workers():
+    """A pipeline longer than the coordinator's batch (sent on in pieces, the
+    first of which picks the node) whose last INSERT belongs on another
+    worker: a clear error, nothing stored, the connection still works."""
+    base, count = 7_000_000, 4_200
+    ids = colocated_ids(base, count, base + 200_000)
+    first_port = next(port for port, key in key_on_each_worker(ids[0], ids[0]).items())
+    other = [key for port, key in key_on_each_worker(base + 200_000, base + 201_000).items()
+             if port != first_port]
+    if len(ids) < count or not other:
+        check("pipeline across workers: test keys found", False, f"{len(ids)} ids, other worker's key {other}")
+        return
+    raw = Raw()
+    batch = [parse("", "INSERT INTO sp_items VALUES ($1, $2)")]
+    batch += [bind("", [str(key), "spanning"]) + execute() for key in ids + other[:1]]
+    batch.append(sync())
+    raw.send(b"".join(batch))
+    messages = raw.until_ready(60)
+    states = [error.get("C") for error in errors(messages)]
+    after = raw.run("SELECT v FROM sp_items WHERE id = 10")
+    raw.close()
+    kept = truth("SELECT count(*) FROM sp_items WHERE id >= %s AND id <= %s", (base, base + 201_000))[0][0]
+    check(f"pipeline of {count} INSERTs on one worker, then one for another worker (one Sync): 0A000, "
+          "nothing stored, the connection works",
+          states == ["0A000"] and messages[-1][0] == b"Z" and kept == 0 and rows(after) == [["hello"]],
+          f"errors {errors(messages)[:2]}, last message {tags(messages[-1:])}, {kept} rows stored, "
+          f"then {tags(after)} {rows(after)}")
+
+
 def stuck_backends(ports):
     found = {}
     for node in ports:
@@ -783,6 +812,35 @@ def temp_tables():
     with connect() as conn:
         gone = sqlstate_of(lambda: conn.execute("SELECT count(*) FROM sp_tmp"))
     check("temporary table is gone for a new connection (42P01)", gone == "42P01", f"got {gone}")
+
+
+def sequences():
+    """currval and lastval are per session: never another client's value."""
+    with metadata() as conn:
+        conn.execute("DROP SEQUENCE IF EXISTS sp_seq")
+        conn.execute("CREATE SEQUENCE sp_seq")
+    seen_by_other, own, rounds = [], [], 50
+    try:
+        with connect() as a, connect() as b:
+            for _ in range(rounds):
+                got = value(a, "SELECT nextval('sp_seq')")
+                seen_by_other.append((value(b, "SELECT currval('sp_seq')"),
+                                      value(b, "SELECT lastval()")))
+                own.append((got, value(a, "SELECT currval('sp_seq')"), value(a, "SELECT lastval()")))
+            # In a transaction of its own, as PostgreSQL: the value lasts.
+            with b.transaction():
+                mine = value(b, "SELECT nextval('sp_seq')")
+            later = value(b, "SELECT currval('sp_seq')")
+    finally:
+        with metadata() as conn:
+            conn.execute("DROP SEQUENCE IF EXISTS sp_seq")
+    leaked = [pair for pair in seen_by_other
+              if not all(isinstance(v, str) and "not yet defined" in v for v in pair)]
+    check(f"currval/lastval: another client never sees this client's value ({rounds} rounds), "
+          "it gets 55000 as in a new session", not leaked, f"the other client saw {leaked[:3]}")
+    check("currval/lastval after nextval in the client's next statements (its connection was free)",
+          all(n == c == l for n, c, l in own), f"got {[t for t in own if not t[0] == t[1] == t[2]][:3]}")
+    check("...and after a transaction of its own", later == mine, f"nextval {mine}, then currval {later}")
 
 
 def settings():
@@ -1406,10 +1464,11 @@ if chosen and "pipelines" not in chosen:  # the rows later sections read
     with metadata() as conn:
         conn.execute("INSERT INTO sp_items VALUES (10, 'hello'), (20, 'world'), (30, 'thirty')")
         conn.execute("INSERT INTO sp_local VALUES (40, 'local 40')")
-for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (listen_notify, 30),
+for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (sequences, 15), (listen_notify, 30),
                          (sql_prepare, 15), (hold_cursor, 15), (advisory_lock, 15),
                          (prepared_after_ddl, 20), (parameter_status, 15), (encodings, 20),
-                         (long_pipelines, 90), (unread_pipeline, 130), (vanishing_client, 30),
+                         (long_pipelines, 90), (unread_pipeline, 130), (long_pipeline_across_workers, 60),
+                         (vanishing_client, 30),
                          (terminate_backend, 20), (close_unknown, 15), (set_role, 20),
                          (replication_and_fast_path, 15), (flush_batches, 15),
                          # last: pooled connections a proxy leaves with the timeout die meanwhile
