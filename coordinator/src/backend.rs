@@ -95,6 +95,8 @@ pub struct ServerConnection {
     /// another session's sequence state (currval, lastval) is discarded
     /// before a session runs anything.
     pub last_session: u64,
+    /// When the connection last went back to its pool.
+    pub idle_since: std::time::Instant,
     /// Set when the connection cannot be reused (I/O error, protocol
     /// confusion, client vanished mid-statement).
     pub broken: bool,
@@ -195,6 +197,7 @@ impl ServerConnection {
             status: b'I',
             last_client: 0,
             last_session: 0,
+            idle_since: std::time::Instant::now(),
             broken: false,
         })
     }

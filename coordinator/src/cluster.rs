@@ -98,11 +98,25 @@ impl ClusterMap {
     }
 }
 
+/// What a database's map listener is asked to do.
+#[derive(Debug, Default, Clone, Copy)]
+struct ListenerState {
+    /// Statements that need the database free of other sessions (DROP
+    /// DATABASE, a template of CREATE DATABASE) while they run: the
+    /// listener stays disconnected until none is left.
+    holds: usize,
+    /// Counts the times the name may have come to mean another database
+    /// (dropped, renamed, created): the listener then connects anew and
+    /// loads the map whatever its version.
+    renewals: u64,
+}
+
 /// One database's map, swapped whole on reload.
 pub struct DatabaseMap {
     pub database: String,
     current: RwLock<Arc<ClusterMap>>,
     reload_lock: AsyncMutex<()>,
+    listener: tokio::sync::watch::Sender<ListenerState>,
     metadata: ServerAddress,
     user: String,
     password: Option<String>,
@@ -146,6 +160,39 @@ impl DatabaseMap {
     }
 }
 
+impl DatabaseMap {
+    /// Keeps the map listener off the database until the hold is dropped.
+    pub fn hold_listener(self: &Arc<Self>) -> ListenerHold {
+        self.listener.send_modify(|state| state.holds += 1);
+        ListenerHold(self.clone())
+    }
+
+    /// Loads the map whatever its version (the database may have been
+    /// dropped and created again: versions start over). A database whose
+    /// map cannot be read gets an empty one: its statements go to the
+    /// metadata node, which is always right, instead of to shards that may
+    /// be gone.
+    pub async fn reload_anew(&self) {
+        if let Err(e) = self.reload(i64::MAX).await {
+            tracing::warn!(database = %self.database, error = %e, "shard map reload failed; statements go to the metadata node");
+            if let Ok(mut current) = self.current.write() {
+                *current = Arc::new(ClusterMap::default());
+            }
+        }
+    }
+}
+
+/// See [`DatabaseMap::hold_listener`].
+pub struct ListenerHold(Arc<DatabaseMap>);
+
+impl Drop for ListenerHold {
+    fn drop(&mut self) {
+        self.0
+            .listener
+            .send_modify(|state| state.holds = state.holds.saturating_sub(1));
+    }
+}
+
 /// Maps of every database a client has used.
 pub struct Maps {
     databases: std::sync::Mutex<HashMap<String, Arc<DatabaseMap>>>,
@@ -169,6 +216,26 @@ impl Maps {
             password,
             metrics,
         })
+    }
+
+    /// The map of `database` if one was loaded.
+    pub fn existing(&self, database: &str) -> Option<Arc<DatabaseMap>> {
+        self.databases
+            .lock()
+            .ok()
+            .and_then(|databases| databases.get(database).cloned())
+    }
+
+    /// `database` was dropped, renamed or created: until its map is read
+    /// again (its listener reconnects and loads it whatever its version),
+    /// statements of that name go to the metadata node.
+    pub fn renew(&self, database: &str) {
+        if let Some(map) = self.existing(database) {
+            if let Ok(mut current) = map.current.write() {
+                *current = Arc::new(ClusterMap::default());
+            }
+            map.listener.send_modify(|state| state.renewals += 1);
+        }
     }
 
     pub fn loaded(&self) -> Vec<Arc<DatabaseMap>> {
@@ -252,6 +319,7 @@ impl Maps {
                         database: database.to_owned(),
                         current: RwLock::new(Arc::new(ClusterMap::default())),
                         reload_lock: AsyncMutex::new(()),
+                        listener: tokio::sync::watch::Sender::new(ListenerState::default()),
                         metadata: self.metadata.clone(),
                         user: self.user.clone(),
                         password: self.password.clone(),
@@ -278,9 +346,17 @@ impl Maps {
 
 /// LISTEN pg_shard_map on the metadata node and reload on each change;
 /// reconnects (and reloads, changes may have been missed) after failures.
+/// Stays disconnected while a statement holds the database (DROP
+/// DATABASE), and connects anew when the name was renewed.
 async fn listen(map: Arc<DatabaseMap>) {
     use futures_util::StreamExt;
+    let mut state = map.listener.subscribe();
+    let mut first = true;
     loop {
+        let seen = match state.wait_for(|s| s.holds == 0).await {
+            Ok(now) => now.renewals,
+            Err(_) => return,
+        };
         let connected = connect_catalog(
             &map.metadata,
             &map.user,
@@ -301,16 +377,33 @@ async fn listen(map: Arc<DatabaseMap>) {
                 }
             });
             if client.batch_execute("LISTEN pg_shard_map").await.is_ok() {
-                // Changes made before LISTEN took effect are read now.
-                let _ = map.reload(map.current().version).await;
-                while let Some(version) = receiver.recv().await {
-                    if version > map.current().version {
-                        if let Err(e) = map.reload(map.current().version).await {
-                            tracing::warn!(database = %map.database, error = %e, "shard map reload failed");
-                        }
+                // Changes made before LISTEN took effect are read now; after
+                // a lost connection the database may be another one of the
+                // same name (dropped and created again).
+                if first {
+                    let _ = map.reload(map.current().version).await;
+                } else {
+                    map.reload_anew().await;
+                }
+                loop {
+                    tokio::select! {
+                        version = receiver.recv() => match version {
+                            Some(version) if version > map.current().version => {
+                                if let Err(e) = map.reload(map.current().version).await {
+                                    tracing::warn!(database = %map.database, error = %e, "shard map reload failed");
+                                }
+                            }
+                            Some(_) => {}
+                            None => break,
+                        },
+                        _ = async {
+                            // The guard it returns is not Send: drop it here.
+                            let _ = state.wait_for(|s| s.holds > 0 || s.renewals != seen).await.is_ok();
+                        } => break,
                     }
                 }
             }
+            first = false;
             pump.abort();
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -56,6 +56,9 @@ pub struct Config {
     pub catalog_user: String,
     /// Most server connections per node, database and user.
     pub pool_size: usize,
+    /// Seconds a pooled server connection may stay idle before it is
+    /// closed (0: never), so that idle pools keep no database busy.
+    pub server_idle_timeout: u64,
     /// Largest client message accepted, in bytes.
     pub max_message_bytes: usize,
     /// Address of the Prometheus /metrics endpoint ("" turns it off).
@@ -89,6 +92,7 @@ impl Default for Config {
             server_socket_dir: None,
             catalog_user: "postgres".into(),
             pool_size: 20,
+            server_idle_timeout: 600,
             max_message_bytes: 64 << 20,
             metrics_listen: "127.0.0.1:9932".into(),
             wrong_shard_tries: 3,
@@ -116,6 +120,9 @@ names with underscores):
   --server-socket-dir DIR  [PGSHARD_COORDINATOR_SERVER_SOCKET_DIR] Unix sockets
                            of servers on 127.0.0.1 (default: TCP)
   --pool-size N            [PGSHARD_COORDINATOR_POOL_SIZE]   default 20
+  --server-idle-timeout S  [PGSHARD_COORDINATOR_SERVER_IDLE_TIMEOUT] default 600:
+                           seconds before an idle pooled server connection
+                           closes (0: never)
   --max-message-bytes N    [PGSHARD_COORDINATOR_MAX_MESSAGE_BYTES]
   --metrics-listen ADDR    [PGSHARD_COORDINATOR_METRICS_LISTEN] default 127.0.0.1:9932
   --wrong-shard-tries N    [PGSHARD_COORDINATOR_WRONG_SHARD_TRIES] default 3
@@ -129,7 +136,7 @@ names with underscores):
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 16] = [
+const NAMES: [&str; 17] = [
     "listen",
     "metadata",
     "auth",
@@ -138,6 +145,7 @@ const NAMES: [&str; 16] = [
     "catalog-user",
     "server-socket-dir",
     "pool-size",
+    "server-idle-timeout",
     "max-message-bytes",
     "metrics-listen",
     "wrong-shard-tries",
@@ -240,6 +248,11 @@ impl Config {
             "catalog-user" => self.catalog_user = value.to_owned(),
             "server-socket-dir" => self.server_socket_dir = Some(PathBuf::from(value)),
             "pool-size" => self.pool_size = number()?,
+            "server-idle-timeout" => {
+                self.server_idle_timeout = value
+                    .parse()
+                    .map_err(|_| bad("expected a number of seconds (0: never)"))?
+            }
             "max-message-bytes" => self.max_message_bytes = number()?.max(1024),
             "metrics-listen" => self.metrics_listen = value.to_owned(),
             "wrong-shard-tries" => {

@@ -7,6 +7,7 @@ mod auth;
 mod backend;
 mod cluster;
 mod config;
+mod database_commands;
 mod lexer;
 mod metrics;
 mod multiplex;
@@ -23,6 +24,7 @@ use config::{AuthMode, Config};
 use lru::LruCache;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// What every client session shares.
@@ -37,6 +39,24 @@ pub struct Shared {
     pub cancels: session::CancelRegistry,
     pub notifiers: notifiers::Notifiers,
     pub statements: StatementCache,
+}
+
+/// Closes pooled server connections idle for longer than
+/// `--server-idle-timeout`: an idle pool keeps no database busy for long
+/// (DROP DATABASE, CREATE DATABASE from it as a template) and holds no
+/// server backend it does not need.
+async fn close_idle_server_connections(shared: Arc<Shared>) {
+    let limit = Duration::from_secs(shared.config.server_idle_timeout);
+    let mut ticker =
+        tokio::time::interval((limit / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let closed = shared.pools.close_idle_since(limit);
+        if closed > 0 {
+            tracing::debug!(closed, "idle server connections closed");
+        }
+    }
 }
 
 /// Parsed statements by their text with literals taken out: a prepared
@@ -229,6 +249,9 @@ async fn run(config: Config) -> Result<(), String> {
         cancels: session::CancelRegistry::default(),
         notifiers: notifiers::Notifiers::default(),
     });
+    if shared.config.server_idle_timeout > 0 {
+        tokio::spawn(close_idle_server_connections(shared.clone()));
+    }
     let event_loops = event_loops(&shared)?;
     let mut next = 0;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

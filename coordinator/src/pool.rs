@@ -80,8 +80,9 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(connection) = self.connection.take() {
+        if let Some(mut connection) = self.connection.take() {
             if connection.reusable() && connection.prepared.len() < MOST_PREPARED_PER_CONNECTION {
+                connection.idle_since = std::time::Instant::now();
                 if let Ok(mut idle) = self.pool.idle.lock() {
                     idle.push(connection);
                 }
@@ -185,8 +186,38 @@ impl Pools {
         }
     }
 
+    /// Closes the connections idle for longer than `limit` (they are at
+    /// the front: connections go back at the end).
+    pub fn close_idle_since(&self, limit: Duration) -> usize {
+        let mut closed = 0;
+        for pool in self.all() {
+            if let Ok(mut idle) = pool.idle.lock() {
+                let stale = idle
+                    .iter()
+                    .take_while(|c| c.idle_since.elapsed() > limit)
+                    .count();
+                idle.drain(..stale);
+                closed += stale;
+            }
+        }
+        closed
+    }
+
+    /// Closes every idle connection to `database`, on every server (a
+    /// statement needs the database free of other sessions).
+    pub fn close_idle_to(&self, database: &str) {
+        for pool in self.all() {
+            if pool.key.database == database {
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.clear();
+                }
+            }
+        }
+    }
+
     /// Hands a connection made elsewhere (passthrough login) to the pool.
-    pub fn adopt(&self, key: &PoolKey, connection: ServerConnection) {
+    pub fn adopt(&self, key: &PoolKey, mut connection: ServerConnection) {
+        connection.idle_since = std::time::Instant::now();
         let pool = self.pool(key);
         if connection.reusable() {
             if let Ok(mut idle) = pool.idle.lock() {

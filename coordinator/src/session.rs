@@ -10,8 +10,9 @@
 
 use crate::admin;
 use crate::backend::{ServerAddress, ServerConnection, UNKNOWN_SESSION};
-use crate::cluster::{ClusterMap, DatabaseMap, NodeId};
+use crate::cluster::{ClusterMap, DatabaseMap, ListenerHold, NodeId};
 use crate::config::AuthMode;
+use crate::database_commands::{self, DatabaseCommand};
 use crate::lexer::Normalized;
 use crate::multiplex::{Built, Pipe, PipeKey};
 use crate::pool::{Lease, PoolKey};
@@ -31,6 +32,10 @@ use tokio::net::TcpStream;
 
 /// The foundation's WrongShard SQLSTATE.
 const WRONG_SHARD: &str = "PS001";
+/// A shard table the map names is not on its worker (retired after a
+/// move, or the database was dropped and created again): the map is
+/// stale, so it is read again and the statement retried, as for PS001.
+const UNDEFINED_TABLE: &str = "42P01";
 /// How long a statement refused with WrongShard waits for a newer shard
 /// map before it is tried again anyway.
 const WRONG_SHARD_WAIT: Duration = Duration::from_secs(2);
@@ -824,7 +829,13 @@ impl Session {
         loop {
             let (message, size) = self.next_message().await?;
             match message {
-                FrontendMessage::Query(sql) => self.simple_query(sql).await?,
+                FrontendMessage::Query(sql) => {
+                    let command = self.database_command(&sql);
+                    let holds = self.let_go_of_databases(command.as_ref());
+                    self.simple_query(sql).await?;
+                    drop(holds);
+                    self.after_database_command(command);
+                }
                 FrontendMessage::Terminate => return Ok(()),
                 FrontendMessage::Sync if self.skip_to_sync => {
                     self.skip_to_sync = false;
@@ -1048,6 +1059,52 @@ impl Session {
             return (Arc::new(other), normalized);
         }
         (analysis, normalized)
+    }
+
+    // ---- statements about whole databases --------------------------------
+
+    /// What `sql` does to whole databases, if it runs on the metadata node.
+    fn database_command(&self, sql: &str) -> Option<DatabaseCommand> {
+        let (analysis, _) = self.shared.statements.get(sql);
+        match *analysis {
+            Analysis::Other { .. } => database_commands::database_command(sql),
+            _ => None,
+        }
+    }
+
+    /// Before a statement that needs databases free of other sessions: the
+    /// coordinator's idle connections to them close, and their map
+    /// listeners stay away while the holds live.
+    fn let_go_of_databases(&self, command: Option<&DatabaseCommand>) -> Vec<ListenerHold> {
+        let Some(command) = command else {
+            return Vec::new();
+        };
+        let mut holds = Vec::new();
+        for database in &command.needs_free {
+            holds.extend(
+                self.shared
+                    .maps
+                    .existing(database)
+                    .map(|map| map.hold_listener()),
+            );
+            self.shared.pools.close_idle_to(database);
+        }
+        holds
+    }
+
+    /// After it succeeded, the names it dropped, renamed or created have
+    /// their maps read anew (and their old pooled connections are gone).
+    fn after_database_command(&self, command: Option<DatabaseCommand>) {
+        let Some(command) = command else {
+            return;
+        };
+        if self.last_failed {
+            return;
+        }
+        for database in &command.renews {
+            self.shared.maps.renew(database);
+            self.shared.pools.close_idle_to(database);
+        }
     }
 
     // ---- simple query ---------------------------------------------------
@@ -1348,6 +1405,11 @@ impl Session {
             .wrong_shard_retries
             .fetch_add(1, Ordering::Relaxed);
         tracing::info!(database = %self.database, version = map.version, message = %error.message, "WrongShard: reloading the shard map and retrying");
+        if error.code == UNDEFINED_TABLE {
+            // Whatever its version: the database may be another one now.
+            self.map.reload_anew().await;
+            return;
+        }
         // During a shard move's cutover the old owner refuses before the
         // new map is published: wait (a little longer each time) for a
         // newer map, so that the retry finds the new owner. NOTIFY usually
@@ -2673,7 +2735,8 @@ impl Session {
                         return Err(RelayError::Fatal(error.message));
                     }
                     let held = !self.flushed_in_statement
-                        && ((retryable && error.code == WRONG_SHARD)
+                        && ((retryable
+                            && (error.code == WRONG_SHARD || error.code == UNDEFINED_TABLE))
                             || (self.hold_cancels
                                 && error.code == QUERY_CANCELED
                                 && !self.cancel_requested()));

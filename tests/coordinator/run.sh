@@ -296,6 +296,92 @@ check "...a wrong password is refused" grep -q 'password authentication failed f
 check "...the right one logs in" test "$via_right" = "sp_secure"
 on_metadata -q -c "DROP ROLE sp_secure"
 
+# 8. A database dropped and created again under the same name: the
+# coordinator's pooled connections and map listener do not keep it busy,
+# and the new database's map (lower version, other shards) is the one used.
+again=cr_again
+on_node() { psql -X -q -h 127.0.0.1 -p "$1" -U postgres -v ON_ERROR_STOP=1 "${@:2}"; }
+make_again() { # how (coordinator|node) shards value extra_tables
+    local port=$coordinator
+    if [ "$1" = node ]; then
+        port=28320
+        on_node 28320 -d postgres -c "DROP DATABASE IF EXISTS $again WITH (FORCE)"
+    fi
+    for p in 28321 28322; do on_node "$p" -d postgres -c "DROP DATABASE IF EXISTS $again WITH (FORCE)" -c "CREATE DATABASE $again"; done
+    on_node "$port" -d postgres -c "CREATE DATABASE $again" || return
+    # On the node: the map listener reconnects (within a second) while the
+    # new database has no pg_shard yet, so its first load fails.
+    [ "$1" = node ] && sleep 2.5
+    on_node "$port" -d "$again" -c "SET client_min_messages = warning" -c "CREATE EXTENSION pg_shard" \
+        -c "SELECT pg_shard.add_node('127.0.0.1', 28321)" -c "SELECT pg_shard.add_node('127.0.0.1', 28322)" \
+        -c "CREATE TABLE kv (id bigint PRIMARY KEY, v text)" \
+        -c "SELECT pg_shard.create_distributed_table('kv', 'id', shard_count => $2)" \
+        -c "INSERT INTO kv SELECT i, '$3' FROM generate_series(1, 40) i" >/dev/null &&
+    for i in $(seq 1 "$4"); do # more map versions
+        on_node "$port" -d "$again" -c "CREATE TABLE extra$i (id bigint PRIMARY KEY)" \
+            -c "SELECT pg_shard.create_distributed_table('extra$i', 'id')" >/dev/null
+    done
+}
+via_again() { psql -X -h 127.0.0.1 -p "$coordinator" -d "$again" "$@"; }
+reads_again() { # the values of ids 1-40 read one by one through the coordinator, as "count value;"
+    for i in $(seq 1 40); do via_again -Atc "SELECT v FROM kv WHERE id = $i" 2>&1; done | sort | uniq -c |
+        awk '{$1=$1; print}' | tr '\n' ';'
+}
+on_node 28320 -d postgres -c "DROP DATABASE IF EXISTS $again WITH (FORCE)"
+make_again coordinator 8 first 4
+# Routed reads pool connections to the workers, and the map has a listener.
+check "a database made through the coordinator: routed reads right" test "$(reads_again)" = "40 first;"
+dropped=$(psql -X -h 127.0.0.1 -p "$coordinator" -d postgres -c "DROP DATABASE $again" 2>&1)
+check "DROP DATABASE through the coordinator while it has pooled connections and a map listener there" \
+    grep -q "^DROP DATABASE" <<<"$dropped"
+make_again coordinator 2 second 0
+check "...created again through it (2 shards instead of 8, a lower map version): every routed read is right at once" \
+    test "$(reads_again)" = "40 second;"
+# Dropped (WITH FORCE) and created again on the node itself: the listener
+# reconnects and reads the new map whatever its version (one it cannot
+# read yet sends statements to the metadata node until the next change).
+make_again node 8 third 4
+sleep 2
+before=$(reads_again)
+make_again node 2 fourth 0
+fresh=
+for _ in $(seq 1 50); do
+    if [ "$(via_again -Atc "SHOW SHARDS" | grep -c '^public.kv|')" = 2 ]; then
+        fresh=yes
+        break
+    fi
+    sleep 0.1
+done
+check "...dropped and created again on the node: the coordinator's map is the new one within 5 s" test "$fresh" = yes
+check "...and every routed read is right (before: $before)" test "$(reads_again)" = "40 fourth;"
+on_node 28320 -d postgres -c "DROP DATABASE IF EXISTS $again WITH (FORCE)"
+for p in 28321 28322; do on_node "$p" -d postgres -c "DROP DATABASE IF EXISTS $again WITH (FORCE)"; done
+
+# Pooled server connections idle for longer than --server-idle-timeout
+# close (a fourth coordinator, 1 s): they keep no database busy.
+on_node 28320 -d postgres -c "DROP DATABASE IF EXISTS cr_idle" -c "CREATE DATABASE cr_idle"
+"$bin" --listen 127.0.0.1:28424 --metadata 127.0.0.1:28320 --metrics-listen "" --server-idle-timeout 1 \
+    --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator4.log" 2>&1 &
+fourth_pid=$!
+sleep 0.5
+pooled_in_idle_db() { # server sessions in cr_idle other than map listeners
+    on_node 28320 -d postgres -Atc "SELECT count(*) FROM pg_stat_activity WHERE datname = 'cr_idle'
+                                    AND query <> 'LISTEN pg_shard_map'"
+}
+clients=()
+for _ in 1 2 3; do
+    psql -X -h 127.0.0.1 -p 28424 -d cr_idle -Atc "SELECT pg_sleep(0.3)" >/dev/null &
+    clients+=($!)
+done
+wait "${clients[@]}"
+pooled=$(pooled_in_idle_db)
+sleep 3
+after_idle=$(pooled_in_idle_db)
+kill "$fourth_pid"
+check "--server-idle-timeout 1: pooled connections ($pooled after three clients) are closed after 3 s idle ($after_idle left)" \
+    test "$pooled" -ge 1 -a "$after_idle" = 0
+on_node 28320 -d postgres -c "DROP DATABASE cr_idle WITH (FORCE)"
+
 # CREATE INDEX CONCURRENTLY of a distributed table under writes.
 : >"$here/ddl.log"
 run_script "$here/ddl.log" "$python" "$repo/tests/ddl/concurrent_index.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
