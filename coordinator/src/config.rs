@@ -59,6 +59,12 @@ pub struct Config {
     /// Seconds a pooled server connection may stay idle before it is
     /// closed (0: never), so that idle pools keep no database busy.
     pub server_idle_timeout: u64,
+    /// Seconds a client has from connecting to being logged in (startup
+    /// and authentication), as PostgreSQL's authentication_timeout.
+    pub authentication_timeout: u64,
+    /// Most clients connected at once (logging in included); more are
+    /// refused with PostgreSQL's 53300.
+    pub max_clients: usize,
     /// Largest client message accepted, in bytes.
     pub max_message_bytes: usize,
     /// Address of the Prometheus /metrics endpoint ("" turns it off).
@@ -93,6 +99,8 @@ impl Default for Config {
             catalog_user: "postgres".into(),
             pool_size: 20,
             server_idle_timeout: 600,
+            authentication_timeout: 60,
+            max_clients: 1000,
             max_message_bytes: 64 << 20,
             metrics_listen: "127.0.0.1:9932".into(),
             wrong_shard_tries: 3,
@@ -123,6 +131,9 @@ names with underscores):
   --server-idle-timeout S  [PGSHARD_COORDINATOR_SERVER_IDLE_TIMEOUT] default 600:
                            seconds before an idle pooled server connection
                            closes (0: never)
+  --authentication-timeout S [PGSHARD_COORDINATOR_AUTHENTICATION_TIMEOUT]
+                           default 60: seconds from connecting to logged in
+  --max-clients N          [PGSHARD_COORDINATOR_MAX_CLIENTS]  default 1000
   --max-message-bytes N    [PGSHARD_COORDINATOR_MAX_MESSAGE_BYTES]
   --metrics-listen ADDR    [PGSHARD_COORDINATOR_METRICS_LISTEN] default 127.0.0.1:9932
   --wrong-shard-tries N    [PGSHARD_COORDINATOR_WRONG_SHARD_TRIES] default 3
@@ -136,7 +147,7 @@ names with underscores):
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 17] = [
+const NAMES: [&str; 19] = [
     "listen",
     "metadata",
     "auth",
@@ -146,6 +157,8 @@ const NAMES: [&str; 17] = [
     "server-socket-dir",
     "pool-size",
     "server-idle-timeout",
+    "authentication-timeout",
+    "max-clients",
     "max-message-bytes",
     "metrics-listen",
     "wrong-shard-tries",
@@ -248,6 +261,8 @@ impl Config {
             "catalog-user" => self.catalog_user = value.to_owned(),
             "server-socket-dir" => self.server_socket_dir = Some(PathBuf::from(value)),
             "pool-size" => self.pool_size = number()?,
+            "authentication-timeout" => self.authentication_timeout = number()? as u64,
+            "max-clients" => self.max_clients = number()?,
             "server-idle-timeout" => {
                 self.server_idle_timeout = value
                     .parse()

@@ -55,6 +55,8 @@ static SESSION_SERIALS: AtomicU64 = AtomicU64::new(1);
 pub enum SessionError {
     #[error("client went away")]
     ClientGone,
+    #[error("the client did not log in within --authentication-timeout")]
+    AuthenticationTimeout,
     #[error("the server ended the session: {0}")]
     ServerEnded(String),
     #[error("client protocol violation: {0}")]
@@ -221,7 +223,16 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         .clients_active
         .fetch_add(1, Ordering::Relaxed);
     let peer = stream.peer_addr().ok();
-    match start(stream, shared.clone()).await {
+    let crowded =
+        shared.metrics.clients_active.load(Ordering::Relaxed) > shared.config.max_clients as u64;
+    let limit = Duration::from_secs(shared.config.authentication_timeout);
+    let started = match tokio::time::timeout(limit, start(stream, shared.clone(), crowded)).await {
+        Ok(started) => started,
+        // The socket is dropped with start(): a client that does not log
+        // in in time holds nothing.
+        Err(_) => Err(SessionError::AuthenticationTimeout),
+    };
+    match started {
         Ok(Some(mut session)) => {
             let result = session.run().await;
             session.forget_session_state();
@@ -254,8 +265,15 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 }
 
 /// Startup and authentication; None when the connection was a cancel
-/// request or was refused (the client has been told why).
-async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>, SessionError> {
+/// request or was refused (the client has been told why). A `crowded`
+/// coordinator (more than --max-clients) refuses the login as PostgreSQL
+/// does at max_connections, after the startup packet (cancel requests are
+/// still served).
+async fn start(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    crowded: bool,
+) -> Result<Option<Session>, SessionError> {
     let mut stream = Socket::from_tokio_tcp(stream)?;
     let mut input = BytesMut::with_capacity(8192);
     let parameters = loop {
@@ -283,6 +301,14 @@ async fn start(stream: TcpStream, shared: Arc<Shared>) -> Result<Option<Session>
             StartupRequest::Startup { parameters } => break parameters,
         }
     };
+    if crowded {
+        refuse(
+            &mut stream,
+            ServerError::fatal("53300", "sorry, too many clients already"),
+        )
+        .await;
+        return Ok(None);
+    }
     let parameter = |name: &str| {
         parameters
             .iter()

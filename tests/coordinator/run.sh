@@ -382,6 +382,28 @@ check "--server-idle-timeout 1: pooled connections ($pooled after three clients)
     test "$pooled" -ge 1 -a "$after_idle" = 0
 on_node 28320 -d postgres -c "DROP DATABASE cr_idle WITH (FORCE)"
 
+# Client limits (a fifth coordinator): at most 4 clients, 1 s to log in.
+# Half-open connections (connected, never a startup packet) past the limit
+# make the next client get PostgreSQL's 53300; once they time out, an
+# ordinary client is served within a second.
+"$bin" --listen 127.0.0.1:28425 --metadata 127.0.0.1:28320 --metrics-listen "" --max-clients 4 \
+    --authentication-timeout 1 --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator5.log" 2>&1 &
+fifth_pid=$!
+sleep 0.5
+holders=()
+for _ in 1 2 3 4 5 6; do
+    sleep 4 </dev/tcp/127.0.0.1/28425 &
+    holders+=($!)
+done
+sleep 0.2
+crowded=$(psql -X -h 127.0.0.1 -p 28425 -d "$PGSHARD_DATABASE" -Atc "SELECT 1" 2>&1)
+sleep 1.5
+served=$(timeout 1 psql -X -h 127.0.0.1 -p 28425 -d "$PGSHARD_DATABASE" -Atc "SELECT 1" 2>&1)
+kill "${holders[@]}" "$fifth_pid" 2>/dev/null
+check "--max-clients 4 with 6 half-open connections: the next client gets 53300" \
+    grep -q "sorry, too many clients already" <<<"$crowded"
+check "--authentication-timeout 1: after they time out, a client is served within a second" test "$served" = 1
+
 # CREATE INDEX CONCURRENTLY of a distributed table under writes.
 : >"$here/ddl.log"
 run_script "$here/ddl.log" "$python" "$repo/tests/ddl/concurrent_index.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
