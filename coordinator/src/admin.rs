@@ -8,44 +8,72 @@ use crate::Shared;
 use bytes::{BufMut, BytesMut};
 use std::sync::atomic::Ordering;
 
-pub fn reply(command: &AdminCommand, shared: &Shared, map: &ClusterMap, out: &mut BytesMut) {
-    let (columns, rows): (&[&str], Vec<Vec<String>>) =
-        match command {
-            AdminCommand::Pools => (
-                &[
-                    "database",
-                    "user",
-                    "server",
-                    "mode",
-                    "size",
-                    "active",
-                    "idle",
-                    "checkouts",
-                    "connects",
-                ],
-                {
-                    let mut rows: Vec<Vec<String>> = shared
-                        .pools
-                        .all()
-                        .iter()
-                        .map(|pool| {
-                            vec![
-                                pool.key.database.clone(),
-                                pool.key.user.clone(),
-                                pool.key.address.to_string(),
-                                "transaction".into(),
-                                pool.size().to_string(),
-                                pool.active_count().to_string(),
-                                pool.idle_count().to_string(),
-                                pool.checkouts.load(Ordering::Relaxed).to_string(),
-                                pool.connects.load(Ordering::Relaxed).to_string(),
-                            ]
-                        })
-                        .collect();
-                    // Pipes: one shared connection each; "active" counts the
-                    // requests in flight on it, "checkouts" those it answered.
-                    rows.extend(shared.pipes.summary().into_iter().map(
-                        |(key, in_flight, served)| {
+/// Who asks: a superuser sees every pool and the servers' statistics;
+/// any other role only its own pools, and no statistics (they count every
+/// role's statements).
+pub struct Viewer<'a> {
+    pub user: &'a str,
+    pub superuser: bool,
+}
+
+pub fn reply(
+    command: &AdminCommand,
+    shared: &Shared,
+    map: &ClusterMap,
+    viewer: &Viewer,
+    out: &mut BytesMut,
+) {
+    if *command == AdminCommand::Stats && !viewer.superuser {
+        protocol::error_response(
+            out,
+            &crate::protocol::ServerError::new("42501", "permission denied to run SHOW STATS")
+                .with_detail("Only superusers may see every role's statement counts."),
+        );
+        return;
+    }
+    let visible = |user: &str| viewer.superuser || user == viewer.user;
+    let (columns, rows): (&[&str], Vec<Vec<String>>) = match command {
+        AdminCommand::Pools => (
+            &[
+                "database",
+                "user",
+                "server",
+                "mode",
+                "size",
+                "active",
+                "idle",
+                "checkouts",
+                "connects",
+            ],
+            {
+                let mut rows: Vec<Vec<String>> = shared
+                    .pools
+                    .all()
+                    .iter()
+                    .filter(|pool| visible(&pool.key.user))
+                    .map(|pool| {
+                        vec![
+                            pool.key.database.clone(),
+                            pool.key.user.clone(),
+                            pool.key.address.to_string(),
+                            "transaction".into(),
+                            pool.size().to_string(),
+                            pool.active_count().to_string(),
+                            pool.idle_count().to_string(),
+                            pool.checkouts.load(Ordering::Relaxed).to_string(),
+                            pool.connects.load(Ordering::Relaxed).to_string(),
+                        ]
+                    })
+                    .collect();
+                // Pipes: one shared connection each; "active" counts the
+                // requests in flight on it, "checkouts" those it answered.
+                rows.extend(
+                    shared
+                        .pipes
+                        .summary()
+                        .into_iter()
+                        .filter(|(key, _, _)| visible(&key.pool.user))
+                        .map(|(key, in_flight, served)| {
                             vec![
                                 key.pool.database,
                                 key.pool.user,
@@ -57,60 +85,60 @@ pub fn reply(command: &AdminCommand, shared: &Shared, map: &ClusterMap, out: &mu
                                 served.to_string(),
                                 "1".into(),
                             ]
-                        },
-                    ));
-                    rows
-                },
-            ),
-            AdminCommand::Stats => (
-                &["server", "queries", "errors", "avg_latency_ms"],
-                shared
-                    .metrics
-                    .node_counts()
-                    .into_iter()
-                    .map(|(node, queries, errors, average)| {
-                        vec![
-                            node,
-                            queries.to_string(),
-                            errors.to_string(),
-                            format!("{:.3}", average * 1000.0),
-                        ]
-                    })
-                    .collect(),
-            ),
-            AdminCommand::Shards => {
-                let mut rows = Vec::new();
-                let mut tables: Vec<_> = map.tables.values().collect();
-                tables.sort_by(|a, b| (&a.schema, &a.name).cmp(&(&b.schema, &b.name)));
-                for table in tables {
-                    if let TableKind::Distributed { shards, .. } = &table.kind {
-                        for (range, placement) in shards.entries() {
-                            rows.push(vec![
-                                format!("{}.{}", table.schema, table.name),
-                                placement.shard_id.to_string(),
-                                placement.node.to_string(),
-                                range.start.to_sql().to_string(),
-                                range.end.to_sql().to_string(),
-                                map.version.to_string(),
-                                shared.metrics.shard_queries(placement.shard_id).to_string(),
-                            ]);
-                        }
+                        }),
+                );
+                rows
+            },
+        ),
+        AdminCommand::Stats => (
+            &["server", "queries", "errors", "avg_latency_ms"],
+            shared
+                .metrics
+                .node_counts()
+                .into_iter()
+                .map(|(node, queries, errors, average)| {
+                    vec![
+                        node,
+                        queries.to_string(),
+                        errors.to_string(),
+                        format!("{:.3}", average * 1000.0),
+                    ]
+                })
+                .collect(),
+        ),
+        AdminCommand::Shards => {
+            let mut rows = Vec::new();
+            let mut tables: Vec<_> = map.tables.values().collect();
+            tables.sort_by(|a, b| (&a.schema, &a.name).cmp(&(&b.schema, &b.name)));
+            for table in tables {
+                if let TableKind::Distributed { shards, .. } = &table.kind {
+                    for (range, placement) in shards.entries() {
+                        rows.push(vec![
+                            format!("{}.{}", table.schema, table.name),
+                            placement.shard_id.to_string(),
+                            placement.node.to_string(),
+                            range.start.to_sql().to_string(),
+                            range.end.to_sql().to_string(),
+                            map.version.to_string(),
+                            shared.metrics.shard_queries(placement.shard_id).to_string(),
+                        ]);
                     }
                 }
-                (
-                    &[
-                        "table_name",
-                        "shard_id",
-                        "node_id",
-                        "range_start",
-                        "range_end",
-                        "map_version",
-                        "queries",
-                    ],
-                    rows,
-                )
             }
-        };
+            (
+                &[
+                    "table_name",
+                    "shard_id",
+                    "node_id",
+                    "range_start",
+                    "range_end",
+                    "map_version",
+                    "queries",
+                ],
+                rows,
+            )
+        }
+    };
     row_description(out, columns);
     for row in &rows {
         let at = protocol::begin_message(out, b'D');

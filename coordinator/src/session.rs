@@ -174,6 +174,9 @@ pub struct Session {
     /// The last relay forwarded the Sync a client sent after COPY data,
     /// ending a batch that had none.
     synced_by_copy: bool,
+    /// The client's role is a superuser (as the server last reported
+    /// is_superuser): admin commands show it everything.
+    superuser: bool,
     /// The client's encoding is UTF8 (as the server last reported it).
     utf8_client: bool,
     /// Connection held between Flush and Sync outside a transaction.
@@ -470,6 +473,9 @@ async fn start(
     let utf8_client = reported
         .iter()
         .any(|(name, value)| name == "client_encoding" && value == "UTF8");
+    let superuser = reported
+        .iter()
+        .any(|(name, value)| name == "is_superuser" && value == "on");
     for (name, value) in &reported {
         protocol::parameter_status(&mut out, name, value);
     }
@@ -505,6 +511,7 @@ async fn start(
         server_skipping: false,
         synced_by_copy: false,
         utf8_client,
+        superuser,
         held: None,
         cancel_key,
         serial: SESSION_SERIALS.fetch_add(1, Ordering::Relaxed),
@@ -1152,7 +1159,17 @@ impl Session {
         }
         match &*analysis {
             Analysis::Admin(command) => {
-                admin::reply(command, &self.shared, &self.map.current(), &mut self.output);
+                let viewer = admin::Viewer {
+                    user: &self.user,
+                    superuser: self.superuser,
+                };
+                admin::reply(
+                    command,
+                    &self.shared,
+                    &self.map.current(),
+                    &viewer,
+                    &mut self.output,
+                );
                 return self.finish_reply().await;
             }
             Analysis::Transaction(TransactionCommand::Begin) if self.tx.state == TxState::Idle => {
@@ -2744,6 +2761,9 @@ impl Session {
                     if !hidden {
                         if let Some(value) = body.strip_prefix(b"client_encoding\0".as_slice()) {
                             self.utf8_client = value == b"UTF8\0";
+                        }
+                        if let Some(value) = body.strip_prefix(b"is_superuser\0".as_slice()) {
+                            self.superuser = value == b"on\0";
                         }
                         self.pass(tag, &body);
                     }

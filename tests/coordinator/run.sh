@@ -254,6 +254,15 @@ pools=$(via -Atc "SHOW POOLS")
 check "SHOW POOLS lists the pools" grep -q "127.0.0.1:28321" <<<"$pools"
 stats=$(via -Atc "SHOW STATS")
 check "SHOW STATS counts statements per node" grep -q "127.0.0.1:28320|" <<<"$stats"
+# A role that is not a superuser sees only its own pools, and no statistics.
+on_metadata -q -c "DROP ROLE IF EXISTS sp_viewer" -c "CREATE ROLE sp_viewer LOGIN"
+viewer_pools=$(psql -X -h 127.0.0.1 -p "$coordinator" -U sp_viewer -d "$PGSHARD_DATABASE" -Atc "SHOW POOLS" 2>&1)
+viewer_stats=$(psql -X -h 127.0.0.1 -p "$coordinator" -U sp_viewer -d "$PGSHARD_DATABASE" -Atc "SHOW STATS" 2>&1)
+check "SHOW POOLS for a role that is not a superuser: its own pools only" \
+    test -n "$viewer_pools" -a "$(grep -vc '|sp_viewer|' <<<"$viewer_pools")" = 0
+check "...and SHOW STATS is refused (42501)" grep -q "permission denied to run SHOW STATS" <<<"$viewer_stats"
+check "...while a superuser sees every role's pools" grep -q "|postgres|" <<<"$(via -Atc "SHOW POOLS")"
+on_metadata -q -c "DROP ROLE sp_viewer"
 metrics_text=$(curl -s "http://$metrics/metrics")
 check "/metrics: latency histograms per node" grep -q 'pg_shard_node_latency_seconds_bucket{node="127.0.0.1:28321",le="+Inf"}' <<<"$metrics_text"
 check "/metrics: statements per shard" grep -q '^pg_shard_shard_queries_total{shard="' <<<"$metrics_text"
