@@ -138,6 +138,11 @@ impl DatabaseMap {
         if current.version > seen_version {
             return Ok(current);
         }
+        self.load_locked().await
+    }
+
+    /// Loads the map and makes it current (the caller holds reload_lock).
+    async fn load_locked(&self) -> Result<Arc<ClusterMap>, MapError> {
         let (client, connection) = connect_catalog(
             &self.metadata,
             &self.user,
@@ -172,8 +177,18 @@ impl DatabaseMap {
     /// map cannot be read gets an empty one: its statements go to the
     /// metadata node, which is always right, instead of to shards that may
     /// be gone.
-    pub async fn reload_anew(&self) {
-        if let Err(e) = self.reload(i64::MAX).await {
+    ///
+    /// With `used`, the map a statement was routed by: nothing is done if
+    /// another task replaced it meanwhile (many sessions meeting the same
+    /// stale map read it once).
+    pub async fn reload_anew(&self, used: Option<&ClusterMap>) {
+        let _guard = self.reload_lock.lock().await;
+        if let Some(used) = used {
+            if !std::ptr::eq(Arc::as_ptr(&self.current()), used) {
+                return;
+            }
+        }
+        if let Err(e) = self.load_locked().await {
             tracing::warn!(database = %self.database, error = %e, "shard map reload failed; statements go to the metadata node");
             if let Ok(mut current) = self.current.write() {
                 *current = Arc::new(ClusterMap::default());
@@ -383,7 +398,7 @@ async fn listen(map: Arc<DatabaseMap>) {
                 if first {
                     let _ = map.reload(map.current().version).await;
                 } else {
-                    map.reload_anew().await;
+                    map.reload_anew(None).await;
                 }
                 loop {
                     tokio::select! {

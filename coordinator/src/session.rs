@@ -228,14 +228,7 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     let peer = stream.peer_addr().ok();
     let crowded =
         shared.metrics.clients_active.load(Ordering::Relaxed) > shared.config.max_clients as u64;
-    let limit = Duration::from_secs(shared.config.authentication_timeout);
-    let started = match tokio::time::timeout(limit, start(stream, shared.clone(), crowded)).await {
-        Ok(started) => started,
-        // The socket is dropped with start(): a client that does not log
-        // in in time holds nothing.
-        Err(_) => Err(SessionError::AuthenticationTimeout),
-    };
-    match started {
+    match start(stream, shared.clone(), crowded).await {
         Ok(Some(mut session)) => {
             let result = session.run().await;
             session.forget_session_state();
@@ -271,12 +264,18 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 /// request or was refused (the client has been told why). A `crowded`
 /// coordinator (more than --max-clients) refuses the login as PostgreSQL
 /// does at max_connections, after the startup packet (cancel requests are
-/// still served).
+/// still served). The client's part — its startup packet and its
+/// authentication — must be done within --authentication-timeout; the
+/// server work after it is not timed (cutting it off could leave a pooled
+/// connection with answers still to come).
 async fn start(
     stream: TcpStream,
     shared: Arc<Shared>,
     crowded: bool,
 ) -> Result<Option<Session>, SessionError> {
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_secs(shared.config.authentication_timeout);
+    let timed_out = |_| SessionError::AuthenticationTimeout;
     let mut stream = Socket::from_tokio_tcp(stream)?;
     let mut input = BytesMut::with_capacity(8192);
     let parameters = loop {
@@ -286,7 +285,10 @@ async fn start(
             {
                 break request;
             }
-            if stream.read_buf(&mut input).await? == 0 {
+            let read = tokio::time::timeout_at(deadline, stream.read_buf(&mut input))
+                .await
+                .map_err(timed_out)?;
+            if read? == 0 {
                 return Err(SessionError::ClientGone);
             }
         };
@@ -349,20 +351,27 @@ async fn start(
     match shared.config.auth {
         AuthMode::Trust => {}
         AuthMode::Scram => {
-            if !scram_login(&mut stream, &mut input, &shared, &user).await? {
+            let login = scram_login(&mut stream, &mut input, &shared, &user);
+            if !tokio::time::timeout_at(deadline, login)
+                .await
+                .map_err(timed_out)??
+            {
                 return Ok(None);
             }
         }
         AuthMode::Passthrough => {
-            match passthrough_login(
+            let login = passthrough_login(
                 &mut stream,
                 &mut input,
                 &shared,
                 &user,
                 &database,
                 replication.as_deref(),
-            )
-            .await?
+            );
+            // Cut off, the login's server connection is dropped, not pooled.
+            match tokio::time::timeout_at(deadline, login)
+                .await
+                .map_err(timed_out)??
             {
                 Some(connection) if replication.is_some() => {
                     relay_replication(stream, input, connection, &shared).await;
@@ -1108,10 +1117,13 @@ impl Session {
     /// Before a statement that needs databases free of other sessions: the
     /// coordinator's idle connections to them close, and their map
     /// listeners stay away while the holds live.
-    fn let_go_of_databases(&self, command: Option<&DatabaseCommand>) -> Vec<ListenerHold> {
+    fn let_go_of_databases(&mut self, command: Option<&DatabaseCommand>) -> Vec<ListenerHold> {
         let Some(command) = command else {
             return Vec::new();
         };
+        // Until a server answers it, the statement counts as failed (the
+        // coordinator may answer it with an error itself).
+        self.last_failed = true;
         let mut holds = Vec::new();
         for database in &command.needs_free {
             holds.extend(
@@ -1131,7 +1143,9 @@ impl Session {
         let Some(command) = command else {
             return;
         };
-        if self.last_failed {
+        // Failed, or inside a transaction that may still roll back (ALTER
+        // DATABASE … RENAME can run in one): nothing to renew yet.
+        if self.last_failed || self.tx.state != TxState::Idle {
             return;
         }
         for database in &command.renews {
@@ -1439,6 +1453,9 @@ impl Session {
     fn may_retry(&self, target: Target) -> bool {
         matches!(target, Target::Worker(_))
             && self.tx.pinned.is_none()
+            // Messages sent before a Flush ran on the held connection: a
+            // retry of the rest would lose them.
+            && self.held.is_none()
             && self.tx.state != TxState::Failed
     }
 
@@ -1450,7 +1467,7 @@ impl Session {
         tracing::info!(database = %self.database, version = map.version, message = %error.message, "WrongShard: reloading the shard map and retrying");
         if error.code == UNDEFINED_TABLE {
             // Whatever its version: the database may be another one now.
-            self.map.reload_anew().await;
+            self.map.reload_anew(Some(map)).await;
             return;
         }
         // During a shard move's cutover the old owner refuses before the
@@ -1612,7 +1629,29 @@ impl Session {
 
     // ---- extended query -------------------------------------------------
 
+    /// Runs the batch; around a whole-database statement in it (drivers
+    /// send DROP DATABASE with the extended protocol too), as for a
+    /// simple query.
     async fn extended_batch(&mut self) -> Result<(), SessionError> {
+        let command = self
+            .batch
+            .iter()
+            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+            .filter_map(|item| item.statement.as_ref())
+            .find_map(|statement| match *statement.analysis {
+                Analysis::Other { .. } => database_commands::database_command(&statement.sql),
+                _ => None,
+            });
+        let holds = self.let_go_of_databases(command.as_ref());
+        let result = self.run_extended_batch().await;
+        drop(holds);
+        if result.is_ok() {
+            self.after_database_command(command);
+        }
+        result
+    }
+
+    async fn run_extended_batch(&mut self) -> Result<(), SessionError> {
         let batch = std::mem::take(&mut self.batch);
         self.batch_bytes = 0;
         let synced = matches!(

@@ -346,6 +346,15 @@ check "DROP DATABASE through the coordinator while it has pooled connections and
 make_again coordinator 2 second 0
 check "...created again through it (2 shards instead of 8, a lower map version): every routed read is right at once" \
     test "$(reads_again)" = "40 second;"
+# DROP DATABASE with the extended protocol (as drivers send it), while the
+# coordinator again holds pooled connections and a listener there.
+reads_again >/dev/null
+extended_drop=$("$python" -c "
+import psycopg
+with psycopg.connect('host=127.0.0.1 port=$coordinator dbname=postgres user=postgres', autocommit=True) as c:
+    c.execute('DROP DATABASE $again', prepare=True)
+    print('dropped')" 2>&1)
+check "...DROP DATABASE with the extended protocol too" test "$extended_drop" = dropped
 # Dropped (WITH FORCE) and created again on the node itself: the listener
 # reconnects and reads the new map whatever its version (one it cannot
 # read yet sends statements to the metadata node until the next change).
