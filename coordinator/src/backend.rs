@@ -95,6 +95,10 @@ pub struct ServerConnection {
     /// another session's sequence state (currval, lastval) is discarded
     /// before a session runs anything.
     pub last_session: u64,
+    /// The server-side statements other sessions left here must go
+    /// (`DEALLOCATE ALL`) before this session's messages: they would show
+    /// in its `pg_prepared_statements`.
+    pub deallocate_first: bool,
     /// When the connection last went back to its pool.
     pub idle_since: std::time::Instant,
     /// Set when the connection cannot be reused (I/O error, protocol
@@ -197,6 +201,7 @@ impl ServerConnection {
             status: b'I',
             last_client: 0,
             last_session: 0,
+            deallocate_first: false,
             idle_since: std::time::Instant::now(),
             broken: false,
         })

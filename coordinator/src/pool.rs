@@ -153,13 +153,16 @@ impl Pools {
             let own = idle
                 .iter()
                 .rposition(|c| session != 0 && c.last_session == session);
-            match own {
-                Some(own) => Some(idle.remove(own)),
-                // The one idle longest: the recently used ones are likely
-                // to be wanted back by their sessions.
-                None if !idle.is_empty() => Some(idle.remove(0)),
-                None => None,
-            }
+            // Else the one idle longest, and one holding no statements
+            // before one that does (they are cleared for a new session on
+            // the metadata node): the recently used ones are likely to be
+            // wanted back by their sessions.
+            let other = || {
+                idle.iter()
+                    .position(|c| c.prepared.is_empty())
+                    .or((!idle.is_empty()).then_some(0))
+            };
+            own.or_else(other).map(|index| idle.remove(index))
         });
         let reused = idle.is_some();
         let connection = match idle {

@@ -1303,6 +1303,10 @@ impl Session {
                 }
             }
             if discards {
+                // A new session as far as pooled connections go: the
+                // statements and sequence state it left on them are gone
+                // for the client, so the next use clears them.
+                self.serial = SESSION_SERIALS.fetch_add(1, Ordering::Relaxed);
                 // Prepared statements and portals went with it.
                 self.statements.clear();
                 self.portals.clear();
@@ -2459,7 +2463,19 @@ impl Session {
             .checkout_from(pool.clone(), self.serial)
             .await
         {
-            Ok(lease) => Ok(Some(lease)),
+            Ok(mut lease) => {
+                let connection = lease.connection();
+                if target == Target::Metadata
+                    && connection.last_session != self.serial
+                    && !connection.prepared.is_empty()
+                {
+                    // Statements cached for other sessions: on the node the
+                    // client sees (its pg_prepared_statements), only its own.
+                    connection.prepared.clear();
+                    connection.deallocate_first = true;
+                }
+                Ok(Some(lease))
+            }
             Err(e) => {
                 pool.stats.observe(std::time::Duration::ZERO, true);
                 self.reply_error(ServerError::new(
@@ -2712,6 +2728,10 @@ impl Session {
         side_connection: bool,
     ) -> Prelude {
         let mut statements: Vec<String> = Vec::new();
+        if std::mem::take(&mut connection.deallocate_first) {
+            // First: a failing statement after it must not skip it.
+            statements.push("DEALLOCATE ALL".into());
+        }
         // Only outside a transaction: inside one the settings were made at
         // its start, and a SET there is the client's own.
         // Not between Flush and Sync either: the server may be skipping to

@@ -1094,8 +1094,12 @@ def prepared_after_ddl():
               f"before {before}, ALTER {altered}, insert {inserted}, select {selected}, "
               f"stored {stored(1, 2, 'sp_ddl')}")
         changed = fetch(conn, star, (1,), prepare=True)
-        check("prepared SELECT * after ADD COLUMN: 0A000 cached plan must not change result type",
-              changed == "FeatureNotSupported 0A000: cached plan must not change result type", f"got {changed}")
+        # PostgreSQL's answer where the statement is still prepared on the
+        # connection; prepared anew on another one, the new columns.
+        check("prepared SELECT * after ADD COLUMN: 0A000 cached plan must not change result type, "
+              "or the new columns where it was prepared anew",
+              changed in ("FeatureNotSupported 0A000: cached plan must not change result type",
+                          [(1, "one", None)]), f"got {changed}")
         conn.execute("SET work_mem = '6MB'")
         discarded = run_sql(conn, "DISCARD ALL")
         after = sqlstate_of(lambda: conn.execute(select_v, (1,), prepare=True))
@@ -1117,6 +1121,54 @@ def prepared_after_ddl():
           first == [["hello"]] and [e.get("C") for e in errors(messages)] == ["26000"] and rows(after) == [["1"]],
           f"before {first}, after: {tags(messages)} {errors(messages)} {rows(messages)}, then {tags(after)}")
     raw.close()
+
+
+def metadata_pool_size():
+    """The size of the coordinator's pool of connections to the metadata node
+    for this database and user (SHOW POOLS); None directly against PostgreSQL."""
+    with connect() as conn:
+        pools = fetch(conn, "SHOW POOLS")
+    if not isinstance(pools, list):
+        return None
+    sizes = [int(row[4]) for row in pools
+             if row[:4] == (database, "postgres", f"127.0.0.1:{metadata_port}", "transaction")]
+    return sizes[0] if sizes else None
+
+
+def prepared_visibility():
+    """Statements a client prepared are not in another's pg_prepared_statements,
+    even on the server connection it left them on."""
+    secret = "SELECT count(*) FROM sp_local WHERE id = %s AND v <> 'sp_secret_text'"
+    listing = "SELECT count(*), coalesce(string_agg(statement, ' | '), '') FROM pg_prepared_statements"
+    with connect() as owner:
+        kept = [fetch(owner, secret, (-key,), prepare=True) for key in range(1, 4)]
+        # As many clients in transactions at once as the pool has
+        # connections: one of them gets the one the owner left its
+        # statements on. (Connected first: logins add idle connections.)
+        size = metadata_pool_size()
+        count = size or 8
+        seen, own = [], []
+        others = [connect() for _ in range(count)]
+        try:
+            for other in others:
+                other.execute("BEGIN")
+                seen.append(tuple(fetch(other, listing)[0]))
+            for other in others:
+                other.execute("COMMIT")
+            for other in others[:2]:
+                fetch(other, "SELECT count(*) FROM sp_local WHERE id = %s", (-1,), prepare=True)
+                own.append(fetch(other, listing)[0][0])
+        finally:
+            for other in others:
+                other.close()
+        check(f"pg_prepared_statements: another client's prepared statements are not listed "
+              f"({count} clients at once, the pool's size: {size})",
+              seen == [(0, "")] * count, f"got {seen}")
+        check("pg_prepared_statements: a client's own prepared statement is listed",
+              own == [1, 1], f"got {own}")
+        again = fetch(owner, secret, (-2,), prepare=True)
+        check("a client's prepared statement still works after its server connection served others",
+              kept == [[(0,)]] * 3 and again == [(0,)], f"before {kept}, after {again}")
 
 
 PG15_REPORTED = {"application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
@@ -1466,7 +1518,8 @@ if chosen and "pipelines" not in chosen:  # the rows later sections read
         conn.execute("INSERT INTO sp_local VALUES (40, 'local 40')")
 for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (sequences, 15), (listen_notify, 30),
                          (sql_prepare, 15), (hold_cursor, 15), (advisory_lock, 15),
-                         (prepared_after_ddl, 20), (parameter_status, 15), (encodings, 20),
+                         (prepared_after_ddl, 20), (prepared_visibility, 20),
+                         (parameter_status, 15), (encodings, 20),
                          (long_pipelines, 90), (unread_pipeline, 130), (long_pipeline_across_workers, 60),
                          (vanishing_client, 30),
                          (terminate_backend, 20), (close_unknown, 15), (set_role, 20),
