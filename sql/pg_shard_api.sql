@@ -9,8 +9,11 @@ CREATE FUNCTION pg_shard.create_distributed_table(
     colocate_with text DEFAULT 'default')
 RETURNS void
 LANGUAGE sql VOLATILE
+-- No SET search_path: colocate_with is a name in the caller's search_path
+-- (pg_shard looks it up there without running SQL); every name here is
+-- qualified, and every query the function runs uses a safe search_path.
 AS $$ SELECT pg_shard.create_distributed_table_internal(
-          table_name::oid, distribution_column, shard_count, colocate_with) $$;
+          table_name::pg_catalog.oid, distribution_column, shard_count, colocate_with) $$;
 COMMENT ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer, text) IS
     'distribute a table over the workers by hash ranges of distribution_column '
     '(shard_count defaults to 32, or the count of the co-location group joined)';
@@ -18,14 +21,15 @@ COMMENT ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer, t
 CREATE FUNCTION pg_shard.create_reference_table(table_name regclass)
 RETURNS void
 LANGUAGE sql VOLATILE
-AS $$ SELECT pg_shard.create_reference_table_internal(table_name::oid) $$;
+-- Messages name the table as the caller sees it: no SET search_path.
+AS $$ SELECT pg_shard.create_reference_table_internal(table_name::pg_catalog.oid) $$;
 COMMENT ON FUNCTION pg_shard.create_reference_table(regclass) IS
     'copy a table to every worker; the metadata node keeps its rows for local reads';
 
 CREATE FUNCTION pg_shard.undistribute_table(table_name regclass)
 RETURNS void
 LANGUAGE sql VOLATILE
-AS $$ SELECT pg_shard.undistribute_table_internal(table_name::oid) $$;
+AS $$ SELECT pg_shard.undistribute_table_internal(table_name::pg_catalog.oid) $$;
 COMMENT ON FUNCTION pg_shard.undistribute_table(regclass) IS
     'turn a distributed or reference table back into an ordinary table on the metadata node, '
     'with every row; its shards are dropped';
@@ -39,7 +43,7 @@ CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
 -- Backends cache each shard's state and epoch; a change to an ownership
 -- record invalidates the shard table's relcache entry in every backend.
 CREATE FUNCTION pg_shard.local_shard_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_LEVEL = 'STATEMENT' THEN
         PERFORM pg_shard.invalidate_shard_state(NULL);
@@ -222,6 +226,8 @@ $$;
 CREATE FUNCTION pg_shard.move_shard(shard_id bigint, target_node integer)
 RETURNS bigint
 LANGUAGE sql VOLATILE
+-- (No SET clause, so the call is inlined: every name here is qualified, and
+-- queue_job sets its own search_path.)
 AS $$ SELECT pg_shard.queue_job('move', shard_id, target_node, NULL) $$;
 COMMENT ON FUNCTION pg_shard.move_shard(bigint, integer) IS
     'queue a move of the shard (and its co-located shards) to target_node; returns the job id';
@@ -452,6 +458,30 @@ END $$;
 CREATE EVENT TRIGGER pg_shard_sql_drop ON sql_drop
     EXECUTE FUNCTION pg_shard.on_sql_drop();
 
+-- A relation named like a distributed or reference table, made in another
+-- schema (or renamed or moved there), comes first in the search_path of
+-- some sessions: coordinators reload their map, which lists such names, so
+-- that they stop routing those sessions' statements to the shards.
+CREATE FUNCTION pg_shard.on_ddl_command_end() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() c
+               JOIN pg_catalog.pg_class r ON r.oid = c.objid
+               WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND r.relpersistence <> 't'
+                 AND r.relname IN (SELECT t.relname FROM pg_catalog.pg_class t
+                                   JOIN pg_shard.logical_table l ON l.table_rel::pg_catalog.oid = t.oid)
+                 AND r.oid NOT IN (SELECT l.table_rel::pg_catalog.oid FROM pg_shard.logical_table l)) THEN
+        PERFORM pg_catalog.pg_notify('pg_shard_map', 'names');
+    END IF;
+END $$;
+CREATE EVENT TRIGGER pg_shard_ddl_command_end ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'CREATE VIEW',
+                 'CREATE MATERIALIZED VIEW', 'CREATE FOREIGN TABLE', 'CREATE SEQUENCE',
+                 'ALTER TABLE', 'ALTER VIEW', 'ALTER MATERIALIZED VIEW', 'ALTER FOREIGN TABLE',
+                 'ALTER SEQUENCE')
+    EXECUTE FUNCTION pg_shard.on_ddl_command_end();
+
 -- The DBA functions change the cluster: superusers only unless granted.
 REVOKE ALL ON FUNCTION pg_shard.add_node(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer, text) FROM PUBLIC;
@@ -467,3 +497,7 @@ REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.rebalance(boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
+-- Each call may take a background worker slot; recovery ends other
+-- sessions' prepared transactions.
+REVOKE ALL ON FUNCTION pg_shard.start_job_runner() FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.recover_prepared_transactions() FROM PUBLIC;

@@ -99,12 +99,33 @@ pub struct ServerConnection {
     /// (`DEALLOCATE ALL`) before this session's messages: they would show
     /// in its `pg_prepared_statements`.
     pub deallocate_first: bool,
+    /// [`ROLE_SETTINGS_QUERY`] when the connection was made: the role's
+    /// and database's defaults it started with (RESET ALL goes back to
+    /// them). None when not read.
+    pub role_settings: Option<String>,
     /// When the connection last went back to its pool.
     pub idle_since: std::time::Instant,
     /// Set when the connection cannot be reused (I/O error, protocol
     /// confusion, client vanished mid-statement).
     pub broken: bool,
 }
+
+/// A fingerprint of the role's and the database's settings that apply to
+/// the session (`ALTER ROLE … SET`, `ALTER DATABASE … SET`), as they are
+/// now: a connection made before they changed has other defaults than a
+/// new session would. Every name qualified: it runs under the session's
+/// own search_path.
+pub const ROLE_SETTINGS_QUERY: &str = "SELECT coalesce(pg_catalog.md5(\
+     pg_catalog.array_to_string(pg_catalog.array_agg(\
+       pg_catalog.concat_ws(':', s.setdatabase, s.setrole, s.setconfig) \
+       ORDER BY s.setdatabase, s.setrole), ';')), '') \
+     FROM pg_catalog.pg_db_role_setting s \
+     WHERE s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid, \
+             (SELECT d.oid FROM pg_catalog.pg_database d \
+              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())]) \
+       AND s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid, \
+             (SELECT r.oid FROM pg_catalog.pg_roles r \
+              WHERE r.rolname OPERATOR(pg_catalog.=) session_user)])";
 
 /// How the coordinator proves itself to a server.
 pub struct Credentials<'a> {
@@ -202,6 +223,7 @@ impl ServerConnection {
             last_client: 0,
             last_session: 0,
             deallocate_first: false,
+            role_settings: None,
             idle_since: std::time::Instant::now(),
             broken: false,
         })
@@ -285,6 +307,37 @@ impl ServerConnection {
             b'E' => Err(BackendError::Refused(ServerError::parse(&body))),
             _ => Err(protocol::ProtocolError::Malformed("SASL").into()),
         }
+    }
+
+    /// Reads [`ROLE_SETTINGS_QUERY`] into `role_settings` (on a connection
+    /// just made).
+    pub async fn note_role_settings(&mut self) -> Result<(), BackendError> {
+        let mut out = BytesMut::new();
+        protocol::query(&mut out, ROLE_SETTINGS_QUERY);
+        self.write(&out).await?;
+        let mut value = None;
+        let mut failed = None;
+        loop {
+            let (tag, body) = self.read().await?;
+            match tag {
+                b'D' => {
+                    value = protocol::data_row_values(&body)
+                        .first()
+                        .map(|v| String::from_utf8_lossy(v.unwrap_or_default()).into_owned());
+                }
+                b'E' => failed = Some(ServerError::parse(&body)),
+                b'Z' => {
+                    self.status = body.first().copied().unwrap_or(b'I');
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if let Some(error) = failed {
+            return Err(BackendError::Refused(error));
+        }
+        self.role_settings = value;
+        Ok(())
     }
 
     /// Records a ParameterStatus message.

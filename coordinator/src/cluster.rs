@@ -79,22 +79,34 @@ pub struct ClusterMap {
 }
 
 impl ClusterMap {
-    /// A table by its name as written: qualified, or looked up along
-    /// `$user, public` (PostgreSQL's default search_path).
-    pub fn table(&self, schema: Option<&str>, name: &str, user: &str) -> Option<&Arc<Table>> {
-        match schema {
-            Some(schema) => self.tables.get(&(schema.to_owned(), name.to_owned())),
-            None => {
-                let own = (user.to_owned(), name.to_owned());
-                if self.same_names.contains(&own) {
-                    // "$user".name is some other relation.
-                    return None;
-                }
-                self.tables
-                    .get(&own)
-                    .or_else(|| self.tables.get(&("public".to_owned(), name.to_owned())))
+    /// A table by its name as written: qualified, or looked up along the
+    /// session's `search_path` (its schemas, [`crate::search_path`]) as the
+    /// server would: pg_catalog first unless listed, and the first schema
+    /// with a relation of that name decides (None when that relation is not
+    /// a distributed or reference table).
+    pub fn table(
+        &self,
+        schema: Option<&str>,
+        name: &str,
+        search_path: &[String],
+    ) -> Option<&Arc<Table>> {
+        if let Some(schema) = schema {
+            return self.tables.get(&(schema.to_owned(), name.to_owned()));
+        }
+        let implicit = (!search_path.iter().any(|s| s == "pg_catalog")).then_some("pg_catalog");
+        for schema in implicit
+            .into_iter()
+            .chain(search_path.iter().map(String::as_str))
+        {
+            let key = (schema.to_owned(), name.to_owned());
+            if let Some(table) = self.tables.get(&key) {
+                return Some(table);
+            }
+            if self.same_names.contains(&key) {
+                return None;
             }
         }
+        None
     }
 }
 
@@ -387,6 +399,8 @@ async fn listen(map: Arc<DatabaseMap>) {
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                 while let Some(Ok(message)) = messages.next().await {
                     if let tokio_postgres::AsyncMessage::Notification(note) = message {
+                        // A payload that is no version ("names": a relation named
+                        // like a table was made elsewhere) reloads too.
                         let _ = sender.send(note.payload().parse::<i64>().unwrap_or(i64::MAX));
                     }
                 }
@@ -598,6 +612,9 @@ async fn connect_catalog(
         .user(user)
         .dbname(database)
         .application_name(application)
+        // Whatever the role's or database's defaults: no operator or
+        // function planted in a schema on their search_path is run here.
+        .options("-c search_path=pg_catalog,pg_temp")
         .password(password.unwrap_or_default())
         .connect_timeout(Duration::from_secs(10))
         .connect(tokio_postgres::NoTls)

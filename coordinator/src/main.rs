@@ -16,6 +16,7 @@ mod pool;
 mod protocol;
 mod router;
 mod scram;
+mod search_path;
 mod session;
 mod socket;
 

@@ -32,9 +32,33 @@ pub struct Pool {
     size: usize,
     pub checkouts: AtomicU64,
     pub connects: AtomicU64,
+    /// The role's and database's settings as the last login found them
+    /// (`ROLE_SETTINGS_QUERY`): connections made before they changed are
+    /// closed rather than reused (their defaults are the old ones).
+    role_settings: Mutex<Option<String>>,
 }
 
 impl Pool {
+    /// A login read the role's and database's settings as `current`.
+    pub fn note_role_settings(&self, current: &str) {
+        if let Ok(mut known) = self.role_settings.lock() {
+            if known.as_deref() != Some(current) {
+                *known = Some(current.to_owned());
+            }
+        }
+    }
+
+    /// Whether `connection` started with the settings a new session gets.
+    fn current(&self, connection: &ServerConnection) -> bool {
+        self.role_settings
+            .lock()
+            .map(|known| match known.as_deref() {
+                Some(known) => connection.role_settings.as_deref() == Some(known),
+                None => true,
+            })
+            .unwrap_or(true)
+    }
+
     pub fn idle_count(&self) -> usize {
         self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
     }
@@ -81,7 +105,10 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(mut connection) = self.connection.take() {
-            if connection.reusable() && connection.prepared.len() < MOST_PREPARED_PER_CONNECTION {
+            if connection.reusable()
+                && connection.prepared.len() < MOST_PREPARED_PER_CONNECTION
+                && self.pool.current(&connection)
+            {
                 connection.idle_since = std::time::Instant::now();
                 if let Ok(mut idle) = self.pool.idle.lock() {
                     idle.push(connection);
@@ -130,6 +157,7 @@ impl Pools {
                     size: self.size,
                     checkouts: AtomicU64::new(0),
                     connects: AtomicU64::new(0),
+                    role_settings: Mutex::new(None),
                 })
             })
             .clone()
@@ -150,19 +178,16 @@ impl Pools {
             .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?;
         pool.checkouts.fetch_add(1, Ordering::Relaxed);
         let idle = pool.idle.lock().ok().and_then(|mut idle| {
+            // Made before the role's or database's settings changed.
+            idle.retain(|c| pool.current(c));
             let own = idle
                 .iter()
                 .rposition(|c| session != 0 && c.last_session == session);
-            // Else the one idle longest, and one holding no statements
-            // before one that does (they are cleared for a new session on
-            // the metadata node): the recently used ones are likely to be
-            // wanted back by their sessions.
-            let other = || {
-                idle.iter()
-                    .position(|c| c.prepared.is_empty())
-                    .or((!idle.is_empty()).then_some(0))
-            };
-            own.or_else(other).map(|index| idle.remove(index))
+            // Else the one idle longest: the recently used ones are likely
+            // to be wanted back by their sessions (their sequence state,
+            // their prepared statements).
+            let oldest = (!idle.is_empty()).then_some(0);
+            own.or(oldest).map(|index| idle.remove(index))
         });
         let reused = idle.is_some();
         let connection = match idle {
@@ -222,7 +247,7 @@ impl Pools {
     pub fn adopt(&self, key: &PoolKey, mut connection: ServerConnection) {
         connection.idle_since = std::time::Instant::now();
         let pool = self.pool(key);
-        if connection.reusable() {
+        if connection.reusable() && pool.current(&connection) {
             if let Ok(mut idle) = pool.idle.lock() {
                 if idle.len() < self.size {
                     idle.push(connection);
@@ -237,7 +262,7 @@ pub async fn connect(
     key: &PoolKey,
     password: Option<&str>,
 ) -> Result<ServerConnection, BackendError> {
-    ServerConnection::connect(
+    let mut connection = ServerConnection::connect(
         &key.address,
         &key.database,
         &Credentials {
@@ -248,5 +273,7 @@ pub async fn connect(
         // packet set, and a client's default is ''.
         &[],
     )
-    .await
+    .await?;
+    connection.note_role_settings().await?;
+    Ok(connection)
 }

@@ -448,6 +448,35 @@ pub fn has_client_bytes(text: &str) -> bool {
 // ---- encoding -------------------------------------------------------------
 
 /// Writes a tag and a length placeholder; returns where the length goes.
+/// The column values of a DataRow message's body (None for NULL); empty
+/// when the body is malformed.
+pub fn data_row_values(body: &[u8]) -> Vec<Option<&[u8]>> {
+    let mut values = Vec::new();
+    let Some(count) = body.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]])) else {
+        return values;
+    };
+    let mut at = 2;
+    for _ in 0..count {
+        let Some(length) = body
+            .get(at..at + 4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return Vec::new();
+        };
+        at += 4;
+        if length < 0 {
+            values.push(None);
+            continue;
+        }
+        let Some(value) = body.get(at..at + length as usize) else {
+            return Vec::new();
+        };
+        values.push(Some(value));
+        at += length as usize;
+    }
+    values
+}
+
 pub fn begin_message(out: &mut BytesMut, tag: u8) -> usize {
     out.put_u8(tag);
     let at = out.len();

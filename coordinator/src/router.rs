@@ -668,9 +668,10 @@ pub enum Route {
 
 /// Context of the client session that routing depends on.
 pub struct Session<'a> {
-    pub user: &'a str,
-    /// The client changed search_path: unqualified names are not resolved.
-    pub search_path_changed: bool,
+    /// The schemas unqualified names are looked up in; None when the
+    /// coordinator does not know them (the client changed search_path, or
+    /// its role, or made a temporary table): such names are not routed.
+    pub search_path: Option<&'a [String]>,
 }
 
 /// Functions that must run where their state lives (the metadata node),
@@ -747,10 +748,12 @@ fn route_inner(
     }
     let mut tables = Vec::with_capacity(shape.relations.len());
     for relation in &shape.relations {
-        if relation.schema.is_none() && session.search_path_changed {
-            return None;
-        }
-        tables.push(map.table(relation.schema.as_deref(), &relation.name, session.user)?);
+        let search_path = match (&relation.schema, session.search_path) {
+            (Some(_), _) => &[][..],
+            (None, Some(path)) => path,
+            (None, None) => return None,
+        };
+        tables.push(map.table(relation.schema.as_deref(), &relation.name, search_path)?);
     }
     let writes = shape.kind != Kind::Select;
     if writes && !matches!(tables[0].kind, TableKind::Distributed { .. }) {
@@ -1223,9 +1226,9 @@ mod tests {
 
     fn route_text(sql: &str) -> Route {
         let map = cluster();
+        let path = default_path("app");
         let session = Session {
-            user: "app",
-            search_path_changed: false,
+            search_path: Some(&path),
         };
         let normalized = crate::lexer::normalize(sql);
         match analyze(&normalized.key) {
@@ -1398,9 +1401,9 @@ mod tests {
         };
         let normalized = crate::lexer::normalize(sql);
         let map = cluster();
+        let path = default_path("app");
         let session = Session {
-            user: "app",
-            search_path_changed: false,
+            search_path: Some(&path),
         };
         let (node, shard) = shard_of(99);
         let text_value = [Some(bytes::Bytes::from_static(b"99"))];
@@ -1568,9 +1571,9 @@ mod tests {
                 filled_columns: HashSet::new(),
             }),
         );
+        let path = default_path("app");
         let session = Session {
-            user: "app",
-            search_path_changed: false,
+            search_path: Some(&path),
         };
         let route_of = |sql: &str| {
             let normalized = crate::lexer::normalize(sql);
@@ -1605,13 +1608,12 @@ mod tests {
         let Analysis::Routable(shape) = analyze(&normalized.key) else {
             panic!()
         };
+        let (app_path, other_path) = (default_path("app"), default_path("other"));
         let as_app = Session {
-            user: "app",
-            search_path_changed: false,
+            search_path: Some(&app_path),
         };
         let as_other = Session {
-            user: "other",
-            search_path_changed: false,
+            search_path: Some(&other_path),
         };
         assert_eq!(
             route(&shape, sql, &normalized, &map, &as_app, None),
@@ -1621,5 +1623,49 @@ mod tests {
             route(&shape, sql, &normalized, &map, &as_other, None),
             Route::Worker { .. }
         ));
+    }
+
+    fn default_path(user: &str) -> Vec<String> {
+        crate::search_path::schemas("\"$user\", public", user).unwrap()
+    }
+
+    #[test]
+    fn names_resolve_along_the_sessions_search_path() {
+        let mut map = cluster();
+        // tenant_x.accounts: a table of its own (history's shards stand in).
+        let tenant = map.tables[&("public".to_string(), "history".to_string())].clone();
+        map.tables
+            .insert(("tenant_x".into(), "accounts".into()), tenant);
+        map.same_names
+            .insert(("tenant_y".into(), "accounts".into()));
+        let sql = "SELECT * FROM accounts WHERE aid = 1";
+        let normalized = crate::lexer::normalize(sql);
+        let Analysis::Routable(shape) = analyze(&normalized.key) else {
+            panic!()
+        };
+        let routes = |path: Option<&[String]>| {
+            route(
+                &shape,
+                sql,
+                &normalized,
+                &map,
+                &Session { search_path: path },
+                None,
+            )
+        };
+        let path = |value: &str| crate::search_path::schemas(value, "app").unwrap();
+        // tenant_y.accounts is an ordinary table: the node reads that one.
+        assert_eq!(routes(Some(&path("tenant_y, public"))), Route::Metadata);
+        let shard_table = |route: Route| match route {
+            Route::Worker { sql, .. } => sql,
+            other => panic!("not routed to a worker: {other:?}"),
+        };
+        // No relation of that name in "empty": public's is found.
+        assert!(shard_table(routes(Some(&path("empty, public")))).contains("\"accounts_"));
+        assert!(shard_table(routes(Some(&path("tenant_x, public")))).contains("\"history_"));
+        assert!(shard_table(routes(Some(&path("public, tenant_x")))).contains("\"accounts_"));
+        // Not on the path at all, or the path unknown.
+        assert_eq!(routes(Some(&path("empty"))), Route::Metadata);
+        assert_eq!(routes(None), Route::Metadata);
     }
 }

@@ -157,7 +157,19 @@ pub struct Session {
     /// SET statements that make up the client's session state, by name,
     /// replayed on each server connection it uses.
     settings: Vec<(String, String)>,
+    /// The settings of the startup packet and `options`: what RESET and
+    /// DISCARD ALL go back to, as on the server.
+    startup_settings: Vec<(String, String)>,
+    /// The schemas of the search_path the server gave the session at login
+    /// (its role's, database's and the server's defaults, or the client's
+    /// startup setting), for resolving unqualified names; None when it is
+    /// not a list the coordinator can read.
+    search_path: Option<Vec<String>>,
+    /// The search_path (or the role, which `$user` names) changed since:
+    /// unqualified names are not resolved by the coordinator.
     search_path_changed: bool,
+    /// The client made temporary relations, which come first in the path.
+    temporary_relations: bool,
     tx: Transaction,
     statements: HashMap<String, Arc<Prepared>>,
     /// Named portals' nodes (portals live until their transaction ends).
@@ -377,7 +389,13 @@ async fn start(
                     relay_replication(stream, input, connection, &shared).await;
                     return Ok(None);
                 }
-                Some(connection) => shared.pools.adopt(&metadata_key, connection),
+                Some(mut connection) => {
+                    // Fresh: the defaults it has are the ones a new session
+                    // gets now.
+                    if connection.note_role_settings().await.is_ok() {
+                        shared.pools.adopt(&metadata_key, connection);
+                    }
+                }
                 None => return Ok(None),
             }
         }
@@ -398,16 +416,10 @@ async fn start(
     protocol::authentication(&mut out, 0, &[]);
     // Startup options the client asked for become session settings.
     let mut settings = Vec::new();
-    let mut search_path_changed = false;
     for (name, value) in &parameters {
         match name.as_str() {
             "user" | "database" | "replication" | "options" => {}
-            _ => {
-                if name == "search_path" {
-                    search_path_changed = true;
-                }
-                settings.push((name.clone(), set_statement(name, value)));
-            }
+            _ => settings.push((name.clone(), set_statement(name, value))),
         }
     }
     // `options` (PGOPTIONS): settings as `-c name=value` or `--name=value`.
@@ -427,9 +439,6 @@ async fn start(
             return Ok(None);
         };
         for (name, value) in pairs {
-            if name == "search_path" {
-                search_path_changed = true;
-            }
             settings.retain(|(n, _)| *n != name);
             let statement = set_statement(&name, &value);
             settings.push((name, statement));
@@ -440,7 +449,7 @@ async fn start(
     // client_encoding 'utf-8' is reported as UTF8); one it refuses
     // refuses the login, as it would directly.
     let mut tries = 0;
-    let mut reported: Vec<(String, String)> = loop {
+    let (search_path, mut reported): (Option<String>, Vec<(String, String)>) = loop {
         tries += 1;
         let mut lease = match shared.pools.checkout(&metadata_key).await {
             Ok(lease) => lease,
@@ -458,14 +467,36 @@ async fn start(
                 return Ok(None);
             }
         };
+        let pool = lease.pool().clone();
         let connection = lease.connection();
         match apply_settings(connection, &settings).await {
-            Ok(()) => {
-                break connection
+            Ok(login) if connection.role_settings.as_deref() != Some(&login.role_settings) => {
+                // Made before an ALTER ROLE/DATABASE … SET: its defaults are
+                // not a new session's. So are the others made then.
+                pool.note_role_settings(&login.role_settings);
+                connection.broken = true;
+                shared.pools.discard_idle(&lease);
+                if tries >= 3 {
+                    refuse(
+                        &mut stream,
+                        ServerError::fatal(
+                            "08006",
+                            "pg_shard coordinator: the role's settings keep changing",
+                        ),
+                    )
+                    .await;
+                    return Ok(None);
+                }
+            }
+            Ok(login) => {
+                pool.note_role_settings(&login.role_settings);
+                let path = login.search_path;
+                let reported = connection
                     .parameters
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
+                break (path, reported);
             }
             // A pooled connection its server had closed (an
             // idle_session_timeout, a restart): another one.
@@ -496,6 +527,18 @@ async fn start(
     let cancel_slot = shared.cancels.register(cancel_key);
     let routing = routing_possible(&settings);
     let idle_timeout = idle_session_timeout(&settings);
+    let schemas = search_path
+        .as_deref()
+        .and_then(|path| crate::search_path::schemas(path, &user));
+    if let (Some(path), false) = (
+        &search_path,
+        settings.iter().any(|(name, _)| name == "search_path"),
+    ) {
+        // The session keeps the search_path it started with, on every
+        // server connection, even if the role's default changes meanwhile
+        // (as a server session does).
+        settings.push(("search_path".to_owned(), set_statement("search_path", path)));
+    }
     tracing::debug!(user = %user, database = %database, "client connected");
     Ok(Some(Session {
         shared,
@@ -505,8 +548,11 @@ async fn start(
         user,
         database,
         map,
+        startup_settings: settings.clone(),
         settings,
-        search_path_changed,
+        search_path_changed: false,
+        search_path: schemas,
+        temporary_relations: false,
         tx: Transaction {
             state: TxState::Idle,
             begin: None,
@@ -547,23 +593,42 @@ const SERVER_DEFAULTS: [&str; 3] = ["RESET SESSION AUTHORIZATION", "RESET ROLE",
 /// (a pooled one another client used), so that
 /// its ParameterStatus values are the client's; a setting the server
 /// refuses comes back as the FATAL error it would end a login with.
+/// What a login learns on its first server connection.
+struct Login {
+    /// `SHOW search_path` after the client's settings.
+    search_path: Option<String>,
+    /// [`crate::backend::ROLE_SETTINGS_QUERY`] now.
+    role_settings: String,
+}
+
 async fn apply_settings(
     connection: &mut ServerConnection,
     settings: &[(String, String)],
-) -> Result<(), ServerError> {
+) -> Result<Login, ServerError> {
+    // The role's settings now (a connection made before they changed has
+    // other defaults), and last the search_path the session starts with
+    // (the role's and the database's defaults apply on the server).
     let statements: Vec<&str> = SERVER_DEFAULTS
         .into_iter()
+        .chain([crate::backend::ROLE_SETTINGS_QUERY])
         .chain(settings.iter().map(|(_, sql)| sql.as_str()))
+        .chain(["SHOW search_path"])
         .collect();
     let mut out = BytesMut::new();
     protocol::query(&mut out, &statements.join(";\n"));
     let lost = |e: crate::backend::BackendError| ServerError::fatal("08006", e.to_string());
     connection.write(&out).await.map_err(lost)?;
     let mut refused = None;
+    let mut rows = Vec::new();
     loop {
         let (tag, body) = connection.read().await.map_err(lost)?;
         match tag {
             b'S' => connection.note_parameter(&body),
+            b'D' => {
+                if let Some(value) = protocol::data_row_values(&body).first() {
+                    rows.push(String::from_utf8_lossy(value.unwrap_or_default()).into_owned());
+                }
+            }
             b'E' => {
                 let mut error = ServerError::parse(&body);
                 error.severity = "FATAL".into();
@@ -581,7 +646,11 @@ async fn apply_settings(
         None => {
             connection.session_settings = Some(settings.to_vec());
             connection.declared_map_version = 0;
-            Ok(())
+            let mut rows = rows.into_iter();
+            Ok(Login {
+                role_settings: rows.next().unwrap_or_default(),
+                search_path: rows.next(),
+            })
         }
     }
 }
@@ -823,12 +892,27 @@ fn command_line_settings(options: &str) -> Option<Vec<(String, String)>> {
 
 /// `SET "name" = 'value'`, for a startup parameter or option.
 fn set_statement(name: &str, value: &str) -> String {
-    format!(
-        "SET {} = {}",
-        pg_shard_core::quote::ident(name),
-        pg_shard_core::quote::literal(value)
-    )
+    use pg_shard_core::quote;
+    if LIST_SETTINGS.contains(&name.to_ascii_lowercase().as_str()) {
+        // `SET search_path = 'a,b'` would name one schema "a,b"; the value
+        // of a startup packet (or SHOW) is the list itself.
+        return format!(
+            "SELECT pg_catalog.set_config({}, {}, false)",
+            quote::literal(name),
+            quote::literal(value)
+        );
+    }
+    format!("SET {} = {}", quote::ident(name), quote::literal(value))
 }
+
+/// Settings whose value is a list of names (GUC_LIST_QUOTE).
+const LIST_SETTINGS: [&str; 5] = [
+    "search_path",
+    "temp_tablespaces",
+    "local_preload_libraries",
+    "session_preload_libraries",
+    "shared_preload_libraries",
+];
 
 /// What the coordinator expects back for each message it sent, in order.
 enum Expect {
@@ -1206,7 +1290,8 @@ impl Session {
                 protocol::command_complete(&mut self.output, tag);
                 return self.finish_reply().await;
             }
-            Analysis::SearchPath { .. } => self.search_path_changed = true,
+            Analysis::SearchPath { temporary: true } => self.temporary_relations = true,
+            Analysis::SearchPath { temporary: false } => self.search_path_changed = true,
             _ => {}
         }
         let effect = session_effect(&analysis);
@@ -1311,10 +1396,11 @@ impl Session {
                 self.statements.clear();
                 self.portals.clear();
                 self.forget_session_state();
-                self.settings.clear();
+                self.settings = self.startup_settings.clone();
                 self.search_path_changed = false;
-                self.routing = true;
-                self.idle_timeout = None;
+                self.temporary_relations = false;
+                self.routing = routing_possible(&self.settings);
+                self.idle_timeout = idle_session_timeout(&self.settings);
                 self.pipes.clear();
             }
         }
@@ -1384,8 +1470,7 @@ impl Session {
                 normalized,
                 map,
                 &router::Session {
-                    user: &self.user,
-                    search_path_changed: self.search_path_changed,
+                    search_path: self.known_search_path(),
                 },
                 None,
             ),
@@ -1519,13 +1604,26 @@ impl Session {
         use pg_query::protobuf::VariableSetKind as K;
         match K::try_from(set.kind) {
             Ok(K::VarResetAll) => {
-                self.settings.clear();
-                self.search_path_changed = false;
+                // Back to the startup values; RESET ALL leaves the role and
+                // the session authorization as they are.
+                let kept = |name: &str| matches!(name, "role" | "session_authorization");
+                self.settings.retain(|(name, _)| kept(name));
+                let startup = self.startup_settings.iter().filter(|(name, _)| !kept(name));
+                self.settings.extend(startup.cloned());
+                self.search_path_changed = self.differs_from_login();
             }
             Ok(K::VarReset | K::VarSetDefault) => {
                 self.settings.retain(|(name, _)| *name != set.name);
-                if set.name == "search_path" {
-                    self.search_path_changed = false;
+                let startup = self
+                    .startup_settings
+                    .iter()
+                    .find(|(name, _)| *name == set.name);
+                self.settings.extend(startup.cloned());
+                if matches!(
+                    set.name.as_str(),
+                    "search_path" | "role" | "session_authorization"
+                ) {
+                    self.search_path_changed = self.differs_from_login();
                 }
             }
             Ok(K::VarSetValue | K::VarSetCurrent) => {
@@ -1545,6 +1643,29 @@ impl Session {
 
     fn reply_error(&mut self, error: ServerError) {
         protocol::error_response(&mut self.output, &error);
+    }
+
+    /// The schemas unqualified names resolve in, when the coordinator
+    /// knows them.
+    fn known_search_path(&self) -> Option<&[String]> {
+        if self.search_path_changed || self.temporary_relations {
+            return None;
+        }
+        self.search_path.as_deref()
+    }
+
+    /// After a RESET: the search_path or the role (which `$user` follows)
+    /// is not the login's.
+    fn differs_from_login(&self) -> bool {
+        let setting = |settings: &[(String, String)], wanted: &str| {
+            settings
+                .iter()
+                .find(|(name, _)| name == wanted)
+                .map(|(_, sql)| sql.clone())
+        };
+        ["search_path", "role", "session_authorization"]
+            .iter()
+            .any(|name| setting(&self.settings, name) != setting(&self.startup_settings, name))
     }
 
     /// Ends a reply the coordinator made itself.
@@ -1881,8 +2002,7 @@ impl Session {
             });
         }
         let session = router::Session {
-            user: &self.user,
-            search_path_changed: self.search_path_changed,
+            search_path: self.known_search_path(),
         };
         let mut routes: Vec<(usize, Route)> = Vec::new();
         let mut runs = false;

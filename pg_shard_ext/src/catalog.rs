@@ -12,7 +12,7 @@ pub fn query_one<T: FromDatum + IntoDatum>(
     query: &str,
     args: &[pgrx::datum::DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut rows = client.select(query, Some(1), args)?;
         match rows.next() {
             None => Ok(None),
@@ -105,7 +105,7 @@ pub fn write_returning<T: FromDatum + IntoDatum>(
     query: &str,
     args: &[pgrx::datum::DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    Spi::connect_mut(|client| {
+    crate::spi::connect_mut(|client| {
         let mut rows = client.update(query, Some(1), args)?;
         match rows.next() {
             None => Ok(None),
@@ -178,7 +178,7 @@ pub fn bump_map_version() -> Result<i64> {
         &[],
     )?
     .unwrap_or(1);
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "SELECT pg_catalog.pg_notify('pg_shard_map', $1)",
         &[version.to_string().into()],
     )?;
@@ -188,7 +188,7 @@ pub fn bump_map_version() -> Result<i64> {
 
 fn nodes_where(filter: &str) -> Result<Vec<Node>> {
     let query = format!("SELECT node_id, host, port FROM pg_shard.node {filter} ORDER BY node_id");
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut nodes = Vec::new();
         for row in client.select(&query, None, &[])? {
             nodes.push(Node {
@@ -227,7 +227,7 @@ pub fn insert_node(host: &str, port: i32) -> Result<i32> {
 }
 
 pub fn logical_table(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT kind, colocation_id FROM pg_shard.logical_table WHERE table_rel = $1",
             Some(1),
@@ -244,7 +244,7 @@ pub fn logical_table(relid: pg_sys::Oid) -> Result<Option<LogicalTable>> {
 }
 
 pub fn colocation_group(colocation_id: i32) -> Result<Option<ColocationGroup>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT colocation_id, shard_count, key_encoding FROM pg_shard.colocation_group \
              WHERE colocation_id = $1",
@@ -261,7 +261,7 @@ pub fn default_colocation_group(
     shard_count: i32,
     key_encoding: &str,
 ) -> Result<Option<ColocationGroup>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT colocation_id, shard_count, key_encoding FROM pg_shard.colocation_group \
              WHERE kind = 'distributed' AND shard_count = $1 AND key_encoding = $2 \
@@ -307,7 +307,7 @@ pub fn insert_shard_group(colocation_id: i32, range_start: i64, range_end: i64) 
 }
 
 pub fn insert_placement(shard_group_id: i64, node_id: i32) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "INSERT INTO pg_shard.placement (shard_group_id, node_id) VALUES ($1, $2)",
         &[shard_group_id.into(), node_id.into()],
     )?;
@@ -318,7 +318,7 @@ pub fn insert_placement(shard_group_id: i64, node_id: i32) -> Result<()> {
 /// order. A reference group has one shard group placed on every node; it is
 /// returned once per placement.
 pub fn shard_groups(colocation_id: i32) -> Result<Vec<ShardGroup>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut groups = Vec::new();
         let rows = client.select(
             "SELECT g.shard_group_id, g.range_start, g.range_end, n.node_id, n.host, n.port \
@@ -352,7 +352,7 @@ pub fn insert_logical_table(
     dist_column: Option<&str>,
     colocation_id: i32,
 ) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "INSERT INTO pg_shard.logical_table (table_rel, kind, dist_column, colocation_id) \
          VALUES ($1::oid::regclass, $2, $3, $4)",
         &[
@@ -368,7 +368,7 @@ pub fn insert_logical_table(
 /// The sequences owned by columns of `relid` (serial columns), as
 /// (sequence, quoted column).
 pub fn owned_sequences(relid: pg_sys::Oid) -> Result<Vec<(String, String)>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut sequences = Vec::new();
         for row in client.select(
             "SELECT format('%I.%I', n.nspname, s.relname), quote_ident(a.attname) \
@@ -398,7 +398,7 @@ pub fn insert_table_constraint(
     definition: &str,
     unique_index: bool,
 ) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "INSERT INTO pg_shard.table_constraint (table_rel, kind, name, definition, unique_index) \
          VALUES ($1, $2::text::\"char\", $3, $4, $5)",
         &[
@@ -423,7 +423,7 @@ pub fn insert_shard(
     shard_schema: &str,
     shard_name: &str,
 ) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "INSERT INTO pg_shard.shard (shard_id, table_rel, shard_group_id, shard_schema, shard_name) \
          VALUES ($1, $2::oid::regclass, $3, $4, $5)",
         &[
@@ -439,7 +439,7 @@ pub fn insert_shard(
 
 /// Reference tables, for copying onto a newly added node.
 pub fn reference_tables() -> Result<Vec<(pg_sys::Oid, i64)>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut tables = Vec::new();
         let rows = client.select(
             "SELECT t.table_rel::oid, g.shard_group_id FROM pg_shard.logical_table t \
@@ -463,7 +463,7 @@ pub fn shard_in_group(
     relid: pg_sys::Oid,
     shard_group_id: i64,
 ) -> Result<Option<(i64, String, String)>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT shard_id, shard_schema, shard_name FROM pg_shard.shard \
              WHERE table_rel = $1 AND shard_group_id = $2",
@@ -495,7 +495,7 @@ pub type ShardsByNode = std::collections::BTreeMap<i32, (Node, Vec<(i64, String)
 
 pub fn shards_by_node(relids: Option<&[pg_sys::Oid]>) -> Result<ShardsByNode> {
     let relids: Option<Vec<pg_sys::Oid>> = relids.map(<[pg_sys::Oid]>::to_vec);
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut by_node = ShardsByNode::new();
         let rows = client.select(
             "SELECT n.node_id, n.host, n.port, s.shard_id, \

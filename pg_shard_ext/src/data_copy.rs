@@ -143,7 +143,7 @@ fn scan_rows(
     width: usize,
     mut each_row: impl FnMut(Option<i64>, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    Spi::connect_mut(|client| {
+    crate::spi::connect_mut(|client| {
         let mut cursor = client.open_cursor_mut(query, &[]);
         let mut line = Vec::new();
         loop {

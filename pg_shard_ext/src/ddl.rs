@@ -120,7 +120,7 @@ pub fn run_internal(sql: &str) -> Result<()> {
         }
     }
     let _reset = Reset(INTERNAL.replace(true));
-    Spi::run(sql)?;
+    crate::spi::run(sql)?;
     Ok(())
 }
 
@@ -365,24 +365,20 @@ impl LogicalTable {
         if relid == pg_sys::InvalidOid {
             return Ok(None);
         }
-        let found = Spi::connect(|client| {
+        let found = crate::spi::connect(|client| {
             let rows = client.select(
-                "SELECT dist_column, table_rel::text FROM pg_shard.logical_table \
-                 WHERE table_rel = $1",
+                "SELECT dist_column FROM pg_shard.logical_table WHERE table_rel = $1",
                 Some(1),
                 &[relid.into()],
             )?;
             let Some(row) = rows.into_iter().next() else {
                 return Ok::<_, ShardError>(None);
             };
-            Ok(Some((
-                row.get::<String>(1)?,
-                row.get::<String>(2)?.unwrap_or_default(),
-            )))
+            Ok(Some(row.get::<String>(1)?))
         })?;
-        Ok(found.map(|(dist_column, display)| LogicalTable {
+        Ok(found.map(|dist_column| LogicalTable {
             relid,
-            display,
+            display: crate::spi::caller_relation_name(relid),
             dist_column,
         }))
     }
@@ -521,7 +517,7 @@ pub(crate) struct ShardTable {
 
 /// Every placement of `relid`'s shards, in node order.
 pub(crate) fn shard_tables(relid: pg_sys::Oid) -> Result<Vec<ShardTable>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut tables = Vec::new();
         for row in client.select(
             "SELECT n.node_id, n.host, n.port, s.shard_id, s.shard_schema, s.shard_name \

@@ -190,11 +190,9 @@ fn choose_colocation_group(
             encoding.name(),
         ),
         _ => {
-            let other_oid = catalog::query_one::<pg_sys::Oid>(
-                "SELECT to_regclass($1)::oid",
-                &[colocate_with.into()],
-            )?
-            .ok_or_else(|| ShardError::UnknownTable(colocate_with.to_string()))?;
+            // A name the user wrote: the caller's search_path.
+            let other_oid = crate::spi::caller_relation(colocate_with)
+                .ok_or_else(|| ShardError::UnknownTable(colocate_with.to_string()))?;
             let colocation_error = |reason: String| ShardError::Colocation {
                 table: shape.display_name.clone(),
                 other: colocate_with.to_string(),
@@ -313,7 +311,7 @@ fn create_shard(
 /// Writes to the reference table on the metadata node reach every copy.
 fn replicate_local_writes(shape: &TableShape) -> Result<()> {
     for statement in crate::reference::replication_trigger_ddl(&shape.qualified()) {
-        Spi::run(&statement)?;
+        crate::spi::run(&statement)?;
     }
     Ok(())
 }
@@ -357,7 +355,7 @@ pub fn replicate_reference_tables(node: &Node) -> Result<usize> {
             placed_groups.push(*shard_group_id);
         }
         let shape = TableShape::load(*relid)?;
-        Spi::run(&format!(
+        crate::spi::run(&format!(
             "LOCK TABLE ONLY {} IN SHARE MODE",
             shape.qualified()
         ))?;

@@ -69,11 +69,11 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
     }
 
     for (relid, table) in &tables {
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "DELETE FROM pg_shard.shard WHERE table_rel = $1",
             &[(*relid).into()],
         )?;
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "DELETE FROM pg_shard.logical_table WHERE table_rel = $1",
             &[(*relid).into()],
         )?;
@@ -88,7 +88,7 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
             "DELETE FROM pg_shard.shard_group WHERE colocation_id = $1 AND ",
             "DELETE FROM pg_shard.colocation_group WHERE colocation_id = $1 AND ",
         ] {
-            Spi::run_with_args(
+            crate::spi::run_with_args(
                 &format!("{statement}{UNUSED_GROUP}"),
                 &[table.colocation_id.into()],
             )?;

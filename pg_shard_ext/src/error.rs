@@ -65,6 +65,11 @@ pub enum ShardError {
         port: i32,
         node_id: i32,
     },
+    #[error(
+        "that server is node {node_id} ({existing}) of the cluster already; add each server once, \
+         under one address"
+    )]
+    SameServer { node_id: i32, existing: String },
     #[error("could not connect to node {host}:{port}: {cause}")]
     Unreachable {
         host: String,
@@ -129,7 +134,9 @@ impl ShardError {
                 ERRCODE_INVALID_PARAMETER_VALUE
             }
             ShardError::NoWorkers => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            ShardError::NodeExists { .. } => ERRCODE_DUPLICATE_OBJECT,
+            ShardError::NodeExists { .. } | ShardError::SameServer { .. } => {
+                ERRCODE_DUPLICATE_OBJECT
+            }
             ShardError::Unreachable { .. } => ERRCODE_CONNECTION_FAILURE,
             ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,

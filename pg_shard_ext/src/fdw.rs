@@ -9,7 +9,6 @@
 use crate::catalog::{self, Node};
 use crate::error::Result;
 use crate::quote;
-use pgrx::prelude::*;
 
 pub fn server_name(node_id: i32) -> String {
     format!("pg_shard_node_{node_id}")
@@ -30,9 +29,9 @@ pub fn create_server(node: &Node) -> Result<()> {
     )?
     .unwrap_or(true)
     {
-        Spi::run("CREATE EXTENSION postgres_fdw")?;
+        crate::spi::run("CREATE EXTENSION postgres_fdw")?;
     }
-    Spi::run(&format!(
+    crate::spi::run(&format!(
         "CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (\
          host {}, port {}, dbname {}, async_capable 'true', extensions 'pg_shard', \
          fetch_size '10000', application_name 'pg_shard', options {})",
@@ -44,13 +43,13 @@ pub fn create_server(node: &Node) -> Result<()> {
     // Without a `user` option postgres_fdw connects as libpq's default user,
     // the metadata node's operating-system user (postgres). Per-role mappings
     // with their own user and password can be added by the DBA.
-    Spi::run(&format!("CREATE USER MAPPING FOR PUBLIC SERVER {server}"))?;
+    crate::spi::run(&format!("CREATE USER MAPPING FOR PUBLIC SERVER {server}"))?;
     Ok(())
 }
 
 /// Declare `version` on every node's server (called with each map bump).
 pub fn declare_map_version(version: i64) -> Result<()> {
-    let servers: Vec<String> = Spi::connect(|client| {
+    let servers: Vec<String> = crate::spi::connect(|client| {
         let mut names = Vec::new();
         let rows = client.select(
             "SELECT s.srvname::text FROM pg_shard.node n \
@@ -64,7 +63,7 @@ pub fn declare_map_version(version: i64) -> Result<()> {
         Ok::<_, crate::error::ShardError>(names)
     })?;
     for server in servers {
-        Spi::run(&format!(
+        crate::spi::run(&format!(
             "ALTER SERVER {} OPTIONS (SET options {})",
             quote::ident(&server),
             quote::literal(&connection_options(version))

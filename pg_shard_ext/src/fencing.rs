@@ -386,6 +386,12 @@ thread_local! {
 /// in-flight writers finish before, and later ones wait until the freeze
 /// commits.) Raw SPI because pgrx's SPI client cannot pass a snapshot.
 fn shard_record(relid: pg_sys::Oid) -> Option<(String, i64)> {
+    // Planned (and replanned) under the safe search_path: it runs as
+    // whichever role writes to the shard table.
+    crate::spi::under_safe_path(|| shard_record_now(relid))
+}
+
+fn shard_record_now(relid: pg_sys::Oid) -> Option<(String, i64)> {
     const QUERY: &CStr =
         c"SELECT state, epoch FROM pg_shard.local_shard WHERE shard_rel = $1::regclass";
     // SAFETY: plain SPI usage inside a trigger call: connect, prepare (kept

@@ -23,6 +23,7 @@
 //! * [`mover`]      – shard moves: job runner background workers, logical replication
 //! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
 //! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
+//! * [`spi`]        – every query pg_shard runs, under a safe search_path; the caller's names
 
 use pgrx::prelude::*;
 
@@ -46,6 +47,7 @@ mod routing_table;
 mod settings;
 mod shard_ddl;
 mod sizes;
+mod spi;
 mod undistribute;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -134,10 +134,14 @@ pub extern "C-unwind" fn pg_shard_job_launcher(_argument: pg_sys::Datum) {
     // After a crash the postmaster restarts the launcher.
     loop {
         let databases: Vec<String> = BackgroundWorker::transaction(|| {
-            Spi::connect(|client| {
+            crate::spi::connect(|client| {
                 client
                     .select(
-                        "SELECT datname::text FROM pg_database WHERE datallowconn AND NOT datistemplate",
+                        // Not a database an interrupted DROP DATABASE left
+                        // invalid (datconnlimit -2): no one can connect,
+                        // and a runner would fail and restart forever.
+                        "SELECT datname::text FROM pg_database \
+                         WHERE datallowconn AND NOT datistemplate AND datconnlimit <> -2",
                         None,
                         &[],
                     )
@@ -164,7 +168,7 @@ const RESUME_ONLY: i64 = 1;
 const ON_DEMAND: i64 = 0;
 
 fn start_runner(database: &str, mode: i64) {
-    let started = BackgroundWorkerBuilder::new(&format!("pg_shard job runner ({database})"))
+    let started = BackgroundWorkerBuilder::new(&runner_name(database))
         .set_function("pg_shard_job_runner")
         .set_library("pg_shard")
         .set_extra(database)
@@ -179,14 +183,31 @@ fn start_runner(database: &str, mode: i64) {
 }
 
 /// Starts the job runner of the current database (it exits at once if one
-/// is running already).
+/// is running already). Not when two are running: one in charge, and one
+/// waiting to take over, which sees the new job either way. (Executable by
+/// superusers and roles granted it; every call could otherwise take a
+/// background worker slot.)
 #[pg_extern(schema = "pg_shard", volatile)]
 fn start_job_runner() {
     let database = query_one::<String>("SELECT current_database()::text", &[])
         .ok()
         .flatten()
         .unwrap_or_default();
-    start_runner(&database, ON_DEMAND);
+    let running = query_one::<i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = $1",
+        &[runner_name(&database).as_str().into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(0);
+    if running < 2 {
+        start_runner(&database, ON_DEMAND);
+    }
+}
+
+/// The job runner's name, as pg_stat_activity shows it (`backend_type`).
+fn runner_name(database: &str) -> String {
+    format!("pg_shard job runner ({database})")
 }
 
 #[pg_guard]
@@ -206,14 +227,14 @@ pub extern "C-unwind" fn pg_shard_job_runner(argument: pg_sys::Datum) {
     let started = Instant::now();
     loop {
         let (installed, in_charge) = BackgroundWorker::transaction(|| {
-            let installed = Spi::get_one::<bool>(
+            let installed = crate::spi::get_one::<bool>(
                 "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_shard')",
             )
             .ok()
             .flatten()
             .unwrap_or(false);
             let in_charge = installed
-                && Spi::get_one::<bool>(
+                && crate::spi::get_one::<bool>(
                     "SELECT pg_try_advisory_lock(hashtext('pg_shard job runner'))",
                 )
                 .ok()
@@ -231,7 +252,7 @@ pub extern "C-unwind" fn pg_shard_job_runner(argument: pg_sys::Datum) {
     }
     // The job's progress must survive a crash, whatever the server's default.
     let durable = transaction(|| {
-        Spi::run("SET synchronous_commit = on")?;
+        crate::spi::run("SET synchronous_commit = on")?;
         Ok(())
     });
     if let Err(e) = durable {
@@ -311,7 +332,7 @@ impl GroupShard {
 /// resume). A job waiting for its old tables' drop time does not hold up
 /// the others.
 fn next_job() -> Result<Option<Job>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT j.job_id, j.kind, j.phase, j.shard_group_id, j.cancel_requested, \
                     s.node_id, s.host, s.port, t.node_id, t.host, t.port, \
@@ -440,7 +461,7 @@ fn caught_message(caught: &pg_sys::panic::CaughtError) -> String {
 }
 
 fn write_state(job: &Job, state: &str, phase: &str, error: Option<&str>) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET state = $2, phase = $3, \
              resources = (resources - 'failures') || CASE WHEN phase = $3 THEN '{}'::jsonb \
                  ELSE jsonb_build_object('phase_times', coalesce(resources->'phase_times', '{}'::jsonb) \
@@ -473,7 +494,7 @@ fn record(job: &Job, state: &str, phase: &str, error: Option<&str>) {
 /// failed tries so far, when the step will be tried again.
 fn record_error(job: &Job, error: &str, failures: Option<i64>) {
     let recorded = transaction(|| {
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "UPDATE pg_shard.job SET error = $2, \
                  resources = CASE WHEN $3::bigint IS NULL THEN resources \
                                   ELSE resources || jsonb_build_object('failures', $3::bigint) END \
@@ -506,7 +527,7 @@ fn step(job: &Job) -> Result<Next> {
     // A pause point for tests and operators: a session holding the
     // advisory lock (hashtext('pg_shard job phase'), hashtext(<phase>))
     // holds every job at the start of that phase.
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "SELECT pg_advisory_xact_lock_shared(hashtext('pg_shard job phase'), hashtext($1))",
         &[job.phase.as_str().into()],
     )?;
@@ -531,7 +552,7 @@ fn step(job: &Job) -> Result<Next> {
 }
 
 fn group_shards(shard_group_id: i64) -> Result<Vec<GroupShard>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut shards = Vec::new();
         for row in client.select(
             "SELECT s.shard_id, s.shard_schema, s.shard_name, \
@@ -632,7 +653,7 @@ fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 /// the job creates (a move also a subscription).
 fn record_plan(job: &Job, shards: &[GroupShard]) -> Result<()> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET planned_version = pg_shard.map_version(), \
              resources = resources || jsonb_build_object('publication', $2::text, 'slot', $2::text, \
                  'marker', $3::text, 'tables', $4::text[]) \
@@ -1071,7 +1092,7 @@ fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     let (lag, synced) = replication_state(job, &mut source, &mut target)?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
     )?;
@@ -1131,7 +1152,7 @@ fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
         ),
     )?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
         &[
             job.shard_group_id.into(),
@@ -1143,7 +1164,7 @@ fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         repoint_partition(shard, job)?;
     }
     let published = crate::catalog::bump_map_version()?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
          WHERE job_id = $1",
         &[job.job_id.into(), published.into()],
@@ -1220,18 +1241,27 @@ fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
         "pg_shard_partitions",
         &partition_name(&shard.table_name, shard.shard_id, job.target.node_id),
     );
-    let parent_and_bounds = query_one::<String>(
-        "SELECT format('%s %s', i.inhparent::regclass, pg_get_expr(c.relpartbound, c.oid)) \
-         FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.oid = to_regclass($1)",
-        &[old.as_str().into()],
-    )?;
-    let Some(parent_and_bounds) = parent_and_bounds else {
+    // Apart: a quoted name may hold spaces.
+    let parent_and_bounds = crate::spi::connect(|client| {
+        let mut rows = client.select(
+            "SELECT i.inhparent::regclass::text, pg_get_expr(c.relpartbound, c.oid) \
+             FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.oid = to_regclass($1)",
+            Some(1),
+            &[old.as_str().into()],
+        )?;
+        match rows.next() {
+            None => Ok::<_, ShardError>(None),
+            Some(row) => Ok(Some((row.get::<String>(1)?, row.get::<String>(2)?))),
+        }
+    })?;
+    let Some((parent, bounds)) = parent_and_bounds else {
         // Done already (a repeated phase).
         return Ok(());
     };
-    let (parent, bounds) = parent_and_bounds
-        .split_once(' ')
-        .ok_or_else(|| ShardError::InvalidArgument(format!("no bounds for {old}")))?;
+    let (Some(parent), Some(bounds)) = (parent, bounds) else {
+        return Err(ShardError::InvalidArgument(format!("no bounds for {old}")));
+    };
+    let (parent, bounds) = (parent.as_str(), bounds.as_str());
     crate::ddl::run_internal(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
     crate::routing_table::create_foreign_partition(
         parent,
@@ -1241,7 +1271,7 @@ fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
         &shard.schema,
         &shard.name,
     )?;
-    Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
+    crate::spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
     Ok(())
 }
 
@@ -1299,7 +1329,7 @@ fn drop_replication(job: &Job) -> Result<()> {
 
 fn cleanup(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
     drop_replication(job)?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('drop_after', \
              now() + coalesce((resources->>'drop_delay')::interval, interval '60 seconds')) \
          WHERE job_id = $1",

@@ -24,7 +24,7 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
         )));
     }
     // Serialize membership changes so two sessions cannot add the same node.
-    Spi::run("LOCK TABLE pg_shard.node IN SHARE ROW EXCLUSIVE MODE")?;
+    crate::spi::run("LOCK TABLE pg_shard.node IN SHARE ROW EXCLUSIVE MODE")?;
     if let Some(node_id) = catalog::node_by_address(host, port)? {
         return Err(ShardError::NodeExists {
             host: host.into(),
@@ -33,7 +33,7 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
         });
     }
     let local_system_id =
-        Spi::get_one::<i64>("SELECT system_identifier FROM pg_catalog.pg_control_system()")?;
+        crate::spi::get_one::<i64>("SELECT system_identifier FROM pg_catalog.pg_control_system()")?;
     let mut node = Node {
         node_id: 0,
         host: host.into(),
@@ -46,7 +46,8 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
                                 WHERE name = 'pg_shard'), \
                         (SELECT system_identifier FROM pg_catalog.pg_control_system()), \
                         'pg_shard' = ANY (string_to_array(replace( \
-                            current_setting('shared_preload_libraries'), ' ', ''), ','))",
+                            current_setting('shared_preload_libraries'), ' ', ''), ',')), \
+                        pg_postmaster_start_time()::text",
                 &[],
             )
             .map_err(|e| remote_error(&node, &e))?;
@@ -54,6 +55,8 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
         let available: bool = row.try_get(0).map_err(column_error)?;
         let remote_system_id: i64 = row.try_get(1).map_err(column_error)?;
         let preloaded: bool = row.try_get(2).map_err(column_error)?;
+        let started: String = row.try_get(3).map_err(column_error)?;
+        refuse_known_server(&node, remote_system_id, &started)?;
         if !available {
             return Err(ShardError::ExtensionMissing {
                 host: host.into(),
@@ -79,4 +82,39 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
     replicate_reference_tables(&node)?;
     crate::fdw::create_server(&node)?;
     Ok(node.node_id)
+}
+
+/// Refuses `node` when it is the server of a node already in the cluster
+/// under another address (`localhost` for `127.0.0.1`, a socket folder):
+/// its shards would be written twice over one server's connections, which
+/// deadlock. The same server: the same system identifier and start time,
+/// asked of the nodes with the same port (an unreachable one is skipped).
+fn refuse_known_server(node: &Node, system_id: i64, started: &str) -> Result<()> {
+    for known in catalog::all_nodes()?
+        .into_iter()
+        .filter(|known| known.port == node.port)
+    {
+        let Ok(mut client) = crate::remote::connect(&known.host, known.port) else {
+            continue;
+        };
+        let identity = client.query_one(
+            "SELECT (SELECT system_identifier FROM pg_catalog.pg_control_system()), \
+                    pg_postmaster_start_time()::text",
+            &[],
+        );
+        let Ok(row) = identity else {
+            continue;
+        };
+        if let (Ok(known_id), Ok(known_started)) =
+            (row.try_get::<_, i64>(0), row.try_get::<_, String>(1))
+        {
+            if known_id == system_id && known_started == started {
+                return Err(ShardError::SameServer {
+                    node_id: known.node_id,
+                    existing: format!("{}:{}", known.host, known.port),
+                });
+            }
+        }
+    }
+    Ok(())
 }

@@ -183,7 +183,7 @@ fn replicate(
 
 /// Quoted names of the columns an UPDATE sets (not generated ones).
 fn updatable_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut columns = Vec::new();
         for row in client.select(
             "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 \
@@ -211,7 +211,7 @@ fn copies_of(relid: pg_sys::Oid) -> Result<Vec<(Node, String)>> {
 
 /// Quoted names of the primary key (or replica identity index) columns.
 fn key_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut columns = Vec::new();
         let rows = client.select(
             "WITH key AS (SELECT indkey, indnkeyatts FROM pg_index \
@@ -238,8 +238,5 @@ fn key_columns(relid: pg_sys::Oid) -> Result<Vec<String>> {
 }
 
 fn display_name(relid: pg_sys::Oid) -> Result<String> {
-    Ok(
-        crate::catalog::query_one::<String>("SELECT $1::regclass::text", &[relid.into()])?
-            .unwrap_or_default(),
-    )
+    Ok(crate::spi::caller_relation_name(relid))
 }

@@ -186,7 +186,7 @@ fn record_remote_transaction(node: &Node) -> Result<String> {
 fn record_as_owner(node: &Node) -> Result<String> {
     let finished = FINISHED.with(|f| std::mem::take(&mut *f.borrow_mut()));
     if !finished.is_empty() {
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "DELETE FROM pg_shard.remote_transaction WHERE gid = ANY ($1)",
             &[finished.into()],
         )?;
@@ -406,7 +406,7 @@ pub fn recover() -> Result<i64> {
             }
         }
     }
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "DELETE FROM pg_shard.remote_transaction WHERE gid <> ALL ($1)",
         &[still_prepared.into()],
     )?;

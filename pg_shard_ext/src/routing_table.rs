@@ -53,7 +53,7 @@ pub fn check_replaceable(relid: pg_sys::Oid, shape: &TableShape) -> Result<()> {
             "extended statistics are not carried over yet",
         ),
         (
-            "SELECT string_agg(DISTINCT r.ev_class::regclass::text, ', ') \
+            "SELECT string_agg(DISTINCT chr(1) || r.ev_class::text || chr(1), ', ') \
              FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid \
              WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
                AND d.refobjid = $1 AND r.ev_class <> $1",
@@ -81,6 +81,7 @@ pub fn check_replaceable(relid: pg_sys::Oid, shape: &TableShape) -> Result<()> {
     ];
     for (query, reason) in checks {
         if let Some(found) = crate::catalog::query_one::<String>(query, &[relid.into()])? {
+            let found = crate::spi::caller_names(&found);
             return Err(unsupported(format!("{reason} ({found})")));
         }
     }
@@ -105,14 +106,14 @@ pub fn replace_with_routing_table(
     let original = shape.qualified();
     let new_name = quote::name_with_suffix(&shape.name, "_pg_shard_new");
     let new_table = quote::qualified(&shape.schema, &new_name);
-    Spi::run(&format!(
+    crate::spi::run(&format!(
         "CREATE TABLE {new_table} ({}) PARTITION BY RANGE (pg_shard.keyspace_id({}))",
         shape.column_definitions(true),
         quote::ident(dist_column)
     ))?;
     // The owner first: the partitions take the parent's.
     for statement in carried_over(relid, &new_table)? {
-        Spi::run(&statement)?;
+        crate::spi::run(&statement)?;
     }
     for partition in partitions {
         let upper = if partition.range_end == i64::MAX {
@@ -132,13 +133,13 @@ pub fn replace_with_routing_table(
             &partition.shard_name,
         )?;
     }
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.logical_table SET table_rel = to_regclass($2) WHERE table_rel = $1",
         &[relid.into(), new_table.as_str().into()],
     )?;
     // The catalog no longer names the original, so the DROP's event trigger
     // leaves the shards alone.
-    Spi::run(&format!("DROP TABLE {original}"))?;
+    crate::spi::run(&format!("DROP TABLE {original}"))?;
     crate::ddl::run_internal(&format!(
         "ALTER TABLE {new_table} RENAME TO {}",
         quote::ident(&shape.name)
@@ -158,7 +159,7 @@ pub fn create_foreign_partition(
     shard_schema: &str,
     shard_name: &str,
 ) -> Result<()> {
-    Spi::run(&format!(
+    crate::spi::run(&format!(
         "CREATE FOREIGN TABLE {partition} PARTITION OF {parent} {bounds} SERVER {} \
          OPTIONS (schema_name {}, table_name {})",
         quote::ident(&server_name(node_id)),
@@ -170,7 +171,7 @@ pub fn create_foreign_partition(
         &[parent.into()],
     )?;
     if let Some(owner) = owner {
-        Spi::run(&format!("ALTER FOREIGN TABLE {partition} OWNER TO {owner}"))?;
+        crate::spi::run(&format!("ALTER FOREIGN TABLE {partition} OWNER TO {owner}"))?;
     }
     Ok(())
 }

@@ -91,16 +91,14 @@ impl TableShape {
     /// changes committed while the lock was awaited; names outside pg_catalog
     /// come out schema-qualified so the DDL means the same on a worker.
     pub fn load(relid: pg_sys::Oid) -> Result<TableShape> {
-        let display_name =
-            crate::catalog::query_one::<String>("SELECT $1::regclass::text", &[relid.into()])?
-                .unwrap_or_default();
+        let display_name = crate::spi::caller_relation_name(relid);
         let mut shape = with_settings(QUALIFIED_NAMES, || Self::load_qualified(relid))?;
         shape.display_name = display_name;
         Ok(shape)
     }
 
     fn load_qualified(relid: pg_sys::Oid) -> Result<TableShape> {
-        Spi::connect_mut(|client| {
+        crate::spi::connect_mut(|client| {
             let rel = client.update(
                 "SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relreplident::text, \
                         c.relpersistence::text, c.relrowsecurity, \

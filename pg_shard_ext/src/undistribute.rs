@@ -26,13 +26,8 @@ fn undistribute_table_internal(table_oid: pg_sys::Oid) {
 }
 
 fn undistribute(relid: pg_sys::Oid) -> Result<()> {
-    let table = crate::ddl::LogicalTable::of(relid)?.ok_or_else(|| {
-        let name = catalog::query_one::<String>("SELECT $1::regclass::text", &[relid.into()])
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| format!("{relid:?}"));
-        ShardError::NotLogicalTable(name)
-    })?;
+    let table = crate::ddl::LogicalTable::of(relid)?
+        .ok_or_else(|| ShardError::NotLogicalTable(crate::spi::caller_relation_name(relid)))?;
     table.lock(pg_sys::AccessExclusiveLock);
     crate::distribute::require_read_committed()?;
     table.refuse_during_job()?;
@@ -40,11 +35,11 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     // the metadata node too.)
     let foreign_keys = catalog::query_one::<String>(
         "SELECT string_agg(key, ', ') FROM ( \
-           SELECT format('%I (on %s)', name, table_rel::regclass) AS key \
+           SELECT format('%I (on %s)', name, chr(1) || table_rel::oid::text || chr(1)) AS key \
            FROM pg_shard.table_constraint \
            WHERE kind = 'f' AND (table_rel = $1 OR referenced_rel = $1) \
            UNION ALL \
-           SELECT format('%I (on %s)', conname, conrelid::regclass) FROM pg_constraint \
+           SELECT format('%I (on %s)', conname, chr(1) || conrelid::text || chr(1)) FROM pg_constraint \
            WHERE contype = 'f' AND (conrelid = $1 OR confrelid = $1) \
              AND conrelid IN (SELECT table_rel FROM pg_shard.logical_table) \
              AND confrelid IN (SELECT table_rel FROM pg_shard.logical_table)) keys",
@@ -52,7 +47,8 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     )?;
     if let Some(foreign_keys) = foreign_keys {
         return Err(table.refuse(format!(
-            "drop the foreign keys between it and other distributed or reference tables first: {foreign_keys}"
+            "drop the foreign keys between it and other distributed or reference tables first: {}",
+            crate::spi::caller_names(&foreign_keys)
         )));
     }
     if !table.is_distributed() {
@@ -66,7 +62,7 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     let shape = TableShape::load(relid)?;
     let new_name = quote::name_with_suffix(&shape.name, "_pg_shard_local");
     let new_table = quote::qualified(&shape.schema, &new_name);
-    Spi::run(&format!(
+    crate::spi::run(&format!(
         "CREATE TABLE {new_table} ({})",
         shape.column_definitions(true)
     ))?;
@@ -74,14 +70,14 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
         copy_rows(&shard, &new_table)?;
     }
     for statement in crate::ddl::recorded_objects_sql(relid, &new_table)? {
-        Spi::run(&statement)?;
+        crate::spi::run(&statement)?;
     }
     for statement in crate::routing_table::carried_over(relid, &new_table)? {
-        Spi::run(&statement)?;
+        crate::spi::run(&statement)?;
     }
     // The event trigger drops the shards and the catalog rows.
-    Spi::run(&format!("DROP TABLE {}", shape.qualified()))?;
-    Spi::run(&format!(
+    crate::spi::run(&format!("DROP TABLE {}", shape.qualified()))?;
+    crate::spi::run(&format!(
         "ALTER TABLE {new_table} RENAME TO {}",
         quote::ident(&shape.name)
     ))?;
@@ -127,7 +123,7 @@ fn copy_rows(shard: &crate::ddl::ShardTable, target: &str) -> Result<()> {
                 batch.push_str(&json);
             }
             batch.push(']');
-            Spi::run_with_args(
+            crate::spi::run_with_args(
                 &format!(
                     "INSERT INTO {target} SELECT * FROM json_populate_recordset(NULL::{target}, $1::json)"
                 ),

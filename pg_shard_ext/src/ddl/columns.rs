@@ -236,7 +236,7 @@ fn rename_distribution_column(
             sql
         })?;
         super::refresh_recorded(relid)?;
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "UPDATE pg_shard.logical_table SET dist_column = $2 WHERE table_rel = $1",
             &[relid.into(), new_name.as_str().into()],
         )?;
@@ -247,7 +247,7 @@ fn rename_distribution_column(
 
 /// Each shard's key range.
 fn shard_ranges(relid: pg_sys::Oid) -> Result<std::collections::HashMap<i64, (i64, i64)>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut ranges = std::collections::HashMap::new();
         for row in client.select(
             "SELECT s.shard_id, g.range_start, g.range_end FROM pg_shard.shard s \

@@ -84,7 +84,7 @@ pub(super) unsafe fn plan(
             })
         }))),
         Action::Validate(name) => Ok(Some(Planned::new(Local::Skip, move || {
-            Spi::run_with_args(
+            crate::spi::run_with_args(
                 "UPDATE pg_shard.table_constraint \
                  SET definition = regexp_replace(definition, ' NOT VALID$', '') \
                  WHERE table_rel = $1 AND name = $2",
@@ -182,7 +182,7 @@ unsafe fn plan_reference(table: &LogicalTable, action: Action) -> Result<Planned
 /// qualified names).
 fn local_keys(relid: pg_sys::Oid) -> Result<Vec<(String, String)>> {
     crate::settings::with_settings(crate::settings::QUALIFIED_NAMES, || {
-        Spi::connect(|client| {
+        crate::spi::connect(|client| {
             let mut keys = Vec::new();
             for row in client.select(
                 "SELECT conname::text, pg_get_constraintdef(oid) FROM pg_constraint \
@@ -205,7 +205,7 @@ fn local_keys(relid: pg_sys::Oid) -> Result<Vec<(String, String)>> {
 /// every node).
 pub(crate) fn copy_names() -> Result<Vec<(String, String)>> {
     crate::settings::with_settings(crate::settings::QUALIFIED_NAMES, || {
-        Spi::connect(|client| {
+        crate::spi::connect(|client| {
             let mut names = Vec::new();
             for row in client.select(
                 "SELECT t.table_rel::text, format('%I.%I', s.shard_schema, s.shard_name) \
@@ -252,7 +252,7 @@ fn recorded(relid: pg_sys::Oid, name: &str) -> Result<Option<String>> {
 /// column. Read from one shard table of the referencing table, in the
 /// remote transaction that made the change.
 pub(crate) fn refresh_recorded(relid: pg_sys::Oid) -> Result<()> {
-    let keys = Spi::connect(|client| {
+    let keys = crate::spi::connect(|client| {
         let mut keys = Vec::new();
         for row in client.select(
             "SELECT c.table_rel::oid, c.name::text, n.node_id, n.host, n.port, \
@@ -300,7 +300,7 @@ pub(crate) fn refresh_recorded(relid: pg_sys::Oid) -> Result<()> {
                 .map_err(|e| crate::remote::remote_error(&node, &e))
         })?;
         match definition {
-            Some(definition) => Spi::run_with_args(
+            Some(definition) => crate::spi::run_with_args(
                 "UPDATE pg_shard.table_constraint SET definition = $3 \
                  WHERE table_rel = $1 AND name = $2",
                 &[table.into(), name.as_str().into(), definition.into()],
@@ -312,7 +312,7 @@ pub(crate) fn refresh_recorded(relid: pg_sys::Oid) -> Result<()> {
 }
 
 fn forget(relid: pg_sys::Oid, name: &str) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "DELETE FROM pg_shard.table_constraint WHERE table_rel = $1 AND name = $2",
         &[relid.into(), name.into()],
     )?;
@@ -418,7 +418,7 @@ unsafe fn plan_add(table: &LogicalTable, constraint: &pg_sys::Constraint) -> Res
             &definition(&logical_name),
             false,
         )?;
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "UPDATE pg_shard.table_constraint SET referenced_rel = $3 \
              WHERE table_rel = $1 AND name = $2",
             &[relid.into(), name.as_str().into(), referenced_relid.into()],
@@ -520,7 +520,7 @@ fn key_columns(definition: &str) -> Vec<String> {
 
 /// The name PostgreSQL would pick: `table_columns_fkey`, free in the schema.
 fn choose_name(table: &LogicalTable, columns: &[String]) -> Result<String> {
-    let (relname, namespace) = Spi::connect(|client| {
+    let (relname, namespace) = crate::spi::connect(|client| {
         let row = client
             .select(
                 "SELECT relname::text, relnamespace FROM pg_class WHERE oid = $1",
@@ -559,7 +559,7 @@ fn referenced_shards(
     relid: pg_sys::Oid,
     referenced: pg_sys::Oid,
 ) -> Result<HashMap<(i64, i32), String>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut targets = HashMap::new();
         for row in client.select(
             "SELECT s.shard_id, p.node_id, format('%I.%I', r.shard_schema, r.shard_name) \

@@ -67,7 +67,7 @@ fn recorded_kind(relid: pg_sys::Oid, name: &str) -> Result<Option<char>> {
 /// Rename a recorded object of a distributed table, and the shards' copies.
 fn rename_recorded(relid: pg_sys::Oid, kind: char, old: String, new: String) -> Planned {
     Planned::new(Local::Skip, move || {
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "UPDATE pg_shard.table_constraint SET name = $3 WHERE table_rel = $1 AND name = $2",
             &[relid.into(), old.as_str().into(), new.as_str().into()],
         )?;

@@ -174,7 +174,7 @@ impl Difference {
     /// The catalog of a distributed table follows.
     fn record(&self, relid: pg_sys::Oid) -> Result<()> {
         for object in self.dropped.iter().chain(&self.validated) {
-            Spi::run_with_args(
+            crate::spi::run_with_args(
                 "DELETE FROM pg_shard.table_constraint WHERE table_rel = $1 AND name = $2",
                 &[relid.into(), object.name.as_str().into()],
             )?;
@@ -209,7 +209,7 @@ fn objects_of(relid: pg_sys::Oid) -> Result<Vec<Object>> {
 
 /// The indexes and constraints a distributed table's shards carry.
 fn recorded_objects(relid: pg_sys::Oid) -> Result<Vec<Object>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut objects = Vec::new();
         for row in client.select(
             "SELECT kind::text, name::text, definition, unique_index \
@@ -264,7 +264,7 @@ struct Scratch {
 
 impl Scratch {
     fn of(table: &LogicalTable) -> Result<Scratch> {
-        let (name, table_qualified) = Spi::connect(|client| {
+        let (name, table_qualified) = crate::spi::connect(|client| {
             let row = client
                 .select(
                     "SELECT c.relname::text, format('%I.%I', n.nspname, c.relname) \
@@ -280,7 +280,7 @@ impl Scratch {
         })?;
         let qualified = quote::qualified("pg_temp", &name.unwrap_or_default());
         let table_qualified = table_qualified.unwrap_or_default();
-        Spi::run(&format!(
+        crate::spi::run(&format!(
             "CREATE TEMPORARY TABLE {qualified} (LIKE {table_qualified})"
         ))?;
         let relid =
@@ -298,14 +298,14 @@ impl Scratch {
             .iter()
             .filter(|o| o.kind != 'f')
         {
-            Spi::run(&object.create_sql(&scratch.qualified, &object.name, false))?;
+            crate::spi::run(&object.create_sql(&scratch.qualified, &object.name, false))?;
         }
         Ok(scratch)
     }
 
     /// Drop the scratch table (on error the transaction's abort does).
     fn finish(self) -> Result<()> {
-        Spi::run(&format!("DROP TABLE {}", self.qualified))?;
+        crate::spi::run(&format!("DROP TABLE {}", self.qualified))?;
         Ok(())
     }
 
@@ -318,7 +318,7 @@ impl Scratch {
 
     fn run_unchecked(&self, statement: &str) -> Result<Difference> {
         let before = objects_of(self.relid)?;
-        Spi::run(statement)?;
+        crate::spi::run(statement)?;
         let after = objects_of(self.relid)?;
         Ok(Difference::between(&before, &after))
     }
@@ -370,7 +370,7 @@ impl Scratch {
     /// Columns a new primary key made NOT NULL on the scratch table, as
     /// statements for the metadata node's table.
     fn new_not_null(&self) -> Result<Vec<String>> {
-        Spi::connect(|client| {
+        crate::spi::connect(|client| {
             let mut statements = Vec::new();
             for row in client.select(
                 "SELECT quote_ident(s.attname) FROM pg_attribute s \
@@ -624,11 +624,15 @@ pub(super) fn index_of_logical_table(parts: &[String]) -> Result<Option<(Logical
            SELECT i.indrelid, c.relnamespace FROM pg_index i \
            JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $2) found \
          JOIN LATERAL unnest(CASE WHEN $1::text IS NULL \
-                                  THEN current_schemas(true)::text[] ELSE ARRAY[$1::text] END) \
+                                  THEN $3::text[] ELSE ARRAY[$1::text] END) \
               WITH ORDINALITY AS path(nspname, position) \
            ON path.nspname = (SELECT nspname::text FROM pg_namespace WHERE oid = relnamespace) \
          ORDER BY path.position LIMIT 1",
-        &[schema.into(), name.as_str().into()],
+        &[
+            schema.into(),
+            name.as_str().into(),
+            crate::spi::caller_schemas().into(),
+        ],
     )?;
     let Some(relid) = relid else {
         return Ok(None);

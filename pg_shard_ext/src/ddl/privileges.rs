@@ -81,7 +81,7 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
 }
 
 fn tables_in_schemas(schemas: &[String]) -> Result<Vec<LogicalTable>> {
-    let relids = Spi::connect(|client| {
+    let relids = crate::spi::connect(|client| {
         let mut relids = Vec::new();
         for row in client.select(
             "SELECT t.table_rel::oid FROM pg_shard.logical_table t \
@@ -121,14 +121,8 @@ pub(super) unsafe fn plan_comment(comment: *mut pg_sys::CommentStmt) -> Result<O
     let mut names = unsafe { string_list(comment.object.cast()) };
     let column = if on_column { names.pop() } else { None };
     let relid = match names.as_slice() {
-        [name] => crate::catalog::query_one::<pg_sys::Oid>(
-            "SELECT to_regclass(quote_ident($1))::oid",
-            &[name.as_str().into()],
-        )?,
-        [schema, name] => crate::catalog::query_one::<pg_sys::Oid>(
-            "SELECT to_regclass(format('%I.%I', $1, $2))::oid",
-            &[schema.as_str().into(), name.as_str().into()],
-        )?,
+        [name] => crate::spi::caller_relation(&crate::quote::ident(name)),
+        [schema, name] => crate::spi::caller_relation(&crate::quote::qualified(schema, name)),
         _ => None,
     };
     let Some(table) = LogicalTable::of(relid.unwrap_or(pg_sys::InvalidOid))? else {
@@ -162,7 +156,7 @@ pub(super) fn plan_owner(table: LogicalTable) -> Result<Planned> {
     table.refuse_during_job()?;
     Ok(Planned::new(Local::Run, move || {
         let shape = TableShape::load(table.relid)?;
-        let partitions = Spi::connect(|client| {
+        let partitions = crate::spi::connect(|client| {
             let mut partitions = Vec::new();
             for row in client.select(
                 "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = $1 \

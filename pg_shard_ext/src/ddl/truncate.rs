@@ -91,7 +91,7 @@ pub(super) unsafe fn plan(
     };
     Ok(Some(Planned::new(local, move || {
         for sequence in sequences {
-            Spi::run(&format!("ALTER SEQUENCE {sequence} RESTART"))?;
+            crate::spi::run(&format!("ALTER SEQUENCE {sequence} RESTART"))?;
         }
         // One TRUNCATE per node: shard tables with foreign keys among
         // them can only be emptied together.

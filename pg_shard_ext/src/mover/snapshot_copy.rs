@@ -12,7 +12,6 @@ use super::Job;
 use crate::catalog::query_one;
 use crate::error::Result;
 use crate::quote;
-use pgrx::prelude::*;
 use postgres::Client;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -92,7 +91,7 @@ pub(super) fn resource(job: &Job, key: &str) -> Result<Option<i64>> {
 
 /// Records that the copy starts (over) from the first page.
 pub(super) fn restart_progress(job: &Job) -> Result<()> {
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET rows_copied = 0, bytes_copied = 0, \
              resources = resources || jsonb_build_object('copy_table', 0, 'copy_page', 0) \
          WHERE job_id = $1",
@@ -155,7 +154,7 @@ pub(super) fn copy_step(
             }
         }
     }
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
              resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
          WHERE job_id = $1",

@@ -101,7 +101,7 @@ struct Ranges {
 
 impl Ranges {
     fn load(job: &Job) -> Result<Ranges> {
-        let row = Spi::connect(|client| -> Result<Option<(i64, i64, String)>> {
+        let row = crate::spi::connect(|client| -> Result<Option<(i64, i64, String)>> {
             let rows = client.select(
                 "SELECT g.range_start, g.range_end, c.key_encoding \
                  FROM pg_shard.shard_group g JOIN pg_shard.colocation_group c USING (colocation_id) \
@@ -146,7 +146,7 @@ impl Ranges {
 
 /// The group's tables with their halves, as the plan recorded them.
 pub(super) fn split_tables(job: &Job) -> Result<Vec<SplitTable>> {
-    Spi::connect(|client| {
+    crate::spi::connect(|client| {
         let mut tables = Vec::new();
         for row in client.select(
             "SELECT h.source_id, h.schema, h.source_name, h.table_name, h.dist_column, \
@@ -254,7 +254,7 @@ fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     }
     record_plan(job, shards)?;
     for (shard, key_columns, lower_id, lower_name, upper_id, upper_name) in halves {
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "UPDATE pg_shard.job SET resources = jsonb_set(resources, '{halves}', \
                  coalesce(resources->'halves', '[]'::jsonb) || jsonb_build_object('source_id', $2::bigint, 'schema', $3::text, \
                      'source_name', $4::text, 'table_name', $5::text, 'dist_column', $6::text, \
@@ -405,7 +405,7 @@ fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<Str
     let (holder, snapshot, visible) =
         snapshot_copy::export_snapshot(job, "pg_current_snapshot()::text")?;
     snapshot_copy::restart_progress(job)?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copy_snapshot', $2::text) \
          WHERE job_id = $1",
         &[job.job_id.into(), visible.as_str().into()],
@@ -480,7 +480,7 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         ),
     )?
     .flatten();
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
     )?;
@@ -544,7 +544,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     )?;
     publish(job, tables, &ranges)?;
     let published = crate::catalog::bump_map_version()?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
          WHERE job_id = $1",
         &[job.job_id.into(), published.into()],
@@ -611,7 +611,7 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
         ShardError::InvalidArgument(format!("shard group {} is gone", job.shard_group_id))
     })?;
     crate::catalog::insert_placement(upper_group, job.source.node_id)?;
-    Spi::run_with_args(
+    crate::spi::run_with_args(
         "UPDATE pg_shard.colocation_group SET shard_count = shard_count + 1 \
           WHERE colocation_id = (SELECT colocation_id FROM pg_shard.shard_group WHERE shard_group_id = $1)",
         &[upper_group.into()],
@@ -635,7 +635,7 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
         .ok_or_else(|| {
             ShardError::InvalidArgument(format!("shard {} is gone", table.source.shard_id))
         })?;
-        Spi::run_with_args(
+        crate::spi::run_with_args(
             "DELETE FROM pg_shard.shard WHERE shard_id = $1",
             &[table.source.shard_id.into()],
         )?;
@@ -655,7 +655,7 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
             continue;
         };
         crate::ddl::run_internal(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
-        Spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
+        crate::spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
         let upper_bound = if ranges.range_end == i64::MAX {
             "MAXVALUE".to_string()
         } else {

@@ -1135,6 +1135,86 @@ def metadata_pool_size():
     return sizes[0] if sizes else None
 
 
+def search_paths():
+    """Unqualified names mean what the node resolves them to, whatever sets the
+    search_path: the role's or the database's default, startup options, SET
+    and RESET. sp_tenant.sp_items is an ordinary table on the metadata node
+    named like the distributed public.sp_items."""
+    key = 31001
+    quoted_db = psycopg.sql.Identifier(database)
+    with metadata() as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS sp_tenant")
+        conn.execute("CREATE SCHEMA IF NOT EXISTS sp_empty")
+        conn.execute("DROP TABLE IF EXISTS sp_tenant.sp_items")
+        conn.execute("CREATE TABLE sp_tenant.sp_items (id bigint PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO sp_tenant.sp_items VALUES (%s, 'tenant')", (key,))
+        conn.execute("DELETE FROM public.sp_items WHERE id = %s", (key,))
+        conn.execute("INSERT INTO public.sp_items VALUES (%s, 'public')", (key,))
+    time.sleep(1.5)  # the coordinator's map learns of the shadowing table
+
+    def read_and_write(label, **kwargs):
+        """The value read by an unqualified name, and where an INSERT landed."""
+        inserted = key + 1 + len(label)
+        with connect(**kwargs) as conn:
+            shown = value(conn, "SHOW search_path")
+            read = value(conn, "SELECT v FROM sp_items WHERE id = %s", (key,))
+            read_prepared = fetch(conn, "SELECT v FROM sp_items WHERE id = %s", (key,), prepare=True)
+            written = run_sql(conn, "INSERT INTO sp_items VALUES (%s, %s)", (inserted, label))
+        where = truth("SELECT (SELECT count(*) FROM sp_tenant.sp_items WHERE id = %s), "
+                      "(SELECT count(*) FROM public.sp_items WHERE id = %s)", (inserted, inserted))[0]
+        with metadata() as conn:
+            conn.execute("DELETE FROM sp_tenant.sp_items WHERE id = %s", (inserted,))
+            conn.execute("DELETE FROM public.sp_items WHERE id = %s", (inserted,))
+        return shown, read, read_prepared, written, tuple(where)
+
+    tenant = ("tenant", [("tenant",)], None, (1, 0))
+    try:
+        with metadata() as conn:
+            conn.execute(psycopg.sql.SQL("ALTER ROLE postgres IN DATABASE {} SET search_path = sp_tenant, public")
+                         .format(quoted_db))
+        got = read_and_write("role")
+        check("ALTER ROLE … IN DATABASE … SET search_path: reads and writes the role's sp_tenant.sp_items",
+              got[1:] == tenant, f"got {got}")
+        with metadata() as conn:
+            conn.execute(psycopg.sql.SQL("ALTER ROLE postgres IN DATABASE {} RESET search_path").format(quoted_db))
+            conn.execute(psycopg.sql.SQL("ALTER DATABASE {} SET search_path = sp_tenant, public").format(quoted_db))
+        got = read_and_write("database")
+        check("ALTER DATABASE … SET search_path: reads and writes sp_tenant.sp_items",
+              got[1:] == tenant, f"got {got}")
+        with metadata() as conn:
+            conn.execute(psycopg.sql.SQL("ALTER DATABASE {} RESET search_path").format(quoted_db))
+        got = read_and_write("options", options="-c search_path=sp_tenant,public")
+        check("options -c search_path: reads and writes sp_tenant.sp_items", got[1:] == tenant, f"got {got}")
+        got = read_and_write("empty", options="-c search_path=sp_empty,public")
+        check("a search_path whose first schema has no such table: public.sp_items",
+              got[1:] == ("public", [("public",)], None, (0, 1)), f"got {got}")
+        with connect(options="-c search_path=sp_tenant,public") as conn:
+            before = value(conn, "SELECT v FROM sp_items WHERE id = %s", (key,))
+            conn.execute("SET search_path = public")
+            after_set = value(conn, "SELECT v FROM sp_items WHERE id = %s", (key,))
+            conn.execute("RESET search_path")
+            after_reset = value(conn, "SELECT v FROM sp_items WHERE id = %s", (key,))
+            conn.execute("SET search_path = public")
+            conn.execute("RESET ALL")
+            after_reset_all = value(conn, "SELECT v FROM sp_items WHERE id = %s", (key,))
+            conn.execute("SET search_path = public")
+            conn.execute("DISCARD ALL")
+            after_discard = value(conn, "SELECT v FROM sp_items WHERE id = %s", (key,))
+            path_after = value(conn, "SHOW search_path")
+        check("SET search_path, then RESET, RESET ALL and DISCARD ALL go back to the startup search_path",
+              (before, after_set, after_reset, after_reset_all, after_discard) ==
+              ("tenant", "public", "tenant", "tenant", "tenant") and path_after == "sp_tenant,public",
+              f"got {before}, {after_set}, {after_reset}, {after_reset_all}, {after_discard}; "
+              f"search_path {path_after}")
+    finally:
+        with metadata() as conn:
+            conn.execute(psycopg.sql.SQL("ALTER ROLE postgres IN DATABASE {} RESET search_path").format(quoted_db))
+            conn.execute(psycopg.sql.SQL("ALTER DATABASE {} RESET search_path").format(quoted_db))
+            conn.execute("DROP SCHEMA sp_tenant CASCADE")
+            conn.execute("DROP SCHEMA sp_empty CASCADE")
+            conn.execute("DELETE FROM public.sp_items WHERE id = %s", (key,))
+
+
 def prepared_visibility():
     """Statements a client prepared are not in another's pg_prepared_statements,
     even on the server connection it left them on."""
@@ -1523,7 +1603,7 @@ for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (se
                          (long_pipelines, 90), (unread_pipeline, 130), (long_pipeline_across_workers, 60),
                          (vanishing_client, 30),
                          (terminate_backend, 20), (close_unknown, 15), (set_role, 20),
-                         (replication_and_fast_path, 15), (flush_batches, 15),
+                         (replication_and_fast_path, 15), (flush_batches, 15), (search_paths, 30),
                          # last: pooled connections a proxy leaves with the timeout die meanwhile
                          (idle_session_timeout, 40)]:
     if not chosen or section.__name__ in chosen:

@@ -62,6 +62,10 @@ SELECT pg_shard.create_distributed_table('inh_child', 'id');
 -- nodes: unreachable, duplicate, bad port, the metadata node itself
 SELECT pg_shard.add_node('127.0.0.1', 55399);
 SELECT pg_shard.add_node('127.0.0.1', 25321);
+-- the same worker under other addresses: its name, its socket folder
+SELECT pg_shard.add_node('localhost', 25321);
+SELECT setting AS socket_folder FROM pg_settings WHERE name = 'unix_socket_directories' \gset
+SELECT pg_shard.add_node(split_part(:'socket_folder', ',', 1), 25321);
 SELECT pg_shard.add_node('127.0.0.1', 0);
 SELECT pg_shard.add_node('', 25324);
 SELECT pg_shard.add_node('127.0.0.1', 25320);
