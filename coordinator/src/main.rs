@@ -5,6 +5,7 @@
 mod admin;
 mod auth;
 mod backend;
+mod client_limits;
 mod cluster;
 mod config;
 mod database_commands;
@@ -12,6 +13,7 @@ mod lexer;
 mod metrics;
 mod multiplex;
 mod notifiers;
+mod open_files;
 mod pool;
 mod protocol;
 mod router;
@@ -40,6 +42,8 @@ pub struct Shared {
     pub cancels: session::CancelRegistry,
     pub notifiers: notifiers::Notifiers,
     pub statements: StatementCache,
+    /// Clients per role and database, for their CONNECTION LIMITs.
+    pub clients: Arc<client_limits::ClientCounts>,
 }
 
 /// Closes pooled server connections idle for longer than
@@ -199,7 +203,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(config: Config) -> Result<(), String> {
+async fn run(mut config: Config) -> Result<(), String> {
     let metadata = parse_address(&config.metadata).ok_or_else(|| {
         format!(
             "invalid metadata address {:?} (expected host:port)",
@@ -212,6 +216,18 @@ async fn run(config: Config) -> Result<(), String> {
     };
     if config.auth == AuthMode::Trust {
         tracing::warn!("auth = trust: every client may connect as any user");
+    }
+    if let Some(open_files) = open_files::soft_limit() {
+        let fit = open_files::clients_within(open_files);
+        if config.max_clients > fit {
+            tracing::warn!(
+                max_clients = config.max_clients,
+                open_files,
+                "--max-clients lowered to {fit}: the open files limit allows no more \
+                 (raise it with ulimit -n)"
+            );
+            config.max_clients = fit;
+        }
     }
     backend::use_socket_folder(config.server_socket_dir.clone());
     let metrics = Arc::new(metrics::Metrics::default());
@@ -249,6 +265,7 @@ async fn run(config: Config) -> Result<(), String> {
         users,
         cancels: session::CancelRegistry::default(),
         notifiers: notifiers::Notifiers::default(),
+        clients: Arc::default(),
     });
     if shared.config.server_idle_timeout > 0 {
         tokio::spawn(close_idle_server_connections(shared.clone()));

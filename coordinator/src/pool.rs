@@ -243,13 +243,31 @@ impl Pools {
         }
     }
 
+    /// Closes the idle connections of the pool for `key`; how many.
+    pub fn close_idle_of(&self, key: &PoolKey) -> usize {
+        let pool = self
+            .pools
+            .lock()
+            .ok()
+            .and_then(|pools| pools.get(key).cloned());
+        pool.and_then(|pool| {
+            pool.idle.lock().ok().map(|mut idle| {
+                let closed = idle.len();
+                idle.clear();
+                closed
+            })
+        })
+        .unwrap_or(0)
+    }
+
     /// Hands a connection made elsewhere (passthrough login) to the pool.
     pub fn adopt(&self, key: &PoolKey, mut connection: ServerConnection) {
         connection.idle_since = std::time::Instant::now();
         let pool = self.pool(key);
         if connection.reusable() && pool.current(&connection) {
             if let Ok(mut idle) = pool.idle.lock() {
-                if idle.len() < self.size {
+                // The pool's connections, lent and idle, stay within its size.
+                if idle.len() + pool.active_count() < self.size {
                     idle.push(connection);
                 }
             }

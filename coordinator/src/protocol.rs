@@ -178,6 +178,9 @@ pub fn decode_startup(
 /// PostgreSQL's own limit on a startup packet.
 const MAX_STARTUP_PACKET: usize = 10_000;
 
+/// The most [`split_message`] reserves ahead for a message still arriving.
+const RESERVE_AHEAD: usize = 64 * 1024;
+
 /// Splits one typed message off `buffer`: its tag and body.
 pub fn split_message(
     buffer: &mut BytesMut,
@@ -195,7 +198,10 @@ pub fn split_message(
         return Err(ProtocolError::TooLarge(total, limit));
     }
     if buffer.len() < total {
-        buffer.reserve(total - buffer.len());
+        // Room for what is likely to come soon, not for all the length
+        // announces: a client that announces a large message and then
+        // sends it slowly holds only what it sent.
+        buffer.reserve((total - buffer.len()).min(RESERVE_AHEAD));
         return Ok(None);
     }
     let mut message = buffer.split_to(total).freeze();
@@ -707,6 +713,175 @@ impl ServerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A small deterministic generator (xorshift64*): the same cases on
+    /// every run, so a failure can be replayed.
+    struct Cases(u64);
+
+    impl Cases {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+
+        fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| self.next() as u8).collect()
+        }
+
+        /// `valid` with a few bytes changed, cut short or run on.
+        fn mutated(&mut self, valid: &[u8]) -> Vec<u8> {
+            let mut out = valid.to_vec();
+            match self.below(4) {
+                0 => {
+                    for _ in 0..=self.below(4) {
+                        if !out.is_empty() {
+                            let at = self.below(out.len());
+                            out[at] = self.next() as u8;
+                        }
+                    }
+                }
+                1 => out.truncate(self.below(out.len() + 1)),
+                2 => {
+                    let extra = self.below(16);
+                    out.extend(self.bytes(extra));
+                }
+                _ => {
+                    // A length field anywhere near the start.
+                    if out.len() >= 5 {
+                        let at = self.below(2);
+                        let length = [0, 4, 5, i32::MAX, -1, 1 << 24][self.below(6)];
+                        out[at..at + 4].copy_from_slice(&length.to_be_bytes());
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    /// Well-formed frontend messages of every kind the coordinator reads.
+    fn every_message() -> BytesMut {
+        let mut out = BytesMut::new();
+        query(&mut out, "SELECT 1");
+        parse(&mut out, "s1", "SELECT $1::int", &[23]);
+        let mut bind = BytesMut::new();
+        put_cstr(&mut bind, "");
+        put_cstr(&mut bind, "s1");
+        bind.put_i16(1);
+        bind.put_i16(0);
+        bind.put_i16(2);
+        bind.put_i32(1);
+        bind.put_u8(b'7');
+        bind.put_i32(-1);
+        bind.put_i16(1);
+        bind.put_i16(1);
+        out.extend_from_slice(&framed(b'B', &bind));
+        describe(&mut out, b'S', "s1");
+        execute(&mut out, "", 0);
+        close(&mut out, b'P', "");
+        out.extend_from_slice(&framed(b'd', b"1\t2\n"));
+        out.extend_from_slice(&framed(b'c', b""));
+        out.extend_from_slice(&framed(b'f', b"no\0"));
+        out.extend_from_slice(&framed(b'F', &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]));
+        password(&mut out, b"secret\0");
+        flush(&mut out);
+        sync(&mut out);
+        out.extend_from_slice(&framed(b'X', b""));
+        out
+    }
+
+    /// Every message `input` holds, decoded one after another as the
+    /// session does, up to the first error or incomplete message.
+    fn decode_all(input: &[u8], utf8_client: bool) -> Vec<Result<FrontendMessage, String>> {
+        let mut buffer = BytesMut::from(input);
+        let mut decoded = Vec::new();
+        loop {
+            match decode_frontend(&mut buffer, 1 << 20, utf8_client) {
+                Ok(Some(message)) => decoded.push(Ok(message)),
+                Ok(None) => break,
+                Err(e) => {
+                    decoded.push(Err(e.to_string()));
+                    break;
+                }
+            }
+        }
+        decoded
+    }
+
+    #[test]
+    fn the_decoders_refuse_any_bytes_without_panicking() {
+        let mut cases = Cases(0x9e37_79b9_7f4a_7c15);
+        let mut startup = BytesMut::new();
+        super::startup(
+            &mut startup,
+            &[("user", "app"), ("database", "db"), ("options", "-c a=b")],
+        );
+        let mut cancel = BytesMut::new();
+        cancel_request(&mut cancel, 7, 9);
+        let messages = every_message();
+        for round in 0..20_000 {
+            let input = match round % 4 {
+                0 => {
+                    let n = cases.below(64);
+                    cases.bytes(n)
+                }
+                1 => cases.mutated(&startup),
+                2 => cases.mutated(&cancel),
+                _ => cases.mutated(&messages),
+            };
+            let mut buffer = BytesMut::from(&input[..]);
+            match decode_startup(&mut buffer, 1 << 20) {
+                // What it took is gone from the buffer, nothing more.
+                Ok(Some(_)) => assert!(buffer.len() < input.len()),
+                Ok(None) => assert_eq!(buffer.len(), input.len()),
+                Err(_) => {}
+            }
+            let decoded = decode_all(&input, round % 2 == 0);
+            assert!(decoded.len() <= input.len() / 5 + 1);
+        }
+    }
+
+    #[test]
+    fn messages_decode_the_same_however_they_arrive() {
+        let messages = every_message();
+        let whole = decode_all(&messages, true);
+        assert_eq!(whole.len(), 14);
+        assert!(whole.iter().all(Result::is_ok));
+        let mut cases = Cases(42);
+        for _ in 0..2_000 {
+            // Arriving in pieces: each piece appended, decoded as far as it goes.
+            let mut buffer = BytesMut::new();
+            let mut decoded = Vec::new();
+            let mut at = 0;
+            while at < messages.len() {
+                let piece = 1 + cases.below(40);
+                let end = (at + piece).min(messages.len());
+                buffer.extend_from_slice(&messages[at..end]);
+                at = end;
+                while let Some(message) = decode_frontend(&mut buffer, 1 << 20, true).unwrap() {
+                    decoded.push(format!("{message:?}"));
+                }
+            }
+            let expected: Vec<String> = whole
+                .iter()
+                .map(|m| format!("{:?}", m.as_ref().unwrap()))
+                .collect();
+            assert_eq!(decoded, expected);
+            assert!(buffer.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_announced_length_reserves_little_ahead() {
+        let mut buffer = BytesMut::from(&b"Q\x04\x00\x00\x00SELECT"[..]);
+        assert!(split_message(&mut buffer, 1 << 30).unwrap().is_none());
+        assert!(buffer.capacity() <= RESERVE_AHEAD + 64);
+    }
 
     fn framed(tag: u8, body: &[u8]) -> BytesMut {
         let mut out = BytesMut::new();

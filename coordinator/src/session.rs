@@ -170,6 +170,9 @@ pub struct Session {
     search_path_changed: bool,
     /// The client made temporary relations, which come first in the path.
     temporary_relations: bool,
+    /// Counted against its role's and database's CONNECTION LIMIT while
+    /// the session lasts.
+    _admitted: crate::client_limits::Admitted,
     tx: Transaction,
     statements: HashMap<String, Arc<Prepared>>,
     /// Named portals' nodes (portals live until their transaction ends).
@@ -449,7 +452,7 @@ async fn start(
     // client_encoding 'utf-8' is reported as UTF8); one it refuses
     // refuses the login, as it would directly.
     let mut tries = 0;
-    let (search_path, mut reported): (Option<String>, Vec<(String, String)>) = loop {
+    let (login, mut reported): (Login, Vec<(String, String)>) = loop {
         tries += 1;
         let mut lease = match shared.pools.checkout(&metadata_key).await {
             Ok(lease) => lease,
@@ -490,13 +493,12 @@ async fn start(
             }
             Ok(login) => {
                 pool.note_role_settings(&login.role_settings);
-                let path = login.search_path;
                 let reported = connection
                     .parameters
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                break (path, reported);
+                break (login, reported);
             }
             // A pooled connection its server had closed (an
             // idle_session_timeout, a restart): another one.
@@ -516,6 +518,19 @@ async fn start(
     let superuser = reported
         .iter()
         .any(|(name, value)| name == "is_superuser" && value == "on");
+    let limits = crate::client_limits::Limits {
+        role: login.role_limit,
+        database: login.database_limit,
+        superuser,
+    };
+    let admitted = match shared.clients.admit(&user, &database, &limits) {
+        Ok(admitted) => admitted,
+        Err(error) => {
+            refuse(&mut stream, error).await;
+            return Ok(None);
+        }
+    };
+    let search_path = login.search_path;
     for (name, value) in &reported {
         protocol::parameter_status(&mut out, name, value);
     }
@@ -553,6 +568,7 @@ async fn start(
         search_path_changed: false,
         search_path: schemas,
         temporary_relations: false,
+        _admitted: admitted,
         tx: Transaction {
             state: TxState::Idle,
             begin: None,
@@ -593,12 +609,22 @@ const SERVER_DEFAULTS: [&str; 3] = ["RESET SESSION AUTHORIZATION", "RESET ROLE",
 /// (a pooled one another client used), so that
 /// its ParameterStatus values are the client's; a setting the server
 /// refuses comes back as the FATAL error it would end a login with.
+/// The CONNECTION LIMITs of the session's role and database, one row each
+/// (every name qualified: it runs under the session's search_path).
+const CONNECTION_LIMITS_QUERY: &str = "SELECT r.rolconnlimit FROM pg_catalog.pg_roles r \
+     WHERE r.rolname OPERATOR(pg_catalog.=) session_user;\n\
+     SELECT d.datconnlimit FROM pg_catalog.pg_database d \
+     WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
+
 /// What a login learns on its first server connection.
 struct Login {
     /// `SHOW search_path` after the client's settings.
     search_path: Option<String>,
     /// [`crate::backend::ROLE_SETTINGS_QUERY`] now.
     role_settings: String,
+    /// The role's and the database's CONNECTION LIMIT (-1: none).
+    role_limit: i64,
+    database_limit: i64,
 }
 
 async fn apply_settings(
@@ -610,7 +636,7 @@ async fn apply_settings(
     // (the role's and the database's defaults apply on the server).
     let statements: Vec<&str> = SERVER_DEFAULTS
         .into_iter()
-        .chain([crate::backend::ROLE_SETTINGS_QUERY])
+        .chain([crate::backend::ROLE_SETTINGS_QUERY, CONNECTION_LIMITS_QUERY])
         .chain(settings.iter().map(|(_, sql)| sql.as_str()))
         .chain(["SHOW search_path"])
         .collect();
@@ -646,9 +672,19 @@ async fn apply_settings(
         None => {
             connection.session_settings = Some(settings.to_vec());
             connection.declared_map_version = 0;
+            // In the order the queries ran.
             let mut rows = rows.into_iter();
+            let role_settings = rows.next().unwrap_or_default();
+            let mut limit = || {
+                rows.next()
+                    .and_then(|value| value.parse::<i64>().ok())
+                    .unwrap_or(-1)
+            };
+            let (role_limit, database_limit) = (limit(), limit());
             Ok(Login {
-                role_settings: rows.next().unwrap_or_default(),
+                role_settings,
+                role_limit,
+                database_limit,
                 search_path: rows.next(),
             })
         }
@@ -749,11 +785,60 @@ async fn passthrough_login(
     database: &str,
     replication: Option<&str>,
 ) -> Result<Option<ServerConnection>, SessionError> {
+    let mut retried = false;
+    loop {
+        match passthrough_attempt(stream, input, shared, user, database, replication).await? {
+            // The role's or database's CONNECTION LIMIT is taken up by
+            // idle pooled connections (of clients gone): close them, and
+            // try again when the client was asked for nothing yet.
+            Attempt::Refused(error, asked_client)
+                if error.code == "53300" && !asked_client && !retried =>
+            {
+                retried = true;
+                let key = PoolKey {
+                    address: shared.metadata.clone(),
+                    database: database.to_owned(),
+                    user: user.to_owned(),
+                };
+                if shared.pools.close_idle_of(&key) == 0 {
+                    refuse(stream, error).await;
+                    return Ok(None);
+                }
+            }
+            Attempt::Refused(error, _) => {
+                refuse(stream, error).await;
+                return Ok(None);
+            }
+            Attempt::LoggedIn(server) => return Ok(Some(server)),
+            Attempt::Failed => return Ok(None),
+        }
+    }
+}
+
+/// How a passthrough login went.
+enum Attempt {
+    LoggedIn(ServerConnection),
+    /// The server's error, not yet passed on; whether the client was asked
+    /// for a password meanwhile.
+    Refused(ServerError, bool),
+    /// The client has been told.
+    Failed,
+}
+
+async fn passthrough_attempt(
+    stream: &mut Socket,
+    input: &mut BytesMut,
+    shared: &Shared,
+    user: &str,
+    database: &str,
+    replication: Option<&str>,
+) -> Result<Attempt, SessionError> {
+    let mut asked_client = false;
     let mut server = match ServerConnection::open_tcp(&shared.metadata).await {
         Ok(server) => server,
         Err(e) => {
             refuse(stream, ServerError::fatal("08006", e.to_string())).await;
-            return Ok(None);
+            return Ok(Attempt::Failed);
         }
     };
     let mut out = BytesMut::new();
@@ -779,6 +864,7 @@ async fn passthrough_login(
                     protocol::end_message(&mut message, at);
                     stream.write_all(&message).await?;
                     if matches!(code, 3 | 5 | 10 | 11) {
+                        asked_client = true;
                         let answer = read_auth_message(stream, input, 8192)
                             .await
                             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -805,17 +891,15 @@ async fn passthrough_login(
             }
         }
     };
-    match relay.await {
-        Ok(None) => Ok(Some(server)),
-        Ok(Some(error)) => {
-            refuse(stream, error).await;
-            Ok(None)
-        }
+    let result = relay.await;
+    Ok(match result {
+        Ok(None) => Attempt::LoggedIn(server),
+        Ok(Some(error)) => Attempt::Refused(error, asked_client),
         Err(e) => {
             refuse(stream, ServerError::fatal("08006", e.to_string())).await;
-            Ok(None)
+            Attempt::Failed
         }
-    }
+    })
 }
 
 /// Serves a replication connection: the client is told what the server
@@ -954,6 +1038,9 @@ impl Session {
     async fn run(&mut self) -> Result<(), SessionError> {
         loop {
             let (message, size) = self.next_message().await?;
+            if self.batch.is_empty() {
+                self.forget_cancel();
+            }
             match message {
                 FrontendMessage::Query(sql) => {
                     let command = self.database_command(&sql);
@@ -2510,6 +2597,14 @@ impl Session {
                 connection.process_id,
                 connection.secret_key,
             ));
+        }
+    }
+
+    /// A new request of the client begins: a cancel request that came
+    /// before it does not apply to it (a server drops one that comes while
+    /// it is idle too).
+    fn forget_cancel(&self) {
+        if let Ok(mut slot) = self.cancel_slot.lock() {
             slot.requested = false;
         }
     }
@@ -2577,12 +2672,33 @@ impl Session {
                 pool
             }
         };
-        match self
-            .shared
-            .pools
-            .checkout_from(pool.clone(), self.serial)
-            .await
-        {
+        let checkout = self.shared.pools.checkout_from(pool.clone(), self.serial);
+        let cancelled = async {
+            // A client waiting for a free server connection may cancel.
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            while !self.cancel_requested() {
+                tick.tick().await;
+            }
+        };
+        let checked_out = tokio::select! {
+            checked_out = checkout => Some(checked_out),
+            _ = cancelled => None,
+        }
+        // (A cancel that came as the connection did counts too.)
+        .filter(|_| !self.cancel_requested());
+        let Some(checked_out) = checked_out else {
+            // As the server cancels a statement: it did not run.
+            self.reply_error(ServerError::new(
+                QUERY_CANCELED,
+                "canceling statement due to user request",
+            ));
+            if self.tx.state == TxState::Open {
+                self.tx.state = TxState::Failed;
+            }
+            self.finish_batch(synced).await?;
+            return Ok(None);
+        };
+        match checked_out {
             Ok(mut lease) => {
                 let connection = lease.connection();
                 if target == Target::Metadata

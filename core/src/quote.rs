@@ -23,16 +23,31 @@ pub fn literal(value: &str) -> String {
     }
 }
 
-/// Longest prefix of `base` that leaves room for `suffix` within
-/// PostgreSQL's 63-byte identifier limit, cut on a character boundary.
+/// `base` followed by `suffix` within PostgreSQL's 63-byte identifier
+/// limit. When `base` must be cut (on a character boundary), a hash of the
+/// whole of it goes before the suffix: names that share their first bytes
+/// (a 63-byte table and its `…_pkey` index, two long index names) stay
+/// apart once cut.
 pub fn name_with_suffix(base: &str, suffix: &str) -> String {
     const MAX_IDENTIFIER_BYTES: usize = 63;
-    let room = MAX_IDENTIFIER_BYTES.saturating_sub(suffix.len());
+    if base.len() + suffix.len() <= MAX_IDENTIFIER_BYTES {
+        return format!("{base}{suffix}");
+    }
+    let tag = format!("_{:08x}", fnv1a(base.as_bytes()));
+    let room = MAX_IDENTIFIER_BYTES.saturating_sub(suffix.len() + tag.len());
     let mut end = base.len().min(room);
     while !base.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}{}", &base[..end], suffix)
+    format!("{}{tag}{suffix}", &base[..end])
+}
+
+/// 32-bit FNV-1a: a stable hash (the same on every node and in every
+/// version) for [`name_with_suffix`].
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5, |hash, byte| {
+        (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Length of the (possibly schema-qualified, possibly quoted) name at the
@@ -119,5 +134,28 @@ mod tests {
         assert!(name.len() <= 63);
         assert!(name.ends_with("_102008"));
         assert_eq!(name_with_suffix("orders", "_1"), "orders_1");
+    }
+
+    #[test]
+    fn cut_names_that_share_a_prefix_stay_apart() {
+        let table = "a".repeat(63);
+        let pkey = format!("{}_pkey", "a".repeat(58));
+        let (shard, index) = (
+            name_with_suffix(&table, "_100288"),
+            name_with_suffix(&pkey, "_100288"),
+        );
+        assert_ne!(shard, index);
+        assert!(shard.len() <= 63 && index.len() <= 63);
+        assert!(shard.ends_with("_100288") && index.ends_with("_100288"));
+        // Stable: the same name on every node.
+        assert_eq!(shard, name_with_suffix(&table, "_100288"));
+        assert_eq!(
+            name_with_suffix(&"x".repeat(62), "_1"),
+            format!(
+                "{}_{:08x}_1",
+                "x".repeat(52),
+                fnv1a("x".repeat(62).as_bytes())
+            )
+        );
     }
 }

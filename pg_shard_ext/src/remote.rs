@@ -355,11 +355,15 @@ pub fn recover() -> Result<i64> {
     let prefix = query_value::<String>("SELECT pg_shard.gid_prefix()")?.unwrap_or_default();
     let mut ended = 0;
     let mut still_prepared: Vec<String> = Vec::new();
+    // The records of a node that cannot be asked are kept: the decision for
+    // its prepared transactions rests on them (txid_status forgets).
+    let mut unreached: Vec<i32> = Vec::new();
     for node in crate::catalog::all_nodes()? {
         let mut client = match connect(&node.host, node.port) {
             Ok(client) => client,
             Err(e) => {
                 pgrx::warning!("pg_shard: recovery skips a node: {e}");
+                unreached.push(node.node_id);
                 continue;
             }
         };
@@ -407,8 +411,8 @@ pub fn recover() -> Result<i64> {
         }
     }
     crate::spi::run_with_args(
-        "DELETE FROM pg_shard.remote_transaction WHERE gid <> ALL ($1)",
-        &[still_prepared.into()],
+        "DELETE FROM pg_shard.remote_transaction WHERE gid <> ALL ($1) AND node_id <> ALL ($2)",
+        &[still_prepared.into(), unreached.into()],
     )?;
     Ok(ended)
 }

@@ -422,6 +422,46 @@ check "--max-clients 4 with 6 half-open connections: the next client gets 53300"
     grep -q "sorry, too many clients already" <<<"$crowded"
 check "--authentication-timeout 1: after they time out, a client is served within a second" test "$served" = 1
 
+# At an open files limit of 256 (an eighth coordinator), --max-clients is
+# lowered to what fits: of 300 logged-in clients the ones past it are
+# refused with 53300 at once, the others served, and a new one served
+# once they left.
+(ulimit -n 256 && exec "$bin" --listen 127.0.0.1:28428 --metadata 127.0.0.1:28320 --metrics-listen "" \
+    --server-socket-dir "$cluster_dir") >"$cluster_dir/coordinator8.log" 2>&1 &
+eighth_pid=$!
+sleep 0.5
+: >"$here/open_files.log"
+run_script "$here/open_files.log" "$python" "$here/clients/open_files.py" 28428 "$PGSHARD_DATABASE" 300
+kill "$eighth_pid" 2>/dev/null
+cat "$here/open_files.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/open_files.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/open_files.log")))
+
+# A client that announces a large message holds only what it sent: 20
+# logged-in clients each announce a 60 MiB query and send 10 bytes of it.
+"$bin" --listen 127.0.0.1:28426 --metadata 127.0.0.1:28320 --metrics-listen "" \
+    --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator6.log" 2>&1 &
+sixth_pid=$!
+sleep 0.5
+grown=$("$python" "$here/clients/big_message.py" 28426 "$sixth_pid" "$PGSHARD_DATABASE")
+kill "$sixth_pid" 2>/dev/null
+check "20 clients announcing 60 MiB queries: the coordinator's memory grows by ${grown:-?} MiB (at most 64)" \
+    test -n "$grown" -a "${grown:-9999}" -le 64
+
+# A bounded soak (a seventh coordinator, idle server connections closed
+# after 2 s): 200 clients connect, query, cancel and vanish for 45 s; then
+# memory and server connections are back.
+"$bin" --listen 127.0.0.1:28427 --metadata 127.0.0.1:28320 --metrics-listen "" \
+    --server-idle-timeout 2 --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator7.log" 2>&1 &
+seventh_pid=$!
+sleep 0.5
+: >"$here/soak.log"
+run_script "$here/soak.log" "$python" "$here/clients/soak.py" 28427 "$seventh_pid" "$PGSHARD_DATABASE" 28320 45
+kill "$seventh_pid" 2>/dev/null
+cat "$here/soak.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/soak.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/soak.log")))
+
 # CREATE INDEX CONCURRENTLY of a distributed table under writes.
 : >"$here/ddl.log"
 run_script "$here/ddl.log" "$python" "$repo/tests/ddl/concurrent_index.py" 28320 "$coordinator" "$PGSHARD_DATABASE"

@@ -1135,6 +1135,45 @@ def metadata_pool_size():
     return sizes[0] if sizes else None
 
 
+def connection_limits():
+    """A role's CONNECTION LIMIT holds for its clients, as on the server, and
+    clients that left do not use it up."""
+    with metadata() as conn:
+        conn.execute("DROP ROLE IF EXISTS sp_limited")
+        conn.execute("CREATE ROLE sp_limited LOGIN CONNECTION LIMIT 2")
+
+    def limited():
+        return psycopg.connect(host="127.0.0.1", port=port, user="sp_limited", dbname=database,
+                               connect_timeout=10, autocommit=True)
+
+    try:
+        first, second = limited(), limited()
+        both = [value(first, "SELECT 1"), value(second, "SELECT 1")]
+        third = attempt(lambda: limited().close())
+        second.close()
+        replaced = attempt(lambda: value(limited(), "SELECT 2"))
+        first.close()
+        check("CONNECTION LIMIT 2: two clients are served, a third is refused ('too many connections for role'), "
+              "and one may come once one left",
+              both == [1, 1] and isinstance(third, str)
+              and 'too many connections for role "sp_limited"' in third and replaced == 2,
+              f"two: {both}; third: {third}; after one left: {replaced}")
+        rounds = []
+        for _ in range(4):
+            pair = [limited(), limited()]
+            rounds.append([value(c, "SELECT 3") for c in pair])
+            for c in pair:
+                c.close()
+        check("CONNECTION LIMIT 2: four rounds of two new clients after others left are all served",
+              rounds == [[3, 3]] * 4, f"got {rounds}")
+    finally:
+        time.sleep(0.2)
+        with metadata() as conn:
+            # Pooled connections of the role may remain; they end with the role.
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'sp_limited'")
+            conn.execute("DROP ROLE IF EXISTS sp_limited")
+
+
 def search_paths():
     """Unqualified names mean what the node resolves them to, whatever sets the
     search_path: the role's or the database's default, startup options, SET
@@ -1604,6 +1643,7 @@ for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (se
                          (vanishing_client, 30),
                          (terminate_backend, 20), (close_unknown, 15), (set_role, 20),
                          (replication_and_fast_path, 15), (flush_batches, 15), (search_paths, 30),
+                         (connection_limits, 30),
                          # last: pooled connections a proxy leaves with the timeout die meanwhile
                          (idle_session_timeout, 40)]:
     if not chosen or section.__name__ in chosen:

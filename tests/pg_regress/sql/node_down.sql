@@ -49,3 +49,16 @@ SELECT count(*) AS recorded FROM pg_shard.table_constraint WHERE name = 'during_
 SELECT count(*) AS indexes FROM pg_class WHERE relname LIKE 'countries_during_outage%' OR relname LIKE 'during_outage_idx%';
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- recovery keeps the commit records of a node it cannot ask (its prepared
+-- transactions are decided by them when it is back), and deletes those of
+-- the nodes it asked that hold no such prepared transaction
+INSERT INTO pg_shard.remote_transaction (gid, node_id)
+SELECT pg_shard.gid_prefix() || '1_1_1', node_id FROM pg_shard.node WHERE port = 25323
+UNION ALL
+SELECT pg_shard.gid_prefix() || '1_1_2', node_id FROM pg_shard.node WHERE port = 25321;
+\set VERBOSITY terse
+SELECT pg_shard.recover_prepared_transactions() AS ended;
+\set VERBOSITY default
+SELECT n.port, count(*) AS records FROM pg_shard.remote_transaction r JOIN pg_shard.node n USING (node_id)
+ WHERE r.gid IN (pg_shard.gid_prefix() || '1_1_1', pg_shard.gid_prefix() || '1_1_2') GROUP BY n.port ORDER BY 1;
+DELETE FROM pg_shard.remote_transaction WHERE gid = pg_shard.gid_prefix() || '1_1_1';
