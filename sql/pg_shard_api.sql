@@ -223,18 +223,19 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT format('pg_shard_%s_', system_identifier) FROM pg_control_system()
 $$;
 
+-- The job functions run as the extension's owner (SECURITY DEFINER): the
+-- job runner does the work, and a role a superuser granted them to may
+-- queue, cancel and plan jobs; they run no code of the caller's.
 CREATE FUNCTION pg_shard.move_shard(shard_id bigint, target_node integer)
 RETURNS bigint
-LANGUAGE sql VOLATILE
--- (No SET clause, so the call is inlined: every name here is qualified, and
--- queue_job sets its own search_path.)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_shard.queue_job('move', shard_id, target_node, NULL) $$;
 COMMENT ON FUNCTION pg_shard.move_shard(bigint, integer) IS
     'queue a move of the shard (and its co-located shards) to target_node; returns the job id';
 
 CREATE FUNCTION pg_shard.split_shard(shard_id bigint, split_at bigint DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql VOLATILE
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_shard.queue_job('split', shard_id, NULL, split_at) $$;
 COMMENT ON FUNCTION pg_shard.split_shard(bigint, bigint) IS
     'queue a split of the shard (and its co-located shards) into two at split_at, the first '
@@ -242,7 +243,7 @@ COMMENT ON FUNCTION pg_shard.split_shard(bigint, bigint) IS
 
 CREATE FUNCTION pg_shard.cancel_job(job_id bigint)
 RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     current text;
 BEGIN
@@ -311,7 +312,7 @@ $$;
 
 CREATE FUNCTION pg_shard.rebalance(dry_run boolean DEFAULT true)
 RETURNS TABLE (shard_id bigint, source_node integer, target_node integer, size_bytes bigint, job_id bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     heavy record;
     light record;
@@ -361,7 +362,7 @@ COMMENT ON FUNCTION pg_shard.rebalance(boolean) IS
 
 CREATE FUNCTION pg_shard.drain_node(node_id integer)
 RETURNS TABLE (shard_id bigint, target_node integer, job_id bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     drained record;
     chosen record;
@@ -483,13 +484,12 @@ CREATE EVENT TRIGGER pg_shard_ddl_command_end ON ddl_command_end
     EXECUTE FUNCTION pg_shard.on_ddl_command_end();
 
 -- The DBA functions change the cluster: superusers only unless granted.
+-- (Their *_internal C functions check that the caller may run the
+-- wrapper, and that it owns the table: a GRANT of the wrapper suffices.)
 REVOKE ALL ON FUNCTION pg_shard.add_node(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.create_distributed_table_internal(oid, text, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.create_reference_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.undistribute_table(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.undistribute_table_internal(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;

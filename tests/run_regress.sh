@@ -137,5 +137,29 @@ else
     status=1
 fi
 
+# The launcher skips a database an interrupted DROP DATABASE left invalid
+# (datconnlimit -2): a runner for it would fail and restart every 5 s.
+invalid_worker="$(readlink -f "$PGSHARD_CLUSTER_DIR")/worker2"
+invalid_port=$((PGSHARD_BASE_PORT + 2))
+psql -X -q -h 127.0.0.1 -p "$invalid_port" -U postgres -d postgres \
+    -c "CREATE DATABASE pg_shard_invalid_db" \
+    -c "UPDATE pg_database SET datconnlimit = -2 WHERE datname = 'pg_shard_invalid_db'"
+log_offset=$(( $(stat -c %s "$invalid_worker/server.log") + 1 ))
+as_server_user "$(pg_config --bindir)/pg_ctl" --pgdata="$invalid_worker" --log="$invalid_worker/server.log" \
+    --mode=fast --wait --silent restart
+# (the launcher starts runners at once; a failed one comes back after 5 s)
+sleep 8
+runner_tries=$(tail -c +"$log_offset" "$invalid_worker/server.log" | grep -c 'invalid database "pg_shard_invalid_db"' || true)
+refused=$(psql -X -h 127.0.0.1 -p "$invalid_port" -U postgres -d pg_shard_invalid_db -c 'SELECT 1' 2>&1 || true)
+psql -X -q -h 127.0.0.1 -p "$invalid_port" -U postgres -d postgres -c "DROP DATABASE pg_shard_invalid_db"
+if [ "$runner_tries" -eq 0 ] && grep -q 'invalid database' <<<"$refused"; then
+    echo "ok - the job launcher skips an invalid database"
+    passed=$((passed + 1))
+else
+    echo "not ok - job runners tried the invalid database $runner_tries times (a client: $refused)"
+    failed=$((failed + 1))
+    status=1
+fi
+
 echo "pg_regress: $passed passed, $failed failed"
 exit $status

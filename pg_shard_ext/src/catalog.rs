@@ -34,6 +34,10 @@ thread_local! {
 /// made meanwhile still act as the current role ([`acting_user`]), so the
 /// workers check its privileges on the shard tables.
 pub fn as_extension_owner<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    if crate::access::is_superuser() {
+        // Writes the catalog anyway; connections go out as this role.
+        return work();
+    }
     let owner = query_value::<pg_sys::Oid>(
         "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'",
     )?;
@@ -99,18 +103,29 @@ pub fn query_value<T: FromDatum + IntoDatum>(query: &str) -> Result<Option<T>> {
     query_one(query, &[])
 }
 
-/// Like [`query_one`] for a statement that writes (`INSERT … RETURNING`,
-/// `nextval`): runs with a fresh snapshot per statement.
+/// Like [`query_one`] for a statement that writes the catalog (`INSERT …
+/// RETURNING`, `nextval`): runs with a fresh snapshot per statement, as the
+/// extension's owner (the role's right to the change was checked before).
 pub fn write_returning<T: FromDatum + IntoDatum>(
     query: &str,
     args: &[pgrx::datum::DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    crate::spi::connect_mut(|client| {
-        let mut rows = client.update(query, Some(1), args)?;
-        match rows.next() {
-            None => Ok(None),
-            Some(row) => Ok(row.get::<T>(1)?),
-        }
+    as_extension_owner(|| {
+        crate::spi::connect_mut(|client| {
+            let mut rows = client.update(query, Some(1), args)?;
+            match rows.next() {
+                None => Ok(None),
+                Some(row) => Ok(row.get::<T>(1)?),
+            }
+        })
+    })
+}
+
+/// A statement that writes the catalog, as the extension's owner.
+pub fn write(query: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> Result<()> {
+    as_extension_owner(|| {
+        crate::spi::run_with_args(query, args)?;
+        Ok(())
     })
 }
 
@@ -171,6 +186,11 @@ pub fn current_map_version() -> Result<i64> {
 /// the `pg_shard_map` channel (delivered at commit, so listeners never see a
 /// version that was rolled back).
 pub fn bump_map_version() -> Result<i64> {
+    // (The foreign servers' options are the extension owner's too.)
+    as_extension_owner(bump_as_owner)
+}
+
+fn bump_as_owner() -> Result<i64> {
     let version = write_returning::<i64>(
         "INSERT INTO pg_shard.map_state AS m (singleton, version) VALUES (true, 1) \
          ON CONFLICT (singleton) DO UPDATE SET version = m.version + 1 \
@@ -307,7 +327,7 @@ pub fn insert_shard_group(colocation_id: i32, range_start: i64, range_end: i64) 
 }
 
 pub fn insert_placement(shard_group_id: i64, node_id: i32) -> Result<()> {
-    crate::spi::run_with_args(
+    write(
         "INSERT INTO pg_shard.placement (shard_group_id, node_id) VALUES ($1, $2)",
         &[shard_group_id.into(), node_id.into()],
     )?;
@@ -352,7 +372,7 @@ pub fn insert_logical_table(
     dist_column: Option<&str>,
     colocation_id: i32,
 ) -> Result<()> {
-    crate::spi::run_with_args(
+    write(
         "INSERT INTO pg_shard.logical_table (table_rel, kind, dist_column, colocation_id) \
          VALUES ($1::oid::regclass, $2, $3, $4)",
         &[
@@ -398,7 +418,7 @@ pub fn insert_table_constraint(
     definition: &str,
     unique_index: bool,
 ) -> Result<()> {
-    crate::spi::run_with_args(
+    write(
         "INSERT INTO pg_shard.table_constraint (table_rel, kind, name, definition, unique_index) \
          VALUES ($1, $2::text::\"char\", $3, $4, $5)",
         &[
@@ -423,7 +443,7 @@ pub fn insert_shard(
     shard_schema: &str,
     shard_name: &str,
 ) -> Result<()> {
-    crate::spi::run_with_args(
+    write(
         "INSERT INTO pg_shard.shard (shard_id, table_rel, shard_group_id, shard_schema, shard_name) \
          VALUES ($1, $2::oid::regclass, $3, $4, $5)",
         &[

@@ -415,15 +415,7 @@ impl LogicalTable {
     /// does not run itself (a distributed table's indexes and constraints
     /// exist only on its shards), so PostgreSQL does not check that.
     pub fn require_owner(&self) -> Result<()> {
-        // SAFETY: an ownership lookup in the syscache.
-        let owner = unsafe { pg_sys::pg_class_ownercheck(self.relid, pg_sys::GetUserId()) };
-        if owner {
-            return Ok(());
-        }
-        Err(ShardError::PermissionDenied(format!(
-            "must be owner of table {}",
-            self.display
-        )))
+        crate::access::require_table_owner(self.relid, &self.display)
     }
 
     /// Take `mode` on the metadata node's table until the transaction ends.

@@ -24,6 +24,10 @@ fn create_distributed_table_internal(
     shard_count: Option<i32>,
     colocate_with: Option<&str>,
 ) {
+    crate::access::require_granted(
+        "pg_shard.create_distributed_table(regclass, text, integer, text)",
+    )
+    .or_report();
     distribute_table(
         table_oid,
         distribution_column,
@@ -36,6 +40,7 @@ fn create_distributed_table_internal(
 /// Called by the SQL function pg_shard.create_reference_table.
 #[pg_extern(schema = "pg_shard")]
 fn create_reference_table_internal(table_oid: pg_sys::Oid) {
+    crate::access::require_granted("pg_shard.create_reference_table(regclass)").or_report();
     make_reference_table(table_oid).or_report()
 }
 
@@ -43,6 +48,9 @@ fn create_reference_table_internal(table_oid: pg_sys::Oid) {
 /// that it can be distributed at all. Locking first means the shape read
 /// here is the shape the shards get.
 fn load_and_check(relid: pg_sys::Oid) -> Result<TableShape> {
+    // Before the lock, as PostgreSQL checks a table's owner: a role may not
+    // hold up tables it could not change.
+    crate::access::require_table_owner(relid, &crate::spi::caller_relation_name(relid))?;
     // SAFETY: LockRelationOid takes a heavyweight lock held to transaction
     // end; it errors (through pgrx's FFI guard) if the lock cannot be had.
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) };
@@ -173,7 +181,11 @@ fn distribute_table(
     let map = ShardMap::new(version, entries)?;
     data_copy::copy_into_shards(&shape, column, &map)?;
     crate::ddl::run_internal(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
-    routing_table::replace_with_routing_table(relid, &shape, column, &partitions)
+    // pg_shard's own DDL (foreign partitions in pg_shard_partitions on its
+    // servers); the new table gets the owner and grants of the old.
+    catalog::as_extension_owner(|| {
+        routing_table::replace_with_routing_table(relid, &shape, column, &partitions)
+    })
 }
 
 /// The co-location group a new distributed table joins, or None for a new one.
@@ -285,14 +297,13 @@ fn create_shard(
         group.range_start,
         group.range_end,
     ));
-    statements.push(format!(
-        "INSERT INTO pg_shard.local_shard \
-         (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
-         VALUES ({}::regclass, {shard_id}, {}, {}, {}, 'active', {epoch})",
-        quote::literal(&qualified_shard),
-        dist_column.map_or_else(|| "NULL".to_string(), quote::literal),
-        group.range_start,
-        group.range_end,
+    statements.push(crate::local_shard::record_sql(
+        &qualified_shard,
+        shard_id,
+        dist_column,
+        (group.range_start, group.range_end),
+        "active",
+        epoch,
     ));
     let script = statements.join(";\n");
     in_transaction(&group.node, |client| {

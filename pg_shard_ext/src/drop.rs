@@ -53,14 +53,9 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
     catalog::bump_map_version()?;
     let relids: Vec<pg_sys::Oid> = tables.iter().map(|(relid, _)| *relid).collect();
     for (node, shards) in catalog::shards_by_node(Some(&relids))?.values() {
-        let ids: Vec<String> = shards.iter().map(|(id, _)| id.to_string()).collect();
         let names: Vec<&str> = shards.iter().map(|(_, name)| name.as_str()).collect();
-        let script = format!(
-            "DELETE FROM pg_shard.local_shard WHERE shard_id IN ({});\n\
-             DROP TABLE IF EXISTS {} CASCADE",
-            ids.join(", "),
-            names.join(", ")
-        );
+        // (The worker's event trigger forgets the dropped shards' records.)
+        let script = format!("DROP TABLE IF EXISTS {} CASCADE", names.join(", "));
         in_transaction(node, |client| {
             client
                 .batch_execute(&script)
@@ -69,11 +64,11 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
     }
 
     for (relid, table) in &tables {
-        crate::spi::run_with_args(
+        catalog::write(
             "DELETE FROM pg_shard.shard WHERE table_rel = $1",
             &[(*relid).into()],
         )?;
-        crate::spi::run_with_args(
+        catalog::write(
             "DELETE FROM pg_shard.logical_table WHERE table_rel = $1",
             &[(*relid).into()],
         )?;
@@ -88,7 +83,7 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
             "DELETE FROM pg_shard.shard_group WHERE colocation_id = $1 AND ",
             "DELETE FROM pg_shard.colocation_group WHERE colocation_id = $1 AND ",
         ] {
-            crate::spi::run_with_args(
+            catalog::write(
                 &format!("{statement}{UNUSED_GROUP}"),
                 &[table.colocation_id.into()],
             )?;

@@ -6,6 +6,7 @@
 //!
 //! Module map (one concept each):
 //! * [`keyspace`]   – `pg_shard.keyspace_id(anyelement)`: SQL values to keyspace ids
+//! * [`access`]     – who may run the DBA functions, on which tables
 //! * [`catalog`]    – reads and writes of the metadata node's catalog tables
 //! * [`remote`]     – node-to-node connections and their transactions
 //! * [`fdw`]        – postgres_fdw servers through which the metadata node reaches shards
@@ -18,6 +19,7 @@
 //! * [`drop`]       – DROP TABLE of a distributed table drops its shards
 //! * [`ddl`]        – ALTER TABLE of distributed and reference tables reaches their shards
 //! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
+//! * [`local_shard`] – worker-side ownership records, written for a shard table's owner
 //! * [`read_fence`] – worker-side refusal of reads from retired shards
 //! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
 //! * [`mover`]      – shard moves: job runner background workers, logical replication
@@ -27,6 +29,7 @@
 
 use pgrx::prelude::*;
 
+mod access;
 mod catalog;
 mod data_copy;
 mod ddl;
@@ -36,6 +39,7 @@ mod error;
 mod fdw;
 mod fencing;
 mod keyspace;
+mod local_shard;
 mod mover;
 mod nodes;
 mod planner;

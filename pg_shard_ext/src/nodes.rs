@@ -15,6 +15,13 @@ fn add_node(host: &str, port: i32) -> i32 {
 }
 
 fn register_node(host: &str, port: i32) -> Result<i32> {
+    if !crate::access::is_superuser() {
+        return Err(ShardError::PermissionDenied(
+            "must be superuser to add a node: add_node creates the extension on the worker \
+             and a foreign server for it"
+                .into(),
+        ));
+    }
     if host.trim().is_empty() {
         return Err(ShardError::InvalidArgument("host must not be empty".into()));
     }

@@ -133,7 +133,7 @@ pub fn replace_with_routing_table(
             &partition.shard_name,
         )?;
     }
-    crate::spi::run_with_args(
+    crate::catalog::write(
         "UPDATE pg_shard.logical_table SET table_rel = to_regclass($2) WHERE table_rel = $1",
         &[relid.into(), new_table.as_str().into()],
     )?;

@@ -519,7 +519,7 @@ impl TableShape {
         let target = quote::qualified(&self.schema, shard_name);
         let columns = self.column_definitions(false);
         let mut ddl = vec![
-            format!("CREATE SCHEMA IF NOT EXISTS {}", quote::ident(&self.schema)),
+            create_schema_if_missing(&self.schema),
             format!("CREATE TABLE {target} ({columns})"),
         ];
         ddl.extend(
@@ -564,4 +564,16 @@ impl TableShape {
 /// Name of the shard table for `table_name` with `shard_id`.
 pub fn shard_table_name(table_name: &str, shard_id: i64) -> String {
     quote::name_with_suffix(table_name, &format!("_{shard_id}"))
+}
+
+/// The schema on a worker, made if it is missing. (`CREATE SCHEMA IF NOT
+/// EXISTS` needs CREATE on the database even when the schema exists, which
+/// a table owner making its shards may lack.)
+pub fn create_schema_if_missing(schema: &str) -> String {
+    let body = format!(
+        "BEGIN IF pg_catalog.to_regnamespace({}) IS NULL THEN CREATE SCHEMA {}; END IF; END",
+        quote::literal(&quote::ident(schema)),
+        quote::ident(schema)
+    );
+    format!("DO {}", quote::literal(&body))
 }

@@ -22,12 +22,14 @@ use pgrx::prelude::*;
 /// Called by the SQL function pg_shard.undistribute_table (sql/pg_shard_api.sql).
 #[pg_extern(schema = "pg_shard")]
 fn undistribute_table_internal(table_oid: pg_sys::Oid) {
+    crate::access::require_granted("pg_shard.undistribute_table(regclass)").or_report();
     undistribute(table_oid).or_report()
 }
 
 fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     let table = crate::ddl::LogicalTable::of(relid)?
         .ok_or_else(|| ShardError::NotLogicalTable(crate::spi::caller_relation_name(relid)))?;
+    table.require_owner()?;
     table.lock(pg_sys::AccessExclusiveLock);
     crate::distribute::require_read_committed()?;
     table.refuse_during_job()?;

@@ -228,15 +228,17 @@ fn rename_distribution_column(
                 .into_iter()
                 .filter(|s| s.starts_with("CREATE TRIGGER pg_shard_guard_row ")),
             );
+            // (As the table's owner: see crate::local_shard.)
             sql.push(format!(
-                "UPDATE pg_shard.local_shard SET dist_column = {} WHERE shard_id = {}",
+                "SELECT pg_shard.record_local_shard(shard_rel, shard_id, {}, range_start, \
+                 range_end, state, epoch) FROM pg_shard.local_shard WHERE shard_id = {}",
                 crate::quote::literal(&new_name),
                 shard.shard_id
             ));
             sql
         })?;
         super::refresh_recorded(relid)?;
-        crate::spi::run_with_args(
+        crate::catalog::write(
             "UPDATE pg_shard.logical_table SET dist_column = $2 WHERE table_rel = $1",
             &[relid.into(), new_name.as_str().into()],
         )?;

@@ -305,7 +305,7 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
             .unwrap_or_default();
             let ddl = ddl
                 .into_iter()
-                .filter(|s| !s.starts_with("CREATE SCHEMA"))
+                .filter(|s| *s != crate::shard_ddl::create_schema_if_missing(&table.source.schema))
                 .collect();
             script.extend(frozen_shard_script(
                 &table.half_shard(half),

@@ -108,6 +108,81 @@ RESET ROLE;
 SELECT count(*) AS catalog_rows FROM pg_shard.logical_table WHERE table_rel::text ~ '^to_';
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT count(*) AS shard_tables FROM pg_class WHERE relname ~ '^to_(orders|states)_';
+-- A role granted the DBA functions distributes, references and
+-- undistributes the tables it owns, and only those; a role granted the job
+-- functions moves and splits shards. Without a grant nothing runs, the
+-- internal functions included; add_node stays with superusers.
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+CREATE TABLE to_not_theirs (id bigint PRIMARY KEY);
+SET ROLE to_owner;
+CREATE TABLE to_granted (id bigint PRIMARY KEY, v text);
+INSERT INTO to_granted SELECT g, 'v' || g FROM generate_series(1, 50) g;
+CREATE TABLE to_granted_ref (code int PRIMARY KEY, label text);
+INSERT INTO to_granted_ref VALUES (1, 'one');
+SELECT pg_shard.create_distributed_table('to_granted', 'id', shard_count => 2);
+SELECT pg_shard.create_distributed_table_internal('to_granted'::regclass, 'id', 2, 'default');
+SELECT pg_shard.move_shard(0, 1);
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION pg_shard.create_distributed_table, pg_shard.create_reference_table,
+    pg_shard.undistribute_table, pg_shard.move_shard, pg_shard.split_shard,
+    pg_shard.cancel_job, pg_shard.add_node TO to_owner;
+SET ROLE to_owner;
+SELECT pg_shard.create_distributed_table('to_not_theirs', 'id');
+SELECT pg_shard.add_node('127.0.0.1', 25324);
+SELECT pg_shard.create_distributed_table('to_granted', 'id', shard_count => 2, colocate_with => 'none');
+SELECT pg_shard.create_reference_table('to_granted_ref');
+INSERT INTO to_granted_ref VALUES (2, 'two');
+ALTER TABLE to_granted RENAME COLUMN id TO key;
+SELECT s.shard_id AS granted_shard FROM pg_shard.shard s JOIN pg_shard.shard_group g USING (shard_group_id)
+ WHERE s.table_rel = 'to_granted'::regclass ORDER BY g.range_start LIMIT 1 \gset
+SET pg_shard.move_drop_delay = 0;
+SELECT pg_shard.split_shard(:granted_shard) AS job \gset
+SELECT pg_shard.wait_job(:job, '2 minutes');
+SET client_min_messages = warning;
+SELECT pg_shard.cancel_job(:job) AS canceled_after_done;
+RESET client_min_messages;
+RESET ROLE;
+SELECT count(*) AS granted_shards FROM pg_shard.shards WHERE table_name = 'to_granted'::regclass;
+SELECT dist_column FROM pg_shard.logical_table WHERE table_rel = 'to_granted'::regclass;
+SELECT count(*) AS granted_rows, count(*) FILTER (WHERE key <= 50) AS old_rows FROM to_granted;
+SELECT code, label FROM to_granted_ref ORDER BY code;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+-- the ownership records: written for their owner, renamed column included;
+-- another role's shard or table is refused
+SELECT regexp_replace(c.relname, '_[0-9]+$', '') AS tbl, pg_get_userbyid(c.relowner) AS owner,
+       s.dist_column, count(*) AS records
+  FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel
+ WHERE c.relname ~ '^to_granted' AND s.state = 'active' GROUP BY 1, 2, 3 ORDER BY 1;
+SELECT s.shard_id AS their_shard, format('%I.%I', n.nspname, c.relname) AS own_shard
+  FROM pg_shard.local_shard s JOIN pg_class c ON c.oid = s.shard_rel
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relname ~ '^to_granted_ref' \gset
+CREATE TABLE to_foreign_rel (id int);
+SET ROLE to_owner;
+CREATE TABLE to_own_rel (id int);
+SELECT pg_shard.record_local_shard('to_foreign_rel'::regclass, 999999, NULL, 0, 0, 'active', 1);
+\set VERBOSITY sqlstate
+SELECT pg_shard.record_local_shard('to_own_rel'::regclass, :their_shard, NULL, 0, 0, 'active', 1);
+\set VERBOSITY default
+DELETE FROM pg_shard.local_shard;
+RESET ROLE;
+SELECT count(*) AS ref_records FROM pg_shard.local_shard WHERE shard_id = :their_shard;
+DROP TABLE to_foreign_rel, to_own_rel;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+SET ROLE to_owner;
+SELECT pg_shard.undistribute_table('to_granted');
+SELECT pg_shard.undistribute_table('to_granted_ref');
+SELECT count(*) AS rows_back FROM to_granted;
+SELECT count(*) AS refs_back FROM to_granted_ref;
+DROP TABLE to_granted, to_granted_ref;
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION pg_shard.create_distributed_table, pg_shard.create_reference_table,
+    pg_shard.undistribute_table, pg_shard.move_shard, pg_shard.split_shard,
+    pg_shard.cancel_job, pg_shard.add_node FROM to_owner;
+DROP TABLE to_not_theirs;
+SELECT count(*) AS catalog_rows FROM pg_shard.logical_table WHERE table_rel::text ~ '^to_';
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS shard_tables FROM pg_class WHERE relname ~ '^to_granted';
 REVOKE CREATE ON SCHEMA public FROM to_owner;
 DROP ROLE to_owner;
 DROP ROLE to_other;
