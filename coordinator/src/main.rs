@@ -1,116 +1,35 @@
 //! pg_shard coordinator: apps connect here with plain SQL over the
 //! PostgreSQL protocol; single-shard statements go straight to their
 //! worker, everything else to the metadata node.
+//!
+//! Layout (one concept per module):
+//! * [`frontend`] – one client: startup and login, the session loop, the
+//!   simple and extended protocol, the transaction, settings, the relay
+//! * [`router`]   – where a statement runs: analysis, keys, the decision,
+//!   rewriting, the lexer, the statement cache
+//! * [`backend`]  – server connections, pools, multiplexed pipes, the
+//!   cluster's shard maps, notification senders
+//! * [`net`]      – the wire: protocol messages, SQLSTATEs, sockets, SCRAM
+//! * [`shared`]   – the state every session shares
+//!
+//! This file parses the configuration and starts the listeners.
 
-mod admin;
-mod auth;
 mod backend;
-mod client_limits;
-mod cluster;
 mod config;
-mod database_commands;
-mod lexer;
+mod frontend;
 mod metrics;
-mod multiplex;
-mod notifiers;
+mod net;
 mod open_files;
-mod pool;
-mod protocol;
 mod router;
-mod scram;
-mod search_path;
-mod session;
-mod socket;
+mod shared;
 
-use backend::ServerAddress;
+use backend::connection::ServerAddress;
+use backend::{cluster, multiplex, notifiers, pool};
 use config::{AuthMode, Config};
-use lru::LruCache;
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use router::statement_cache::StatementCache;
+use shared::Shared;
+use std::sync::Arc;
 use tokio::net::TcpListener;
-
-/// What every client session shares.
-pub struct Shared {
-    pub config: Config,
-    pub metadata: ServerAddress,
-    pub pools: pool::Pools,
-    pub pipes: multiplex::Pipes,
-    pub maps: Arc<cluster::Maps>,
-    pub metrics: Arc<metrics::Metrics>,
-    pub users: Option<auth::Users>,
-    pub cancels: session::CancelRegistry,
-    pub notifiers: notifiers::Notifiers,
-    pub statements: StatementCache,
-    /// Clients per role and database, for their CONNECTION LIMITs.
-    pub clients: Arc<client_limits::ClientCounts>,
-}
-
-/// Closes pooled server connections idle for longer than
-/// `--server-idle-timeout`: an idle pool keeps no database busy for long
-/// (DROP DATABASE, CREATE DATABASE from it as a template) and holds no
-/// server backend it does not need.
-async fn close_idle_server_connections(shared: Arc<Shared>) {
-    let limit = Duration::from_secs(shared.config.server_idle_timeout);
-    let mut ticker =
-        tokio::time::interval((limit / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        let closed = shared.pools.close_idle_since(limit);
-        if closed > 0 {
-            tracing::debug!(closed, "idle server connections closed");
-        }
-    }
-}
-
-/// Parsed statements by their text with literals taken out: a prepared
-/// statement is parsed once, and so is a statement sent again and again
-/// with other constants.
-pub struct StatementCache {
-    entries: Mutex<LruCache<String, Arc<router::Analysis>>>,
-}
-
-impl StatementCache {
-    fn new(size: usize) -> StatementCache {
-        StatementCache {
-            entries: Mutex::new(LruCache::new(
-                NonZeroUsize::new(size).unwrap_or(NonZeroUsize::MIN),
-            )),
-        }
-    }
-
-    /// The statement's analysis and its literals.
-    pub fn get(&self, sql: &str) -> (Arc<router::Analysis>, lexer::Normalized) {
-        let normalized = lexer::normalize(sql);
-        if let Some(found) = self.lookup(&normalized.key) {
-            return (found, normalized);
-        }
-        let analysis = router::analyze(&normalized.key);
-        if matches!(analysis, router::Analysis::Unparsed) && normalized.key != sql {
-            // A literal that may not become a parameter (`varchar(10)`):
-            // the original text, cached as it is.
-            let verbatim = lexer::normalize_nothing(sql);
-            let analysis = self
-                .lookup(sql)
-                .unwrap_or_else(|| self.store(sql, router::analyze(sql)));
-            return (analysis, verbatim);
-        }
-        (self.store(&normalized.key, analysis), normalized)
-    }
-
-    fn lookup(&self, key: &str) -> Option<Arc<router::Analysis>> {
-        self.entries.lock().ok()?.get(key).cloned()
-    }
-
-    fn store(&self, key: &str, analysis: router::Analysis) -> Arc<router::Analysis> {
-        let analysis = Arc::new(analysis);
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.put(key.to_owned(), analysis.clone());
-        }
-        analysis
-    }
-}
 
 /// Starts the event loops besides the main one (threads - 1 of them);
 /// returns where to send them clients.
@@ -136,7 +55,7 @@ fn event_loops(
                     while let Some(stream) = receiver.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
                             Ok(stream) => {
-                                tokio::spawn(session::serve(stream, shared.clone()));
+                                tokio::spawn(frontend::serve(stream, shared.clone()));
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "cannot adopt a client connection")
@@ -211,7 +130,7 @@ async fn run(mut config: Config) -> Result<(), String> {
         )
     })?;
     let users = match (&config.users_file, config.auth) {
-        (Some(path), _) => Some(auth::Users::load(path).map_err(|e| e.to_string())?),
+        (Some(path), _) => Some(frontend::auth::Users::load(path).map_err(|e| e.to_string())?),
         (None, _) => None,
     };
     if config.auth == AuthMode::Trust {
@@ -229,7 +148,7 @@ async fn run(mut config: Config) -> Result<(), String> {
             config.max_clients = fit;
         }
     }
-    backend::use_socket_folder(config.server_socket_dir.clone());
+    backend::connection::use_socket_folder(config.server_socket_dir.clone());
     let metrics = Arc::new(metrics::Metrics::default());
     let maps = cluster::Maps::new(
         metadata.clone(),
@@ -263,12 +182,12 @@ async fn run(mut config: Config) -> Result<(), String> {
         maps,
         metrics,
         users,
-        cancels: session::CancelRegistry::default(),
+        cancels: frontend::CancelRegistry::default(),
         notifiers: notifiers::Notifiers::default(),
         clients: Arc::default(),
     });
     if shared.config.server_idle_timeout > 0 {
-        tokio::spawn(close_idle_server_connections(shared.clone()));
+        tokio::spawn(shared::close_idle_server_connections(shared.clone()));
     }
     let event_loops = event_loops(&shared)?;
     let mut next = 0;
@@ -283,7 +202,7 @@ async fn run(mut config: Config) -> Result<(), String> {
                     // wakes another thread.
                     next = (next + 1) % (event_loops.len() + 1);
                     if next == 0 {
-                        tokio::spawn(session::serve(stream, shared.clone()));
+                        tokio::spawn(frontend::serve(stream, shared.clone()));
                     } else if let Ok(stream) = stream.into_std() {
                         let _ = event_loops[next - 1].send(stream);
                     }

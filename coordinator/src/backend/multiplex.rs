@@ -18,11 +18,12 @@
 //! A pipe whose oldest request has waited longer than [`SLOW_HEAD`] takes
 //! no more requests until it catches up.
 
-use crate::backend::{BackendError, ServerConnection};
+use crate::backend::connection::{BackendError, ServerConnection};
+use crate::backend::pool::{self, PoolKey};
 use crate::metrics::NodeStats;
-use crate::pool::{self, PoolKey};
-use crate::protocol;
-use crate::socket::{self, Inner};
+use crate::net::protocol;
+use crate::net::socket::{self, Inner};
+use crate::net::tags;
 use bytes::BytesMut;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
@@ -273,10 +274,10 @@ impl Pipe {
                 loop {
                     let (tag, body) = connection.read().await?;
                     match tag {
-                        b'E' => {
+                        tags::backend::ERROR_RESPONSE => {
                             return Err(BackendError::Refused(protocol::ServerError::parse(&body)))
                         }
-                        b'Z' => break,
+                        tags::backend::READY_FOR_QUERY => break,
                         _ => {}
                     }
                 }
@@ -524,13 +525,13 @@ impl Pipe {
         let mut seen = 0;
         while seen < answers {
             match connection.read().await {
-                Ok((b'Z', body)) => {
+                Ok((tags::backend::READY_FOR_QUERY, body)) => {
                     seen += 1;
-                    connection.status = body.first().copied().unwrap_or(b'E');
+                    connection.status = body.first().copied().unwrap_or(tags::status::FAILED);
                 }
-                Ok((b'1', _)) => {}
+                Ok((tags::backend::PARSE_COMPLETE, _)) => {}
                 // After an error it is not known what was prepared.
-                Ok((b'E', _)) => clean = false,
+                Ok((tags::backend::ERROR_RESPONSE, _)) => clean = false,
                 Ok(_) => {}
                 Err(_) => {
                     clean = false;

@@ -4,7 +4,8 @@
 //! coordinator counts its clients itself and refuses one past a limit with
 //! the server's own error. Superusers are exempt, as on the server.
 
-use crate::protocol::ServerError;
+use crate::net::protocol::ServerError;
+use crate::net::sqlstate;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -46,13 +47,13 @@ impl ClientCounts {
         // In the server's order: the role first, then the database.
         if !limits.superuser && past(limits.role, of_role) {
             return Err(ServerError::fatal(
-                "53300",
+                sqlstate::TOO_MANY_CONNECTIONS,
                 format!("too many connections for role \"{role}\""),
             ));
         }
         if !limits.superuser && past(limits.database, in_database) {
             return Err(ServerError::fatal(
-                "53300",
+                sqlstate::TOO_MANY_CONNECTIONS,
                 format!("too many connections for database \"{database}\""),
             ));
         }

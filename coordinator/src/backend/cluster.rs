@@ -3,7 +3,7 @@
 //! metadata node's catalog at first use, reloaded on NOTIFY pg_shard_map and
 //! whenever a worker answers WrongShard.
 
-use crate::backend::ServerAddress;
+use crate::backend::connection::ServerAddress;
 use crate::metrics::Metrics;
 use pg_shard_core::quote;
 use pg_shard_core::{KeyEncoding, KeyRange, KeyspaceId, ShardMap};
@@ -28,7 +28,6 @@ pub type NodeId = i32;
 
 #[derive(Debug, Clone)]
 pub struct Node {
-    pub id: NodeId,
     pub address: ServerAddress,
 }
 
@@ -39,7 +38,6 @@ pub struct ShardPlacement {
     /// Quoted `"schema"."table"` of the shard table on its worker.
     pub qualified_name: String,
     pub node: NodeId,
-    pub shard_group_id: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -57,7 +55,6 @@ pub enum TableKind {
 pub struct Table {
     pub schema: String,
     pub name: String,
-    pub colocation_id: i32,
     pub kind: TableKind,
     pub columns: Vec<String>,
     /// Columns whose value the metadata node fills in when an INSERT omits
@@ -80,7 +77,7 @@ pub struct ClusterMap {
 
 impl ClusterMap {
     /// A table by its name as written: qualified, or looked up along the
-    /// session's `search_path` (its schemas, [`crate::search_path`]) as the
+    /// session's `search_path` (its schemas, [`crate::router::search_path`]) as the
     /// server would: pg_catalog first unless listed, and the first schema
     /// with a relation of that name decides (None when that relation is not
     /// a distributed or reference table).
@@ -263,13 +260,6 @@ impl Maps {
             }
             map.listener.send_modify(|state| state.renewals += 1);
         }
-    }
-
-    pub fn loaded(&self) -> Vec<Arc<DatabaseMap>> {
-        self.databases
-            .lock()
-            .map(|d| d.values().cloned().collect())
-            .unwrap_or_default()
     }
 
     /// Loads the map of every database of the metadata node that has the
@@ -475,7 +465,6 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
         map.nodes.insert(
             id,
             Node {
-                id,
                 address: ServerAddress {
                     host: row.get(1),
                     port: port as u16,
@@ -541,7 +530,6 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
             shard_id: row.get(1),
             qualified_name: name.clone(),
             node,
-            shard_group_id: row.get(8),
         };
         copies.entry(table).or_default().insert(node, name);
         let entries = ranges.entry(table).or_default();
@@ -581,7 +569,6 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
             Arc::new(Table {
                 schema,
                 name,
-                colocation_id: row.get(5),
                 kind,
                 columns,
                 filled_columns: filled.into_iter().collect(),

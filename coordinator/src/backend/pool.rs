@@ -2,7 +2,7 @@
 //! pooling, so a connection serves one client transaction at a time and
 //! returns to its pool when the transaction ends.
 
-use crate::backend::{BackendError, Credentials, ServerAddress, ServerConnection};
+use crate::backend::connection::{BackendError, Credentials, ServerAddress, ServerConnection};
 use crate::metrics::{Metrics, NodeStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +36,9 @@ pub struct Pool {
     /// (`ROLE_SETTINGS_QUERY`): connections made before they changed are
     /// closed rather than reused (their defaults are the old ones).
     role_settings: Mutex<Option<String>>,
+    /// Moves on whenever `role_settings` does: a connection checked at this
+    /// generation needs no string comparison (checkouts stay lock-free).
+    settings_generation: AtomicU64,
 }
 
 impl Pool {
@@ -44,19 +47,31 @@ impl Pool {
         if let Ok(mut known) = self.role_settings.lock() {
             if known.as_deref() != Some(current) {
                 *known = Some(current.to_owned());
+                self.settings_generation.fetch_add(1, Ordering::AcqRel);
             }
         }
     }
 
     /// Whether `connection` started with the settings a new session gets.
-    fn current(&self, connection: &ServerConnection) -> bool {
-        self.role_settings
+    fn current(&self, connection: &mut ServerConnection) -> bool {
+        // Read before the settings: a change meanwhile leaves the
+        // connection at an older generation, to be compared again.
+        let generation = self.settings_generation.load(Ordering::Acquire);
+        if connection.settings_generation == generation {
+            return true;
+        }
+        let current = self
+            .role_settings
             .lock()
             .map(|known| match known.as_deref() {
                 Some(known) => connection.role_settings.as_deref() == Some(known),
                 None => true,
             })
-            .unwrap_or(true)
+            .unwrap_or(true);
+        if current {
+            connection.settings_generation = generation;
+        }
+        current
     }
 
     pub fn idle_count(&self) -> usize {
@@ -107,7 +122,7 @@ impl Drop for Lease {
         if let Some(mut connection) = self.connection.take() {
             if connection.reusable()
                 && connection.prepared.len() < MOST_PREPARED_PER_CONNECTION
-                && self.pool.current(&connection)
+                && self.pool.current(&mut connection)
             {
                 connection.idle_since = std::time::Instant::now();
                 if let Ok(mut idle) = self.pool.idle.lock() {
@@ -158,6 +173,8 @@ impl Pools {
                     checkouts: AtomicU64::new(0),
                     connects: AtomicU64::new(0),
                     role_settings: Mutex::new(None),
+                    // (Connections start at 0: compared once.)
+                    settings_generation: AtomicU64::new(1),
                 })
             })
             .clone()
@@ -179,7 +196,7 @@ impl Pools {
         pool.checkouts.fetch_add(1, Ordering::Relaxed);
         let idle = pool.idle.lock().ok().and_then(|mut idle| {
             // Made before the role's or database's settings changed.
-            idle.retain(|c| pool.current(c));
+            idle.retain_mut(|c| pool.current(c));
             let own = idle
                 .iter()
                 .rposition(|c| session != 0 && c.last_session == session);
@@ -264,7 +281,7 @@ impl Pools {
     pub fn adopt(&self, key: &PoolKey, mut connection: ServerConnection) {
         connection.idle_since = std::time::Instant::now();
         let pool = self.pool(key);
-        if connection.reusable() && pool.current(&connection) {
+        if connection.reusable() && pool.current(&mut connection) {
             if let Ok(mut idle) = pool.idle.lock() {
                 // The pool's connections, lent and idle, stay within its size.
                 if idle.len() + pool.active_count() < self.size {

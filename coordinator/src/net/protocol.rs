@@ -4,6 +4,7 @@
 //! Messages a client sends are decoded only as far as routing needs; the
 //! rest of the bytes are kept and forwarded as they came.
 
+use crate::net::sqlstate;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
@@ -566,6 +567,16 @@ pub fn empty(out: &mut BytesMut, tag: u8) {
     out.put_slice(&[tag, 0, 0, 0, 4]);
 }
 
+/// ParameterDescription: the parameters' type oids.
+pub fn parameter_description(out: &mut BytesMut, type_oids: &[u32]) {
+    let at = begin_message(out, b't');
+    out.put_u16(type_oids.len() as u16);
+    for oid in type_oids {
+        out.put_u32(*oid);
+    }
+    end_message(out, at);
+}
+
 pub fn ready_for_query(out: &mut BytesMut, status: u8) {
     out.put_slice(&[b'Z', 0, 0, 0, 5, status]);
 }
@@ -690,7 +701,7 @@ impl ServerError {
 
     /// Reads the fields of an ErrorResponse body.
     pub fn parse(body: &[u8]) -> ServerError {
-        let mut error = ServerError::new("XX000", "");
+        let mut error = ServerError::new(sqlstate::INTERNAL_ERROR, "");
         let mut fields = body.split(|b| *b == 0);
         for field in fields.by_ref() {
             let Some((&kind, value)) = field.split_first() else {
@@ -811,6 +822,19 @@ mod tests {
             }
         }
         decoded
+    }
+
+    #[test]
+    fn parameter_description_frames() {
+        let mut out = BytesMut::new();
+        parameter_description(&mut out, &[]);
+        assert_eq!(&out[..], &[b't', 0, 0, 0, 6, 0, 0]);
+        out.clear();
+        parameter_description(&mut out, &[23, 25]);
+        assert_eq!(
+            &out[..],
+            &[b't', 0, 0, 0, 14, 0, 2, 0, 0, 0, 23, 0, 0, 0, 25]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Client authentication: SCRAM-SHA-256 against a users file, passthrough to
 //! the metadata node, or trust.
 
-use crate::scram::{ScramError, Verifier};
+use crate::net::scram::{ScramError, Verifier};
 use std::collections::HashMap;
 use std::path::Path;
 use thiserror::Error;

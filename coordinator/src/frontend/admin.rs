@@ -1,10 +1,12 @@
 //! SHOW POOLS, SHOW STATS and SHOW SHARDS: the coordinator's own state,
 //! answered without a server (simple query protocol).
 
-use crate::cluster::{ClusterMap, TableKind};
-use crate::protocol;
+use crate::backend::cluster::{ClusterMap, TableKind};
+use crate::net::protocol;
+use crate::net::sqlstate;
+use crate::net::tags;
 use crate::router::AdminCommand;
-use crate::Shared;
+use crate::shared::Shared;
 use bytes::{BufMut, BytesMut};
 use std::sync::atomic::Ordering;
 
@@ -26,8 +28,11 @@ pub fn reply(
     if *command == AdminCommand::Stats && !viewer.superuser {
         protocol::error_response(
             out,
-            &crate::protocol::ServerError::new("42501", "permission denied to run SHOW STATS")
-                .with_detail("Only superusers may see every role's statement counts."),
+            &crate::net::protocol::ServerError::new(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                "permission denied to run SHOW STATS",
+            )
+            .with_detail("Only superusers may see every role's statement counts."),
         );
         return;
     }
@@ -141,7 +146,7 @@ pub fn reply(
     };
     row_description(out, columns);
     for row in &rows {
-        let at = protocol::begin_message(out, b'D');
+        let at = protocol::begin_message(out, tags::backend::DATA_ROW);
         out.put_i16(row.len() as i16);
         for value in row {
             out.put_i32(value.len() as i32);
@@ -154,7 +159,7 @@ pub fn reply(
 
 /// Text columns of type text.
 fn row_description(out: &mut BytesMut, columns: &[&str]) {
-    let at = protocol::begin_message(out, b'T');
+    let at = protocol::begin_message(out, tags::backend::ROW_DESCRIPTION);
     out.put_i16(columns.len() as i16);
     for name in columns {
         protocol::put_cstr(out, name);

@@ -2,9 +2,10 @@
 //! node or a worker), spoken in raw protocol so that client messages can be
 //! forwarded without re-encoding.
 
-use crate::protocol::{self, ServerError};
-use crate::scram::{self, ClientExchange};
-use crate::socket::{Inner, Socket};
+use crate::net::protocol::{self, ServerError};
+use crate::net::scram::{self, ClientExchange};
+use crate::net::socket::{Inner, Socket};
+use crate::net::tags;
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -103,6 +104,9 @@ pub struct ServerConnection {
     /// and database's defaults it started with (RESET ALL goes back to
     /// them). None when not read.
     pub role_settings: Option<String>,
+    /// The pool's settings generation at which `role_settings` was last
+    /// found current (0: never).
+    pub settings_generation: u64,
     /// When the connection last went back to its pool.
     pub idle_since: std::time::Instant,
     /// Set when the connection cannot be reused (I/O error, protocol
@@ -150,8 +154,10 @@ impl ServerConnection {
         loop {
             let (tag, body) = connection.read().await?;
             match tag {
-                b'R' => connection.authenticate(body, credentials).await?,
-                b'E' => return Err(BackendError::Refused(ServerError::parse(&body))),
+                tags::backend::AUTHENTICATION => connection.authenticate(body, credentials).await?,
+                tags::backend::ERROR_RESPONSE => {
+                    return Err(BackendError::Refused(ServerError::parse(&body)))
+                }
                 _ => {
                     if connection.finish_startup(tag, &body)? {
                         return Ok(connection);
@@ -219,11 +225,12 @@ impl ServerConnection {
             declared_map_version: 0,
             session_settings: Some(Vec::new()),
             awaiting_sync: false,
-            status: b'I',
+            status: tags::status::IDLE,
             last_client: 0,
             last_session: 0,
             deallocate_first: false,
             role_settings: None,
+            settings_generation: 0,
             idle_since: std::time::Instant::now(),
             broken: false,
         })
@@ -232,13 +239,13 @@ impl ServerConnection {
     /// Handles a message that follows authentication; true at ReadyForQuery.
     pub fn finish_startup(&mut self, tag: u8, body: &[u8]) -> Result<bool, BackendError> {
         match tag {
-            b'S' => self.note_parameter(body),
-            b'K' if body.len() == 8 => {
+            tags::backend::PARAMETER_STATUS => self.note_parameter(body),
+            tags::backend::BACKEND_KEY_DATA if body.len() == 8 => {
                 self.process_id = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
                 self.secret_key = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
             }
-            b'Z' => return Ok(true),
-            b'N' => {}
+            tags::backend::READY_FOR_QUERY => return Ok(true),
+            tags::backend::NOTICE_RESPONSE => {}
             other => return Err(protocol::ProtocolError::UnexpectedType(other as char).into()),
         }
         Ok(false)
@@ -303,8 +310,8 @@ impl ServerConnection {
     async fn expect_auth(&mut self, code: i32) -> Result<Bytes, BackendError> {
         let (tag, mut body) = self.read().await?;
         match tag {
-            b'R' if body.len() >= 4 && body.get_i32() == code => Ok(body),
-            b'E' => Err(BackendError::Refused(ServerError::parse(&body))),
+            tags::backend::AUTHENTICATION if body.len() >= 4 && body.get_i32() == code => Ok(body),
+            tags::backend::ERROR_RESPONSE => Err(BackendError::Refused(ServerError::parse(&body))),
             _ => Err(protocol::ProtocolError::Malformed("SASL").into()),
         }
     }
@@ -320,14 +327,14 @@ impl ServerConnection {
         loop {
             let (tag, body) = self.read().await?;
             match tag {
-                b'D' => {
+                tags::backend::DATA_ROW => {
                     value = protocol::data_row_values(&body)
                         .first()
                         .map(|v| String::from_utf8_lossy(v.unwrap_or_default()).into_owned());
                 }
-                b'E' => failed = Some(ServerError::parse(&body)),
-                b'Z' => {
-                    self.status = body.first().copied().unwrap_or(b'I');
+                tags::backend::ERROR_RESPONSE => failed = Some(ServerError::parse(&body)),
+                tags::backend::READY_FOR_QUERY => {
+                    self.status = body.first().copied().unwrap_or(tags::status::IDLE);
                     break;
                 }
                 _ => {}
@@ -337,6 +344,7 @@ impl ServerConnection {
             return Err(BackendError::Refused(error));
         }
         self.role_settings = value;
+        self.settings_generation = 0;
         Ok(())
     }
 
@@ -404,7 +412,7 @@ impl ServerConnection {
             if let Ok(Some((tag, body))) =
                 protocol::split_message(&mut self.input, SERVER_MESSAGE_LIMIT)
             {
-                if tag == b'E' {
+                if tag == tags::backend::ERROR_RESPONSE {
                     return Some((tag, body));
                 }
                 continue;
@@ -455,13 +463,16 @@ impl ServerConnection {
 
     /// Whether the connection can go back to its pool.
     pub fn reusable(&self) -> bool {
-        !self.broken && !self.awaiting_sync && self.status == b'I' && self.input.is_empty()
+        !self.broken
+            && !self.awaiting_sync
+            && self.status == tags::status::IDLE
+            && self.input.is_empty()
     }
 
     /// Whether the connection is between requests (answers to later
     /// pipelined requests may already be buffered).
     pub fn reusable_between_requests(&self) -> bool {
-        !self.broken && !self.awaiting_sync && self.status == b'I'
+        !self.broken && !self.awaiting_sync && self.status == tags::status::IDLE
     }
 
     /// A second descriptor of the connection's socket, for writing while

@@ -1,0 +1,9 @@
+//! The servers' side: connections to PostgreSQL servers, their pools,
+//! multiplexed read pipes, the cluster's shard maps (loaded from the
+//! metadata node and kept fresh), and who sent a notification.
+
+pub mod cluster;
+pub mod connection;
+pub mod multiplex;
+pub mod notifiers;
+pub mod pool;

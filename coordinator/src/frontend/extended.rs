@@ -1,0 +1,370 @@
+//! The extended query protocol: Parse/Bind/Describe/Execute batches up to
+//! Sync or Flush, planned onto one node each and sent on in bounded pieces.
+
+use super::*;
+use crate::net::sqlstate;
+use crate::net::tags;
+
+pub(super) struct BatchPlan {
+    pub(super) target: Target,
+    /// Rewritten statement text per Bind (by batch index).
+    pub(super) texts: HashMap<usize, String>,
+    pub(super) shard: Option<i64>,
+    /// Parse/Describe only, answered on a connection outside the
+    /// transaction.
+    pub(super) side_connection: bool,
+}
+
+/// A client message of an extended-protocol batch and the statement its
+/// name meant where it came (Parse, Bind, Describe statement).
+pub(super) struct BatchItem {
+    pub(super) message: FrontendMessage,
+    pub(super) statement: Option<Arc<Prepared>>,
+}
+
+impl Session {
+    // ---- extended query -------------------------------------------------
+
+    /// Runs the batch; around a whole-database statement in it (drivers
+    /// send DROP DATABASE with the extended protocol too), as for a
+    /// simple query.
+    pub(super) async fn extended_batch(&mut self) -> Result<(), SessionError> {
+        let command = self
+            .batch
+            .iter()
+            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+            .filter_map(|item| item.statement.as_ref())
+            .find_map(|statement| match *statement.analysis {
+                Analysis::Other { .. } => database_commands::database_command(&statement.sql),
+                _ => None,
+            });
+        let holds = self.let_go_of_databases(command.as_ref());
+        let result = self.run_extended_batch().await;
+        drop(holds);
+        if result.is_ok() {
+            self.after_database_command(command);
+        }
+        result
+    }
+
+    async fn run_extended_batch(&mut self) -> Result<(), SessionError> {
+        let batch = std::mem::take(&mut self.batch);
+        self.batch_bytes = 0;
+        let synced = matches!(
+            batch.last().map(|item| &item.message),
+            Some(FrontendMessage::Sync)
+        );
+        // Names must exist before anything is sent.
+        let missing = batch.iter().find_map(|item| match &item.message {
+            FrontendMessage::Bind(bind) if item.statement.is_none() => Some(&bind.statement),
+            FrontendMessage::Describe {
+                kind: tags::STATEMENT,
+                name,
+            } if item.statement.is_none() => Some(name),
+            _ => None,
+        });
+        if let Some(name) = missing {
+            let error = ServerError::new(
+                sqlstate::INVALID_SQL_STATEMENT_NAME,
+                format!("prepared statement \"{name}\" does not exist"),
+            );
+            return self.fail_batch(error, synced).await;
+        }
+        if self.answer_transaction_batch(&batch) {
+            return self.end_batch(synced).await;
+        }
+        let only_sync = batch
+            .iter()
+            .all(|item| matches!(item.message, FrontendMessage::Sync | FrontendMessage::Flush));
+        if only_sync && self.held.is_none() && self.tx.pinned.is_none() {
+            // Nothing is open on a server: the coordinator answers.
+            return self.end_batch(synced).await;
+        }
+        // Rolled back by the coordinator itself: nothing but COMMIT or
+        // ROLLBACK (answered above) ends it.
+        if self.tx.state == TxState::Failed && self.tx.pinned.is_none() && !only_sync {
+            return self.fail_batch(aborted_error(), synced).await;
+        }
+        let committing = self.tx.state == TxState::Open
+            && batch.iter().any(|item| {
+                matches!(item.message, FrontendMessage::Bind(_))
+                    && item.statement.as_ref().is_some_and(|statement| {
+                        matches!(
+                            *statement.analysis,
+                            Analysis::Transaction(TransactionCommand::Commit)
+                        )
+                    })
+            });
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let map = self.map.current();
+            let plan = match self.plan_batch(&batch, &map) {
+                Ok(plan) => plan,
+                Err(error) => {
+                    self.abort_pinned(error).await;
+                    return self.finish_batch(synced).await;
+                }
+            };
+            let retryable = synced
+                && self.may_retry(plan.target)
+                && tries < self.shared.config.wrong_shard_tries;
+            match self.send_batch(&batch, &plan, &map, retryable).await? {
+                Outcome::Done => {
+                    let bound = || {
+                        batch
+                            .iter()
+                            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+                            .filter_map(|item| item.statement.as_ref())
+                    };
+                    let sets = bound()
+                        .filter(|statement| sets_parameter(&statement.analysis))
+                        .map(|statement| statement.sql.clone())
+                        .collect();
+                    let discards = bound().any(|statement| discards_all(&statement.sql));
+                    self.after_statements(sets, committing, discards);
+                    if !synced && self.server_skipping {
+                        // The server skips to the Sync after an error; so
+                        // does the coordinator with what the client sends.
+                        self.skip_to_sync = true;
+                    }
+                    return Ok(());
+                }
+                Outcome::Stale => tries -= 1,
+                Outcome::WrongShard(error) => self.note_wrong_shard(&map, &error).await,
+            }
+        }
+    }
+
+    /// Reports an error the coordinator found in a batch before sending
+    /// it; an open extended-protocol transaction is rolled back, and
+    /// before a Sync what the client sends up to it is skipped.
+    async fn fail_batch(&mut self, error: ServerError, synced: bool) -> Result<(), SessionError> {
+        self.reply_error(error);
+        self.abort_held();
+        self.finish_batch(synced).await
+    }
+
+    /// A connection held since a Flush outside a transaction runs the
+    /// implicit transaction of the extended-protocol messages so far; a
+    /// Sync would commit it, so after an error it is closed instead (the
+    /// server rolls back).
+    pub(super) fn abort_held(&mut self) {
+        if let Some((_, mut lease)) = self.held.take() {
+            lease.connection().broken = true;
+        }
+    }
+
+    /// Picks the batch's node and each bound statement's text there.
+    fn plan_batch(&self, batch: &[BatchItem], map: &ClusterMap) -> Result<BatchPlan, ServerError> {
+        let pinned = self
+            .tx
+            .pinned
+            .as_ref()
+            .or(self.held.as_ref())
+            .map(|(target, _)| *target);
+        // A failed transaction on its server: the server answers everything.
+        if let (TxState::Failed, Some(target)) = (self.tx.state, pinned) {
+            return Ok(BatchPlan {
+                target,
+                texts: HashMap::new(),
+                shard: None,
+                side_connection: false,
+            });
+        }
+        let session = router::Session {
+            search_path: self.known_search_path(),
+        };
+        let mut routes: Vec<(usize, Route)> = Vec::new();
+        let mut runs = false;
+        for (index, item) in batch.iter().enumerate() {
+            match &item.message {
+                FrontendMessage::Bind(bind) => {
+                    runs = true;
+                    let Some(statement) = &item.statement else {
+                        continue;
+                    };
+                    let route = match &*statement.analysis {
+                        Analysis::Routable(shape) if self.routing => router::route(
+                            shape,
+                            &statement.sql,
+                            &statement.normalized,
+                            map,
+                            &session,
+                            Some(&router::Parameters {
+                                values: &bind.parameters,
+                                formats: &|i| bind.parameter_format(i),
+                                declared_types: &statement.parameter_types,
+                            }),
+                        ),
+                        _ => Route::Metadata,
+                    };
+                    routes.push((index, route));
+                }
+                FrontendMessage::Execute { .. }
+                | FrontendMessage::Close {
+                    kind: tags::PORTAL, ..
+                } => runs = true,
+                FrontendMessage::Describe {
+                    kind: tags::PORTAL, ..
+                } => runs = true,
+                _ => {}
+            }
+        }
+        if !runs {
+            // Nothing executes. Between Flush and Sync, or in a transaction
+            // on the metadata node, the batch goes on its connection (a Sync
+            // must end what is open there). Parse / Describe statement in a
+            // transaction on a worker: the metadata node answers on another
+            // connection (it knows every table by its name; no side effects).
+            // Otherwise the metadata node.
+            let describes = batch.iter().any(|item| {
+                matches!(
+                    item.message,
+                    FrontendMessage::Parse { .. }
+                        | FrontendMessage::Describe {
+                            kind: tags::STATEMENT,
+                            ..
+                        }
+                )
+            });
+            let (target, side_connection) = match (self.held.as_ref(), pinned) {
+                (Some((held, _)), _) => (*held, false),
+                (None, Some(Target::Worker(_))) if describes => (Target::Metadata, true),
+                (None, Some(target)) => (target, false),
+                // A transaction that has not picked its node yet (BEGIN,
+                // then a prepare, as pgbench -M prepared does): answered
+                // outside it, so that its first statement still picks.
+                (None, None) if self.tx.state == TxState::Open && describes => {
+                    (Target::Metadata, true)
+                }
+                (None, None) => (Target::Metadata, false),
+            };
+            return Ok(BatchPlan {
+                target,
+                texts: HashMap::new(),
+                shard: None,
+                side_connection,
+            });
+        }
+        // Every bound statement must fit one node.
+        let mut target: Option<Target> = pinned;
+        let mut texts = HashMap::new();
+        let mut shard = None;
+        let mut all_routed = true;
+        for (index, route) in routes {
+            let Some(statement) = &batch[index].statement else {
+                continue;
+            };
+            let (placed, text, s) = match self.place(route, &statement.analysis, &statement.sql) {
+                Ok(placed) => placed,
+                Err(error) if self.tx.pinned.is_some() => return Err(error),
+                Err(_) => {
+                    all_routed = false;
+                    continue;
+                }
+            };
+            if target.is_some_and(|t| t != placed) {
+                if self.tx.pinned.is_some() || self.held.is_some() {
+                    if let Some(Target::Worker(p)) = target {
+                        return Err(spans_nodes(p));
+                    }
+                }
+                all_routed = false;
+            }
+            target.get_or_insert(placed);
+            shard = shard.or(s);
+            texts.insert(index, text);
+        }
+        let target = match target {
+            Some(target) if all_routed => target,
+            // Binds that disagree: the metadata node runs the whole batch.
+            _ => {
+                texts.clear();
+                shard = None;
+                Target::Metadata
+            }
+        };
+        if target == Target::Metadata {
+            texts.clear();
+        }
+        Ok(BatchPlan {
+            target,
+            texts,
+            shard,
+            side_connection: false,
+        })
+    }
+
+    pub(super) async fn send_batch(
+        &mut self,
+        batch: &[BatchItem],
+        plan: &BatchPlan,
+        map: &ClusterMap,
+        retryable: bool,
+    ) -> Result<Outcome, SessionError> {
+        let synced = matches!(
+            batch.last().map(|item| &item.message),
+            Some(FrontendMessage::Sync)
+        );
+        if self.batch_multiplexable(batch, plan) {
+            if let Some(pipe) = self.pipe(plan.target, map) {
+                let answers = batch
+                    .iter()
+                    .filter(|item| matches!(item.message, FrontendMessage::Sync))
+                    .count();
+                let ran = self
+                    .multiplexed(pipe, map, plan.shard, retryable, |session, prepared| {
+                        let (bytes, expects, prepares) =
+                            session.batch_request(batch, plan, prepared);
+                        let built = Built {
+                            bytes,
+                            answers,
+                            prepares,
+                        };
+                        Some((built, expects))
+                    })
+                    .await?;
+                if let Some(outcome) = ran {
+                    return Ok(outcome);
+                }
+            }
+        }
+        let Some(mut lease) = self
+            .acquire(plan.target, map, plan.side_connection, synced)
+            .await?
+        else {
+            return Ok(Outcome::Done);
+        };
+        // What running the bound statements may leave on the connection.
+        let effect = batch
+            .iter()
+            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+            .filter_map(|item| item.statement.as_ref())
+            .map(|statement| session_effect(&statement.analysis))
+            .max()
+            .unwrap_or(SessionEffect::None);
+        let (mut request, mut expects, _) =
+            self.batch_request(batch, plan, &lease.connection().prepared);
+        if plan.side_connection && !synced {
+            // Not the client's transaction: its implicit one ends here.
+            protocol::sync(&mut request);
+            expects.push(Expect::QuietSync);
+        }
+        self.exchange(
+            lease,
+            map,
+            Exchange {
+                target: plan.target,
+                shard: plan.shard,
+                retryable,
+                side_connection: plan.side_connection,
+                synced,
+                effect,
+                request,
+                expects,
+            },
+        )
+        .await
+    }
+}

@@ -1,0 +1,257 @@
+//! The routing decision: an analysis, the current map and the bound
+//! parameters give one worker (with its shard tables) or the metadata node.
+
+use super::equivalence::EquivalenceClasses;
+use super::*;
+
+/// Functions that must run where their state lives (the metadata node),
+/// or that leave session state on a pooled connection.
+const METADATA_FUNCTIONS: [&str; 11] = [
+    "nextval",
+    "currval",
+    "setval",
+    "lastval",
+    "set_config",
+    "pg_advisory_lock",
+    "pg_advisory_lock_shared",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_lock_shared",
+    "pg_advisory_unlock",
+    "pg_advisory_unlock_all",
+];
+
+pub(super) fn route_inner(
+    shape: &Shape,
+    sql: &str,
+    normalized: &Normalized,
+    map: &ClusterMap,
+    session: &Session<'_>,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<Route> {
+    for (schema, name) in &shape.functions {
+        let catalog = matches!(schema.as_deref(), None | Some("pg_catalog"));
+        if !catalog
+            || !map.catalog_functions.contains(name)
+            || METADATA_FUNCTIONS.contains(&name.as_str())
+        {
+            return None;
+        }
+    }
+    let mut tables = Vec::with_capacity(shape.relations.len());
+    for relation in &shape.relations {
+        let search_path = match (&relation.schema, session.search_path) {
+            (Some(_), _) => &[][..],
+            (None, Some(path)) => path,
+            (None, None) => return None,
+        };
+        tables.push(map.table(relation.schema.as_deref(), &relation.name, search_path)?);
+    }
+    let writes = shape.kind != Kind::Select;
+    if writes && !matches!(tables[0].kind, TableKind::Distributed { .. }) {
+        return None;
+    }
+    if let [table] = tables.as_slice() {
+        if let Some(route) = route_one_table(shape, sql, normalized, table, parameters, writes) {
+            return route;
+        }
+    }
+    // Which relation each column reference means.
+    let resolve = |column: &ColumnRef| -> Option<usize> {
+        match &column.qualifier {
+            Some(qualifier) => {
+                let mut found = shape
+                    .relations
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.reference_name() == qualifier);
+                let first = found.next()?;
+                found.next().is_none().then_some(first.0)
+            }
+            None => {
+                let mut found = tables.iter().enumerate().filter(|(_, t)| {
+                    matches!(&t.kind, TableKind::Distributed { column: c, .. } if *c == column.column)
+                });
+                let first = found.next()?;
+                found.next().is_none().then_some(first.0)
+            }
+        }
+    };
+    let mut classes = EquivalenceClasses::default();
+    let mut bound: Vec<(usize, &Vec<Value>)> = Vec::new();
+    for fact in &shape.facts {
+        match fact {
+            Fact::Equal(a, b) => {
+                let (Some(ra), Some(rb)) = (resolve(a), resolve(b)) else {
+                    continue;
+                };
+                let (ca, cb) = (classes.member(ra, &a.column), classes.member(rb, &b.column));
+                classes.join(ca, cb);
+            }
+            Fact::OneOf(column, values) => {
+                if let Some(r) = resolve(column) {
+                    bound.push((classes.member(r, &column.column), values));
+                }
+            }
+        }
+    }
+    let mut node: Option<NodeId> = None;
+    let mut shard_of: Vec<Option<String>> = vec![None; shape.relations.len()];
+    let mut first_shard = None;
+    let mut any_distributed = false;
+    for (index, table) in tables.iter().enumerate() {
+        let TableKind::Distributed {
+            column,
+            encoding,
+            shards,
+        } = &table.kind
+        else {
+            continue;
+        };
+        any_distributed = true;
+        let values: Vec<&Value> = if index == 0 && shape.kind == Kind::Insert {
+            insert_keys(shape.insert.as_ref()?, table, column)?
+        } else {
+            let own = classes.member(index, column);
+            let class = classes.class(own);
+            let candidates = bound
+                .iter()
+                .filter(|(c, _)| classes.class(*c) == class)
+                .map(|(_, values)| *values)
+                .min_by_key(|values| values.len())?;
+            candidates.iter().collect()
+        };
+        let placement = one_shard(&values, *encoding, shards, normalized, parameters)?;
+        if *node.get_or_insert(placement.node) != placement.node {
+            return None;
+        }
+        first_shard.get_or_insert(placement.shard_id);
+        shard_of[index] = Some(placement.qualified_name.clone());
+    }
+    // A write must not move a row: the key is not assigned.
+    if writes {
+        if let TableKind::Distributed { column, .. } = &tables[0].kind {
+            if shape.assigned.iter().any(|c| c == column) {
+                return None;
+            }
+        }
+    }
+    if !any_distributed {
+        let mut rewrites = HashMap::new();
+        for node in map.nodes.keys() {
+            let mut names = Vec::new();
+            for table in &tables {
+                let TableKind::Reference { copies } = &table.kind else {
+                    return None;
+                };
+                names.push(copies.get(node)?.clone());
+            }
+            rewrites.insert(*node, rewrite(sql, normalized, &shape.relations, &names)?);
+        }
+        return Some(Route::ReferenceOnly { rewrites });
+    }
+    let node = node?;
+    let mut names = Vec::with_capacity(tables.len());
+    for (index, table) in tables.iter().enumerate() {
+        match &table.kind {
+            TableKind::Distributed { .. } => names.push(shard_of[index].clone()?),
+            TableKind::Reference { copies } => names.push(copies.get(&node)?.clone()),
+        }
+    }
+    Some(Route::Worker {
+        node,
+        sql: rewrite(sql, normalized, &shape.relations, &names)?,
+        shard: first_shard,
+        writes,
+    })
+}
+
+/// The common case without joins, without building equivalence classes:
+/// Some(route) when decided, None to take the general path (a reference
+/// table, or facts that need it).
+fn route_one_table(
+    shape: &Shape,
+    sql: &str,
+    normalized: &Normalized,
+    table: &crate::backend::cluster::Table,
+    parameters: Option<&Parameters<'_>>,
+    writes: bool,
+) -> Option<Option<Route>> {
+    let TableKind::Distributed {
+        column,
+        encoding,
+        shards,
+    } = &table.kind
+    else {
+        return None;
+    };
+    let relation = &shape.relations[0];
+    let means_key = |c: &ColumnRef| {
+        c.column == *column
+            && c.qualifier
+                .as_deref()
+                .is_none_or(|q| q == relation.reference_name())
+    };
+    // Equalities between columns could fix the key through another
+    // column: the general path handles them.
+    if shape
+        .facts
+        .iter()
+        .any(|f| matches!(f, Fact::Equal(a, b) if means_key(a) || means_key(b)))
+    {
+        return None;
+    }
+    let decided = (|| {
+        if writes && shape.assigned.iter().any(|c| c == column) {
+            return None;
+        }
+        let values: Vec<&Value> = if shape.kind == Kind::Insert {
+            insert_keys(shape.insert.as_ref()?, table, column)?
+        } else {
+            shape
+                .facts
+                .iter()
+                .filter_map(|f| match f {
+                    Fact::OneOf(c, values) if means_key(c) => Some(values),
+                    _ => None,
+                })
+                .min_by_key(|values| values.len())?
+                .iter()
+                .collect()
+        };
+        let placement = one_shard(&values, *encoding, shards, normalized, parameters)?;
+        Some(Route::Worker {
+            node: placement.node,
+            sql: rewrite(
+                sql,
+                normalized,
+                &shape.relations,
+                std::slice::from_ref(&placement.qualified_name),
+            )?,
+            shard: Some(placement.shard_id),
+            writes,
+        })
+    })();
+    Some(decided)
+}
+
+/// The one shard that owns every value, if there is one and every value's
+/// keyspace id is known.
+fn one_shard<'m>(
+    values: &[&Value],
+    encoding: KeyEncoding,
+    shards: &'m ShardMap<crate::backend::cluster::ShardPlacement>,
+    normalized: &Normalized,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<&'m crate::backend::cluster::ShardPlacement> {
+    let mut placement: Option<&crate::backend::cluster::ShardPlacement> = None;
+    for value in values {
+        let id = key_id(value, encoding, normalized, parameters)?;
+        let (_, found) = shards.lookup(id);
+        match placement {
+            None => placement = Some(found),
+            Some(p) if p.shard_id == found.shard_id => {}
+            Some(_) => return None,
+        }
+    }
+    placement
+}

@@ -1,0 +1,114 @@
+//! Key values to keyspace ids: constants and parameters (text or binary)
+//! read as the key column's type would read them, or not at all.
+
+use super::*;
+
+/// The key values of the rows an INSERT writes, if every row's key is
+/// fixed and no column the metadata node would fill in is left out.
+pub(super) fn insert_keys<'a>(
+    insert: &'a InsertShape,
+    table: &crate::backend::cluster::Table,
+    key_column: &str,
+) -> Option<Vec<&'a Value>> {
+    let columns: Vec<&str> = match &insert.columns {
+        Some(columns) => columns.iter().map(String::as_str).collect(),
+        None => table.columns.iter().map(String::as_str).collect(),
+    };
+    if table
+        .filled_columns
+        .iter()
+        .any(|c| !columns.contains(&c.as_str()))
+    {
+        return None;
+    }
+    let position = columns.iter().position(|c| *c == key_column)?;
+    insert
+        .rows
+        .iter()
+        .map(|row| {
+            // A short row leaves its last columns to their defaults.
+            if row.len() > columns.len()
+                || columns[row.len()..]
+                    .iter()
+                    .any(|c| table.filled_columns.contains(*c))
+            {
+                return None;
+            }
+            row.get(position)?.as_ref()
+        })
+        .collect()
+}
+
+/// The keyspace id of a value as a key of `encoding`; None when it cannot
+/// be known exactly (the statement then goes to the metadata node).
+pub(super) fn key_id(
+    value: &Value,
+    encoding: KeyEncoding,
+    normalized: &Normalized,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<KeyspaceId> {
+    match value {
+        Value::Integer(i) => (encoding == KeyEncoding::Integer).then(|| keyspace_id_of_int(*i)),
+        Value::Text(text) => text_key(text, encoding),
+        Value::Param { index, cast } => {
+            if cast.is_some_and(|c| c != encoding) {
+                return None;
+            }
+            if *index >= normalized.first_literal {
+                // A literal of the original text, by its text. A number is
+                // a key only of an integer key, uncast or cast to an
+                // integer type (a numeric literal cast to text is the
+                // number's canonical text, not what was written).
+                let literal = normalized.literals.get(index - normalized.first_literal)?;
+                if literal.numeric && encoding != KeyEncoding::Integer {
+                    return None;
+                }
+                return text_key(&literal.text, encoding);
+            }
+            let parameters = parameters?;
+            let bytes = parameters.values.get(*index)?.as_ref()?;
+            if (parameters.formats)(*index) == 0 {
+                text_key(std::str::from_utf8(bytes).ok()?, encoding)
+            } else {
+                let declared = parameters.declared_types.get(*index).copied().unwrap_or(0);
+                if declared == 0 && cast.is_none() {
+                    // Inferred from the key column, so it has the key's type.
+                } else if declared != 0 && !declared_type_matches(declared, encoding) {
+                    return None;
+                }
+                binary_key(bytes, encoding)
+            }
+        }
+    }
+}
+
+/// Type oids whose binary form the key encoding reads.
+fn declared_type_matches(oid: u32, encoding: KeyEncoding) -> bool {
+    match encoding {
+        KeyEncoding::Integer => matches!(oid, 20 | 21 | 23),
+        KeyEncoding::Text => matches!(oid, 25 | 1043),
+        KeyEncoding::Uuid => oid == 2950,
+        KeyEncoding::Bytes => oid == 17,
+    }
+}
+
+fn text_key(text: &str, encoding: KeyEncoding) -> Option<KeyspaceId> {
+    encoding.keyspace_id_of_text_form(text)
+}
+
+fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
+    match encoding {
+        KeyEncoding::Integer => {
+            let value = match bytes.len() {
+                2 => i16::from_be_bytes(bytes.try_into().ok()?) as i64,
+                4 => i32::from_be_bytes(bytes.try_into().ok()?) as i64,
+                8 => i64::from_be_bytes(bytes.try_into().ok()?),
+                _ => return None,
+            };
+            Some(keyspace_id_of_int(value))
+        }
+        KeyEncoding::Text => std::str::from_utf8(bytes).ok().map(keyspace_id_of_text),
+        KeyEncoding::Uuid => (bytes.len() == 16).then(|| keyspace_id(bytes)),
+        KeyEncoding::Bytes => Some(keyspace_id(bytes)),
+    }
+}
