@@ -34,7 +34,7 @@ COMMENT ON FUNCTION pg_shard.undistribute_table(regclass) IS
     'turn a distributed or reference table back into an ordinary table on the metadata node, '
     'with every row; its shards are dropped';
 
--- Worker-side guards (pg_shard_ext/src/fencing.rs).
+-- Worker-side guards (pg_shard_ext/src/worker/fencing.rs).
 CREATE FUNCTION pg_shard.shard_guard_row() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_row';
 CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
@@ -75,7 +75,7 @@ CREATE TRIGGER local_shard_truncated
     FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.local_shard_changed();
 
 -- Writes to a reference table on the metadata node reach every copy
--- (pg_shard_ext/src/reference.rs); the transition tables carry the rows.
+-- (pg_shard_ext/src/commands/reference.rs); the transition tables carry the rows.
 -- Runs as the writing role. The rows travel as JSON printed under fixed
 -- settings, so they read back the same on the workers.
 CREATE FUNCTION pg_shard.replicate_reference_write() RETURNS trigger
@@ -127,7 +127,7 @@ COMMENT ON VIEW pg_shard.shards IS
     'in the signed form of pg_shard.keyspace_id()';
 
 -- Shard moves and splits: queued here, run by the job runner (a background
--- worker, pg_shard_ext/src/mover.rs). Input is checked before anything is
+-- worker, pg_shard_ext/src/operations). Input is checked before anything is
 -- queued; a bad call changes nothing.
 CREATE FUNCTION pg_shard.queue_job(
     job_kind text, requested_shard bigint, requested_target integer, requested_split_at bigint)
@@ -420,7 +420,7 @@ COMMENT ON VIEW pg_shard.jobs IS
     'progress (rows and bytes copied, replication lag), timings and error';
 
 -- DROP TABLE: on the metadata node, drop the shards of dropped distributed
--- and reference tables (pg_shard_ext/src/drop.rs); on a worker, forget the
+-- and reference tables (pg_shard_ext/src/commands/drop.rs); on a worker, forget the
 -- ownership record of a dropped shard table.
 -- SECURITY DEFINER: whoever may drop a table may drop its shards; the
 -- function runs no code of the dropping role.

@@ -130,8 +130,9 @@ CREATE TABLE pg_shard.job (
     kind             text        NOT NULL CHECK (kind IN ('move', 'split')),
     state            text        NOT NULL DEFAULT 'queued'
                      CHECK (state IN ('queued', 'running', 'done', 'failed', 'canceled')),
-    -- plan, create_target, copy, catch_up, freeze, wait_final, verify,
-    -- publish, cleanup, drop_old (or rollback after a failure or cancel)
+    -- plan, create_target, copy, catch_up, cutover (freeze, final writes,
+    -- verify, publish), cleanup, drop_old (or rollback after a failure or
+    -- cancel); pg_shard_ext/src/operations/job.rs (Phase)
     phase            text        NOT NULL DEFAULT 'plan',
     shard_id         bigint      NOT NULL,   -- the shard asked for
     -- NULL once the table was dropped (the job's history stays)
@@ -158,7 +159,7 @@ CREATE TABLE pg_shard.job (
 CREATE UNIQUE INDEX job_one_unfinished_per_group ON pg_shard.job (shard_group_id)
     WHERE state IN ('queued', 'running');
 
--- Two-phase commit of remote transactions (pg_shard_ext/src/remote.rs):
+-- Two-phase commit of remote transactions (pg_shard_ext/src/transaction/remote.rs):
 -- one row per remote transaction of a local transaction, written in it, so
 -- that a row exists exactly when the local transaction committed. The
 -- recovery commits a prepared remote transaction with a row and rolls back

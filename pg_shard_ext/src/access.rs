@@ -7,14 +7,14 @@
 //! may execute the wrapper, so a GRANT on the wrapper is all it takes. A
 //! granted role still acts only on tables it owns, as ALTER TABLE would; the
 //! catalog writes that follow run as the extension's owner
-//! ([`crate::catalog::as_extension_owner`]).
+//! ([`crate::metadata::catalog::as_extension_owner`]).
 
 use crate::error::{Result, ShardError};
 
 /// The caller may execute `function` (a signature such as
 /// `pg_shard.create_distributed_table(regclass, text, integer, text)`).
-pub fn require_granted(function: &str) -> Result<()> {
-    let granted = crate::catalog::query_one::<bool>(
+pub(crate) fn require_granted(function: &str) -> Result<()> {
+    let granted = crate::spi::query_one::<bool>(
         "SELECT pg_catalog.has_function_privilege($1, 'EXECUTE')",
         &[function.into()],
     )?
@@ -31,7 +31,7 @@ pub fn require_granted(function: &str) -> Result<()> {
 
 /// The current role owns `relid` (or is a member of its owner, or a
 /// superuser): PostgreSQL's rule for changing a table.
-pub fn require_table_owner(relid: pgrx::pg_sys::Oid, display: &str) -> Result<()> {
+pub(crate) fn require_table_owner(relid: pgrx::pg_sys::Oid, display: &str) -> Result<()> {
     if is_table_owner(relid) {
         return Ok(());
     }
@@ -40,13 +40,13 @@ pub fn require_table_owner(relid: pgrx::pg_sys::Oid, display: &str) -> Result<()
     )))
 }
 
-pub fn is_table_owner(relid: pgrx::pg_sys::Oid) -> bool {
+pub(crate) fn is_table_owner(relid: pgrx::pg_sys::Oid) -> bool {
     // SAFETY: an ownership lookup in the syscache for the current user; a
     // relation that does not exist raises an error through pgrx's guard.
     unsafe { pgrx::pg_sys::pg_class_ownercheck(relid, pgrx::pg_sys::GetUserId()) }
 }
 
-pub fn is_superuser() -> bool {
+pub(crate) fn is_superuser() -> bool {
     // SAFETY: reads the current user's superuser flag (cached per backend).
     unsafe { pgrx::pg_sys::superuser() }
 }

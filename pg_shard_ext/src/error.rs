@@ -5,7 +5,7 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
-pub enum ShardError {
+pub(crate) enum ShardError {
     #[error("relation \"{0}\" does not exist")]
     UnknownTable(String),
     #[error("column \"{column}\" of relation {table} does not exist")]
@@ -57,6 +57,21 @@ pub enum ShardError {
     },
     #[error("{0}")]
     InvalidArgument(String),
+    /// A job's copies differ from their source (row counts or checksums).
+    #[error("{0}")]
+    VerificationMismatch(String),
+    /// A node did not reach the state a job waits for in time (WAL flushed,
+    /// the last writes applied).
+    #[error("{0}")]
+    Timeout(String),
+    /// A PostgreSQL ERROR or a Rust panic raised (rather than returned)
+    /// inside one of the job runner's own transactions.
+    #[error("{0}")]
+    JobPanicked(String),
+    /// Something that cannot happen unless the catalog or the code is
+    /// wrong (a NULL in a NOT NULL column).
+    #[error("{0}")]
+    Internal(String),
     #[error("there are no active worker nodes; add one with pg_shard.add_node(host, port)")]
     NoWorkers,
     #[error("node {host}:{port} is already in the cluster as node {node_id}")]
@@ -133,6 +148,9 @@ impl ShardError {
             ShardError::InvalidArgument(_) | ShardError::Range(_) => {
                 ERRCODE_INVALID_PARAMETER_VALUE
             }
+            ShardError::VerificationMismatch(_) => ERRCODE_DATA_CORRUPTED,
+            ShardError::Timeout(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ShardError::JobPanicked(_) | ShardError::Internal(_) => ERRCODE_INTERNAL_ERROR,
             ShardError::NoWorkers => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             ShardError::NodeExists { .. } | ShardError::SameServer { .. } => {
                 ERRCODE_DUPLICATE_OBJECT
@@ -197,7 +215,7 @@ impl ShardError {
     }
 
     /// Raise this error as a PostgreSQL ERROR.
-    pub fn report(self) -> ! {
+    pub(crate) fn report(self) -> ! {
         let mut report = ErrorReport::new(self.sqlstate(), self.to_string(), "pg_shard");
         if let Some(hint) = self.hint() {
             report = report.set_hint(hint);
@@ -207,10 +225,10 @@ impl ShardError {
     }
 }
 
-pub type Result<T> = std::result::Result<T, ShardError>;
+pub(crate) type Result<T> = std::result::Result<T, ShardError>;
 
 /// Unwrap a result at the SQL boundary, reporting errors as PostgreSQL errors.
-pub trait OrReport<T> {
+pub(crate) trait OrReport<T> {
     fn or_report(self) -> T;
 }
 

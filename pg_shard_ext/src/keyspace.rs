@@ -133,20 +133,23 @@ unsafe fn array_keyspace_ids(datum: pg_sys::Datum, array_type: pg_sys::Oid) -> V
 }
 
 /// The keyspace id of a non-null datum of type `type_oid` (or a domain over it).
-pub fn key_to_keyspace_id(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> Result<KeyspaceId> {
+pub(crate) fn key_to_keyspace_id(
+    datum: pg_sys::Datum,
+    type_oid: pg_sys::Oid,
+) -> Result<KeyspaceId> {
     keyspace_id_of_base_type(datum, base_type(type_oid), type_oid)
 }
 
 /// The type a domain is over (the type itself for a non-domain). A type
 /// cache lookup: callers on hot paths resolve it once.
-pub fn base_type(type_oid: pg_sys::Oid) -> pg_sys::Oid {
+pub(crate) fn base_type(type_oid: pg_sys::Oid) -> pg_sys::Oid {
     // SAFETY: getBaseType only reads the type cache; it errors for an unknown oid.
     unsafe { pg_sys::getBaseType(type_oid) }
 }
 
 /// [`key_to_keyspace_id`] for a datum whose base type is already resolved;
 /// `type_oid` only names the type in errors.
-pub fn keyspace_id_of_base_type(
+pub(crate) fn keyspace_id_of_base_type(
     datum: pg_sys::Datum,
     base_type: pg_sys::Oid,
     type_oid: pg_sys::Oid,
@@ -187,7 +190,7 @@ unsafe fn text_keyspace_id(datum: pg_sys::Datum) -> KeyspaceId {
 }
 
 /// The SQL name of a type, as format_type spells it.
-pub fn type_name(type_oid: pg_sys::Oid) -> String {
+pub(crate) fn type_name(type_oid: pg_sys::Oid) -> String {
     // SAFETY: format_type_be returns a palloc'd C string for any oid.
     unsafe {
         let name = pg_sys::format_type_be(type_oid);
@@ -198,7 +201,7 @@ pub fn type_name(type_oid: pg_sys::Oid) -> String {
 }
 
 /// Whether a column type has a canonical key encoding (looking through domains).
-pub fn key_encoding_of(type_oid: pg_sys::Oid) -> Option<pg_shard_core::KeyEncoding> {
+pub(crate) fn key_encoding_of(type_oid: pg_sys::Oid) -> Option<pg_shard_core::KeyEncoding> {
     use pg_shard_core::KeyEncoding;
     // SAFETY: getBaseType only reads the type cache.
     match unsafe { pg_sys::getBaseType(type_oid) } {

@@ -4,55 +4,52 @@
 //! and offers the DBA functions; on workers it holds the shard tables and
 //! guards them with triggers that enforce range ownership and the map epoch.
 //!
-//! Module map (one concept each):
+//! Module map (by subsystem, as Citus's src/backend/distributed/):
+//! * [`metadata`]   – the metadata node's catalog ([`metadata::catalog`]: reads,
+//!   writes as the extension's owner, the map version), nodes, logical tables,
+//!   postgres_fdw servers ([`metadata::fdw`]), routing tables
+//!   ([`metadata::routing_table`]), shard sizes ([`metadata::sizes`])
+//! * [`commands`]   – `create_distributed_table`, `create_reference_table`,
+//!   `undistribute_table`, `add_node`, DROP TABLE, reference-table writes, and
+//!   schema changes carried to the shards ([`commands::ddl`], the
+//!   ProcessUtility hook)
+//! * [`transaction`] – node connections, remote transactions with two-phase
+//!   commit and recovery ([`transaction::remote`]); statements on every shard
+//!   ([`transaction::fan_out`])
+//! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
+//! * [`worker`]     – worker-side ownership and epoch triggers (WrongShard), read
+//!   fence, ownership records
+//! * [`operations`] – shard moves and splits run by background workers over
+//!   logical replication; the copy of existing rows into shard tables
 //! * [`keyspace`]   – `pg_shard.keyspace_id(anyelement)`: SQL values to keyspace ids
 //! * [`access`]     – who may run the DBA functions, on which tables
-//! * [`catalog`]    – reads and writes of the metadata node's catalog tables
-//! * [`remote`]     – node-to-node connections and their transactions
-//! * [`fdw`]        – postgres_fdw servers through which the metadata node reaches shards
-//! * [`routing_table`] – a distributed table on the metadata node: partitioned, foreign partitions
 //! * [`shard_ddl`]  – the DDL that recreates a table's shape as a shard table
-//! * [`nodes`]      – `add_node`
-//! * [`distribute`] – `create_distributed_table`, `create_reference_table`
-//! * [`data_copy`]  – moving existing rows into shard tables
-//! * [`reference`]  – writes to reference tables reach every copy
-//! * [`drop`]       – DROP TABLE of a distributed table drops its shards
-//! * [`ddl`]        – ALTER TABLE of distributed and reference tables reaches their shards
-//! * [`fencing`]    – worker-side ownership and epoch triggers (WrongShard)
-//! * [`local_shard`] – worker-side ownership records, written for a shard table's owner
-//! * [`read_fence`] – worker-side refusal of reads from retired shards
-//! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
-//! * [`mover`]      – shard moves: job runner background workers, logical replication
-//! * [`sizes`]      – shard sizes fetched from workers for `pg_shard.shards`
 //! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
+//! * [`guc`]        – GUC nest levels: settings made for a piece of work, put back after it
 //! * [`spi`]        – every query pg_shard runs, under a safe search_path; the caller's names
+//! * [`error`]      – the errors reported, each with its SQLSTATE
+//! * [`quote`]      – quoting for generated SQL (shared with the coordinator)
+//!
+//! The lowest layers run no catalog code: `guc` below `spi` below
+//! `settings` and `access`, all below `metadata::catalog` (which imports
+//! them, never the reverse). No two files import each other.
 
 use pgrx::prelude::*;
 
 mod access;
-mod catalog;
-mod data_copy;
-mod ddl;
-mod distribute;
-mod drop;
+mod commands;
 mod error;
-mod fdw;
-mod fencing;
+mod guc;
 mod keyspace;
-mod local_shard;
-mod mover;
-mod nodes;
+mod metadata;
+mod operations;
 mod planner;
 mod quote;
-mod read_fence;
-mod reference;
-mod remote;
-mod routing_table;
 mod settings;
 mod shard_ddl;
-mod sizes;
 mod spi;
-mod undistribute;
+mod transaction;
+mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -73,16 +70,16 @@ mod pg_shard {}
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    fencing::register_gucs();
-    mover::register_gucs();
-    remote::register_gucs();
+    worker::fencing::register_gucs();
+    operations::register_gucs();
+    transaction::remote::register_gucs();
     // The launcher needs shared_preload_libraries (as the fencing hooks do).
     // SAFETY: a plain read of a backend-global flag set by the postmaster.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        mover::register_launcher();
+        operations::register_launcher();
     }
-    fencing::register_cache_invalidation();
-    read_fence::install();
+    worker::fencing::register_cache_invalidation();
+    worker::read_fence::install();
     planner::install();
-    ddl::install();
+    commands::ddl::install();
 }

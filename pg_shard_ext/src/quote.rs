@@ -1,3 +1,3 @@
 //! Quoting for generated SQL: shared with the coordinator, in the core crate.
 
-pub use pg_shard_core::quote::*;
+pub(crate) use pg_shard_core::quote::*;

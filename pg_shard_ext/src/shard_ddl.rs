@@ -15,17 +15,17 @@ use crate::settings::{with_settings, QUALIFIED_NAMES};
 use pgrx::prelude::*;
 
 #[derive(Clone, Debug)]
-pub struct Column {
-    pub name: String,
-    pub type_sql: String,
-    pub type_oid: pg_sys::Oid,
-    pub not_null: bool,
-    pub collation: Option<(String, String)>,
+pub(crate) struct Column {
+    pub(crate) name: String,
+    pub(crate) type_sql: String,
+    pub(crate) type_oid: pg_sys::Oid,
+    pub(crate) not_null: bool,
+    pub(crate) collation: Option<(String, String)>,
     /// The DEFAULT expression, schema-qualified (kept on the metadata node's
     /// routing table, where rows are routed from; not on shards).
-    pub default: Option<String>,
+    pub(crate) default: Option<String>,
     /// An identity or generated column (not supported on distributed tables yet).
-    pub identity_or_generated: bool,
+    pub(crate) identity_or_generated: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -47,30 +47,30 @@ struct Index {
 }
 
 #[derive(Clone, Debug)]
-pub struct TableShape {
-    pub schema: String,
-    pub name: String,
+pub(crate) struct TableShape {
+    pub(crate) schema: String,
+    pub(crate) name: String,
     /// The name as PostgreSQL prints it (regclass output), for messages.
-    pub display_name: String,
-    pub columns: Vec<Column>,
+    pub(crate) display_name: String,
+    pub(crate) columns: Vec<Column>,
     constraints: Vec<Constraint>,
     indexes: Vec<Index>,
     /// 'd' default (primary key), 'n' nothing, 'f' full, 'i' index.
     replica_identity: char,
     replica_identity_index: Option<String>,
-    pub has_primary_key: bool,
+    pub(crate) has_primary_key: bool,
     /// Foreign keys from or to the table, as `name (on table)`: not carried
     /// over to shards yet, so distributing such a table is refused.
-    pub foreign_keys: Vec<String>,
+    pub(crate) foreign_keys: Vec<String>,
     /// The table's own foreign keys: (name, definition). Created after all
     /// tables of a group exist, as [`TableShape::foreign_key_ddl`].
     foreign_key_definitions: Vec<(String, String)>,
     /// Whether row-level security is enabled on the table.
-    pub row_security: bool,
+    pub(crate) row_security: bool,
     /// Whether the table has inheritance parents or children.
-    pub in_inheritance_tree: bool,
-    pub relkind: char,
-    pub persistence: char,
+    pub(crate) in_inheritance_tree: bool,
+    pub(crate) relkind: char,
+    pub(crate) persistence: char,
     /// The owning role, quoted.
     owner: String,
     /// Storage parameters and column statistics settings, as ALTER TABLE
@@ -90,7 +90,7 @@ impl TableShape {
     /// with a fresh snapshot (the read-write SPI path), so the shape includes
     /// changes committed while the lock was awaited; names outside pg_catalog
     /// come out schema-qualified so the DDL means the same on a worker.
-    pub fn load(relid: pg_sys::Oid) -> Result<TableShape> {
+    pub(crate) fn load(relid: pg_sys::Oid) -> Result<TableShape> {
         let display_name = crate::spi::caller_relation_name(relid);
         let mut shape = with_settings(QUALIFIED_NAMES, || Self::load_qualified(relid))?;
         shape.display_name = display_name;
@@ -342,11 +342,11 @@ impl TableShape {
         })
     }
 
-    pub fn qualified(&self) -> String {
+    pub(crate) fn qualified(&self) -> String {
         quote::qualified(&self.schema, &self.name)
     }
 
-    pub fn column(&self, name: &str) -> Option<&Column> {
+    pub(crate) fn column(&self, name: &str) -> Option<&Column> {
         self.columns.iter().find(|c| c.name == name)
     }
 
@@ -354,7 +354,7 @@ impl TableShape {
     /// each referenced table's name passed through `referenced` (the halves
     /// of a split reference each other's halves). Run once every table they
     /// reference exists.
-    pub fn foreign_key_ddl(
+    pub(crate) fn foreign_key_ddl(
         &self,
         target: &str,
         referenced: &dyn Fn(&str) -> String,
@@ -374,7 +374,7 @@ impl TableShape {
     /// The statements that give `target` this table's owner, privileges
     /// and comments. (The owner's role must exist where `target` is: shard
     /// tables belong to their table's owner, who may then change them.)
-    pub fn owner_grant_and_comment_sql(&self, target: &str) -> Vec<String> {
+    pub(crate) fn owner_grant_and_comment_sql(&self, target: &str) -> Vec<String> {
         let mut sql = vec![self.owner_sql(target)];
         sql.extend(self.grant_sql(target));
         sql.extend(self.comment_sql(target));
@@ -382,12 +382,12 @@ impl TableShape {
     }
 
     /// ALTER TABLE … OWNER TO this table's owner.
-    pub fn owner_sql(&self, target: &str) -> String {
+    pub(crate) fn owner_sql(&self, target: &str) -> String {
         format!("ALTER TABLE {target} OWNER TO {}", self.owner)
     }
 
     /// GRANT statements that give `target` this table's privileges.
-    pub fn grant_sql(&self, target: &str) -> Vec<String> {
+    pub(crate) fn grant_sql(&self, target: &str) -> Vec<String> {
         self.grants
             .iter()
             .map(|(grantee, privilege, grantable)| {
@@ -414,7 +414,7 @@ impl TableShape {
     }
 
     /// The grantees of this table's privileges (quoted, or PUBLIC).
-    pub fn grantees(&self) -> Vec<String> {
+    pub(crate) fn grantees(&self) -> Vec<String> {
         let mut grantees: Vec<String> = self.grants.iter().map(|g| g.0.clone()).collect();
         grantees.dedup();
         grantees
@@ -422,7 +422,7 @@ impl TableShape {
 
     /// Constraints and indexes as rows of pg_shard.table_constraint:
     /// (kind, name, definition, unique index).
-    pub fn constraint_rows(&self) -> Vec<(char, String, String, bool)> {
+    pub(crate) fn constraint_rows(&self) -> Vec<(char, String, String, bool)> {
         let constraints = self
             .constraints
             .iter()
@@ -435,7 +435,7 @@ impl TableShape {
     }
 
     /// Whether later moves can identify rows (logical replication needs it).
-    pub fn has_replica_identity(&self) -> bool {
+    pub(crate) fn has_replica_identity(&self) -> bool {
         match self.replica_identity {
             'd' => self.has_primary_key,
             'f' | 'i' => true,
@@ -444,7 +444,7 @@ impl TableShape {
     }
 
     /// Quoted column list, in attribute order.
-    pub fn column_list(&self) -> String {
+    pub(crate) fn column_list(&self) -> String {
         self.columns
             .iter()
             .map(|c| quote::ident(&c.name))
@@ -454,7 +454,7 @@ impl TableShape {
 
     /// `name type [COLLATE …] [NOT NULL] [DEFAULT …]` for every column;
     /// defaults only when asked for.
-    pub fn column_definitions(&self, with_defaults: bool) -> String {
+    pub(crate) fn column_definitions(&self, with_defaults: bool) -> String {
         self.columns
             .iter()
             .map(|c| {
@@ -477,20 +477,20 @@ impl TableShape {
     /// The statements that create this shape as `schema.shard_name` on a
     /// worker. Index-backed constraint and index names get the shard id as
     /// a suffix, since index names are unique per schema.
-    pub fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
+    pub(crate) fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
         self.ddl_with_suffix(shard_name, &format!("_{shard_id}"))
     }
 
     /// The statements that recreate this table as it is, names and all (a
     /// shard table copied to another node by a move).
-    pub fn same_ddl(&self) -> Vec<String> {
+    pub(crate) fn same_ddl(&self) -> Vec<String> {
         self.ddl_with_suffix(&self.name, "")
     }
 
     /// The statements that create a copy of this shard table (whose index
     /// names end in `_{old_shard_id}`) as `schema.shard_name` with shard id
     /// `new_shard_id` (a half of a split).
-    pub fn renamed_shard_ddl(
+    pub(crate) fn renamed_shard_ddl(
         &self,
         shard_name: &str,
         old_shard_id: i64,
@@ -562,14 +562,14 @@ impl TableShape {
 }
 
 /// Name of the shard table for `table_name` with `shard_id`.
-pub fn shard_table_name(table_name: &str, shard_id: i64) -> String {
+pub(crate) fn shard_table_name(table_name: &str, shard_id: i64) -> String {
     quote::name_with_suffix(table_name, &format!("_{shard_id}"))
 }
 
 /// The schema on a worker, made if it is missing. (`CREATE SCHEMA IF NOT
 /// EXISTS` needs CREATE on the database even when the schema exists, which
 /// a table owner making its shards may lack.)
-pub fn create_schema_if_missing(schema: &str) -> String {
+pub(crate) fn create_schema_if_missing(schema: &str) -> String {
     let body = format!(
         "BEGIN IF pg_catalog.to_regnamespace({}) IS NULL THEN CREATE SCHEMA {}; END IF; END",
         quote::literal(&quote::ident(schema)),

@@ -9,14 +9,15 @@
 //! The wrappers have the signatures of pgrx's [`Spi`] functions; nothing else
 //! in the extension calls `Spi` directly.
 
-use crate::settings::GucScope;
+use crate::error::Result;
+use crate::guc::GucScope;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 
 /// The search_path of every statement pg_shard runs.
-pub const SAFE_SEARCH_PATH: &str = "pg_catalog, pg_temp";
+pub(crate) const SAFE_SEARCH_PATH: &str = "pg_catalog, pg_temp";
 
 thread_local! {
     /// How many [`CallerPath`]s are alive.
@@ -28,10 +29,10 @@ thread_local! {
 
 /// Keeps the caller's search_path for [`in_caller_path`] while the extension
 /// runs under another one.
-pub struct CallerPath(());
+pub(crate) struct CallerPath(());
 
 impl CallerPath {
-    pub fn remember() -> CallerPath {
+    pub(crate) fn remember() -> CallerPath {
         let depth = DEPTH.get();
         if depth == 0 {
             CALLER_PATH.set(Some(current_search_path()));
@@ -92,7 +93,7 @@ fn current_search_path() -> String {
 }
 
 /// [`Spi::connect`] under the safe search_path.
-pub fn connect<R, F>(f: F) -> R
+pub(crate) fn connect<R, F>(f: F) -> R
 where
     F: FnOnce(&SpiClient<'_>) -> R,
 {
@@ -101,7 +102,7 @@ where
 }
 
 /// [`Spi::connect_mut`] under the safe search_path.
-pub fn connect_mut<R, F>(f: F) -> R
+pub(crate) fn connect_mut<R, F>(f: F) -> R
 where
     F: FnOnce(&mut SpiClient<'_>) -> R,
 {
@@ -110,26 +111,65 @@ where
 }
 
 /// [`Spi::run`] under the safe search_path.
-pub fn run(query: &str) -> SpiResult<()> {
+pub(crate) fn run(query: &str) -> SpiResult<()> {
     let _path = SafePath::enter();
     Spi::run(query)
 }
 
 /// [`Spi::run_with_args`] under the safe search_path.
-pub fn run_with_args(query: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> SpiResult<()> {
+pub(crate) fn run_with_args(query: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> SpiResult<()> {
     let _path = SafePath::enter();
     Spi::run_with_args(query, args)
 }
 
 /// [`Spi::get_one`] under the safe search_path.
-pub fn get_one<A: FromDatum + IntoDatum>(query: &str) -> SpiResult<Option<A>> {
+pub(crate) fn get_one<A: FromDatum + IntoDatum>(query: &str) -> SpiResult<Option<A>> {
     let _path = SafePath::enter();
     Spi::get_one(query)
 }
 
+/// The first column of the first row of a read-only `query`, or None when it
+/// returns no row or NULL (pgrx's get_one treats "no row" as an error).
+/// Read-only: no transaction id is assigned, so it also works in parallel
+/// plans and on standbys.
+pub(crate) fn query_one<T: FromDatum + IntoDatum>(
+    query: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    connect(|client| {
+        let mut rows = client.select(query, Some(1), args)?;
+        match rows.next() {
+            None => Ok(None),
+            Some(row) => Ok(row.get::<T>(1)?),
+        }
+    })
+}
+
+/// [`query_one`] without parameters.
+pub(crate) fn query_value<T: FromDatum + IntoDatum>(query: &str) -> Result<Option<T>> {
+    query_one(query, &[])
+}
+
+/// Like [`query_one`] for a statement that writes (`INSERT … RETURNING`,
+/// `nextval`): runs with a fresh snapshot per statement. As the current
+/// role: catalog writes go through `metadata::catalog::write_returning`,
+/// which switches to the extension's owner first.
+pub(crate) fn update_one<T: FromDatum + IntoDatum>(
+    query: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    connect_mut(|client| {
+        let mut rows = client.update(query, Some(1), args)?;
+        match rows.next() {
+            None => Ok(None),
+            Some(row) => Ok(row.get::<T>(1)?),
+        }
+    })
+}
+
 /// Runs `work` under the safe search_path: for raw SPI (the shard guard's
 /// kept plan) and anything else that plans a query.
-pub fn under_safe_path<T>(work: impl FnOnce() -> T) -> T {
+pub(crate) fn under_safe_path<T>(work: impl FnOnce() -> T) -> T {
     let _path = SafePath::enter();
     work()
 }
@@ -150,7 +190,7 @@ fn in_caller_path<T>(work: impl FnOnce() -> T) -> T {
 
 /// The relation a name the user wrote (`t`, `s.t`, `"T"`) means in the
 /// caller's search_path, as `'…'::regclass` would; None if there is none.
-pub fn caller_relation(name: &str) -> Option<pg_sys::Oid> {
+pub(crate) fn caller_relation(name: &str) -> Option<pg_sys::Oid> {
     in_caller_path(|| {
         // SAFETY: to_regclass reads its text argument and looks the name up
         // in the syscache; NULL (None) when there is no such relation.
@@ -163,7 +203,7 @@ pub fn caller_relation(name: &str) -> Option<pg_sys::Oid> {
 
 /// How the caller would see `relid` printed (`t` when `t` is on its
 /// search_path, else `s.t`), as `relid::regclass::text` would, for messages.
-pub fn caller_relation_name(relid: pg_sys::Oid) -> String {
+pub(crate) fn caller_relation_name(relid: pg_sys::Oid) -> String {
     in_caller_path(|| {
         // SAFETY: regclassout prints an oid (a number if no relation has it).
         unsafe {
@@ -178,7 +218,7 @@ pub fn caller_relation_name(relid: pg_sys::Oid) -> String {
 /// `chr(1) || oid::text || chr(1)` replaced by [`caller_relation_name`]:
 /// for messages listing relations, put together by a query that runs under
 /// the safe search_path (where `oid::regclass` would print `public.t`).
-pub fn caller_names(text: &str) -> String {
+pub(crate) fn caller_names(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut parts = text.split('\u{1}');
     if let Some(first) = parts.next() {
@@ -198,7 +238,7 @@ pub fn caller_names(text: &str) -> String {
 
 /// The schemas of the caller's search_path in order, implicit ones
 /// included, as `current_schemas(true)` would give them.
-pub fn caller_schemas() -> Vec<String> {
+pub(crate) fn caller_schemas() -> Vec<String> {
     in_caller_path(|| {
         // SAFETY: fetch_search_path copies the active path into a List of
         // namespace oids in the current memory context; read, then freed.

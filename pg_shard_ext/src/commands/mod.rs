@@ -1,0 +1,10 @@
+//! The DBA's commands on the metadata node and the statements it carries to
+//! the shards: distributing and undistributing tables, adding nodes,
+//! DROP TABLE, writes to reference tables, and schema changes ([`ddl`]).
+
+pub(crate) mod ddl;
+pub(crate) mod distribute;
+pub(crate) mod drop;
+pub(crate) mod nodes;
+pub(crate) mod reference;
+pub(crate) mod undistribute;

@@ -1,0 +1,14 @@
+//! What the metadata node knows about the cluster: its catalog tables
+//! (schema pg_shard), the nodes, the logical tables, the shard map's
+//! version, and the postgres_fdw servers and routing tables through which
+//! it reaches the shards.
+
+pub(crate) mod catalog;
+pub(crate) mod fdw;
+mod logical_table;
+mod node;
+pub(crate) mod routing_table;
+pub(crate) mod sizes;
+
+pub(crate) use logical_table::{LogicalTable, DISTRIBUTED};
+pub(crate) use node::Node;

@@ -1,0 +1,65 @@
+//! Shard sizes, fetched from the workers for the `pg_shard.shards` view.
+
+use crate::error::Result;
+use crate::transaction::remote::{connect, describe};
+use pgrx::prelude::*;
+
+/// `pg_shard.shard_sizes()`: (shard_id, node_id, size_bytes) of every
+/// placement, one connection per node. A node that cannot be reached gives
+/// NULL sizes and a WARNING rather than failing the whole view.
+#[pg_extern(schema = "pg_shard")]
+fn shard_sizes() -> TableIterator<
+    'static,
+    (
+        name!(shard_id, i64),
+        name!(node_id, i32),
+        name!(size_bytes, Option<i64>),
+    ),
+> {
+    let rows = match collect_sizes() {
+        Ok(rows) => rows,
+        Err(error) => error.report(),
+    };
+    TableIterator::new(rows)
+}
+
+fn collect_sizes() -> Result<Vec<(i64, i32, Option<i64>)>> {
+    let placements = crate::metadata::catalog::shards_by_node(None)?;
+    let mut sizes = Vec::new();
+    for (node_id, (node, shards)) in placements {
+        let ids: Vec<i64> = shards.iter().map(|(id, _)| *id).collect();
+        let names: Vec<String> = shards.iter().map(|(_, name)| name.clone()).collect();
+        let fetched = connect(&node.host, node.port).and_then(|mut client| {
+            client
+                .query(
+                    "SELECT s.id, pg_catalog.pg_total_relation_size(to_regclass(s.name)) \
+                     FROM unnest($1::bigint[], $2::text[]) AS s(id, name)",
+                    &[&ids, &names],
+                )
+                .map_err(|e| crate::error::ShardError::Remote {
+                    host: node.host.clone(),
+                    port: node.port,
+                    cause: describe(&e),
+                })
+        });
+        match fetched {
+            Ok(rows) => {
+                for row in rows {
+                    if let (Ok(id), Ok(size)) =
+                        (row.try_get::<_, i64>(0), row.try_get::<_, Option<i64>>(1))
+                    {
+                        sizes.push((id, node_id, size));
+                    }
+                }
+            }
+            Err(error) => {
+                warning!(
+                    "pg_shard: sizes of shards on {} unavailable: {error}",
+                    node.label()
+                );
+                sizes.extend(ids.into_iter().map(|id| (id, node_id, None)));
+            }
+        }
+    }
+    Ok(sizes)
+}

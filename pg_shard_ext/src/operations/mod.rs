@@ -1,0 +1,60 @@
+//! Shard moves (and, in [`split`], splits), run by background workers over
+//! PostgreSQL logical replication.
+//!
+//! `pg_shard.move_shard` queues a job (sql/pg_shard_api.sql); a *job runner*
+//! (one dynamic background worker per database, started on demand and by
+//! the *launcher* when the server starts) takes the jobs in order and runs
+//! each through persisted phases. Every phase can run again after a crash
+//! (it checks what already exists), so a restarted runner resumes where the
+//! job's row says it was:
+//!
+//! plan → create_target → copy → catch_up → cutover → cleanup → drop_old →
+//! done
+//!
+//! * plan: record the names of everything the job will create; check that
+//!   replication can identify the rows.
+//! * create_target: the group's shard tables on the target, recreated from
+//!   the source's (same names), recorded as `frozen` at epoch 0 so nothing
+//!   but replication writes them; a marker table on both sides.
+//! * copy: publication and slot on the source, a snapshot cut while writers
+//!   wait for a moment, its rows copied at a limited rate
+//!   ([`snapshot_copy`]), then a subscription on the target streaming from
+//!   the slot (advanced to the cut).
+//! * catch_up: until the slot's lag is small.
+//! * cutover ([`moves`]): writes to the source wait on a lock while the
+//!   last of them reach the target (a marker row tells), the copies are
+//!   verified (row counts and checksums; a mismatch rolls back), the source
+//!   is retired, the target activated at the next map version, and the new
+//!   map published (placement, the metadata node's foreign partitions,
+//!   version, NOTIFY) in one metadata transaction.
+//! * cleanup: subscription (and with it the slot), publication and markers
+//!   go. drop_old: the old shard tables go after `pg_shard.move_drop_delay`.
+//!
+//! A failure or `cancel_job` before publish rolls back: what the job created
+//! is dropped and the source is unfrozen. From publish on the job only goes
+//! forward.
+//!
+//! Modules: [`runner`] (the launcher and job runner background workers, one
+//! step at a time), [`job`] (job rows and their [`job::Phase`]), [`moves`]
+//! and [`split`] (the phases), [`group_shards`], [`replication`] and
+//! [`snapshot_copy`] (what both kinds share), [`node_access`] (a job's
+//! connections), [`shard_functions`] (the worker-side SQL functions a job
+//! calls), [`settings`] (GUCs and timings), [`own_transaction`], and
+//! [`data_copy`] (existing rows into new shard tables, for
+//! `create_distributed_table`).
+
+pub(crate) mod data_copy;
+mod group_shards;
+mod job;
+mod moves;
+mod node_access;
+mod own_transaction;
+mod replication;
+mod runner;
+mod settings;
+mod shard_functions;
+mod snapshot_copy;
+mod split;
+
+pub(crate) use runner::register_launcher;
+pub(crate) use settings::register_gucs;

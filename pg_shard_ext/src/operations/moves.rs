@@ -1,0 +1,618 @@
+//! The phases of a shard move, from the plan to the drop of the old shard
+//! tables (the order is in [`super`]'s overview).
+
+use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
+use super::job::{Job, Next, Phase};
+use super::node_access::{connect, exists_on, run_on, value_on};
+use super::replication::{
+    drop_replication, flush_wal, lock_for_cutover, marker_table, publish_and_reserve_slot,
+    replication_name,
+};
+use super::settings::{CUTOVER_LAG, FINAL_WAIT};
+use super::snapshot_copy;
+use crate::error::{Result, ShardError};
+use crate::metadata::Node;
+use crate::quote;
+use crate::spi::query_one;
+use crate::transaction::remote;
+use postgres::Client;
+use std::time::{Duration, Instant};
+
+/// Runs the move's current phase once.
+pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    match job.phase()? {
+        Phase::Plan => plan(job, shards),
+        Phase::CreateTarget => create_target(job, shards),
+        Phase::Copy => copy(job, shards),
+        Phase::CatchUp => catch_up(job, shards),
+        Phase::Cutover => cutover(job, shards),
+        Phase::Cleanup => cleanup(job, shards),
+        Phase::DropOld => drop_old(job, shards),
+        Phase::Rollback => rollback(job, shards),
+    }
+}
+
+pub(crate) fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    for shard in shards {
+        // Logical replication must be able to identify rows.
+        let identified = value_on::<bool>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT c.relreplident IN ('f', 'i') OR (c.relreplident = 'd' AND EXISTS \
+                   (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)) \
+                 FROM pg_class c WHERE c.oid = {}::regclass",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or(false);
+        if !identified {
+            return Err(ShardError::NoReplicaIdentity(shard.qualified()));
+        }
+    }
+    record_plan(job, shards)?;
+    Ok(Next::Phase(Phase::CreateTarget))
+}
+
+/// Records the plan: the map version it was made at and the names of what
+/// the job creates (a move also a subscription).
+pub(crate) fn record_plan(job: &Job, shards: &[GroupShard]) -> Result<()> {
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET planned_version = pg_shard.map_version(), \
+             resources = resources || jsonb_build_object('publication', $2::text, 'slot', $2::text, \
+                 'marker', $3::text, 'tables', $4::text[]) \
+                 || CASE WHEN kind = 'move' THEN jsonb_build_object('subscription', $2::text) \
+                         ELSE '{}'::jsonb END \
+         WHERE job_id = $1",
+        &[
+            job.job_id.into(),
+            replication_name(job).into(),
+            marker_table(job).into(),
+            tables.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The end of a rollback: `sources` (still the group's shards) active
+/// again, the job canceled or failed.
+pub(crate) fn finish_rollback(job: &Job, sources: &[GroupShard]) -> Result<Next> {
+    if !sources.is_empty() {
+        let mut source = connect(&job.source)?;
+        run_on(
+            &job.source,
+            &mut source,
+            &format!(
+                "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({}) AND state IN ('frozen', 'retired')",
+                shard_id_list(sources)
+            ),
+        )?;
+    }
+    let state = if job.cancel_requested {
+        "canceled"
+    } else {
+        "failed"
+    };
+    Ok(Next::Finished(state.into(), None))
+}
+
+pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut script = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY)",
+        marker_table(job)
+    )];
+    for shard in shards {
+        let ddl: Vec<String> = value_on::<Vec<String>>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT pg_shard.shard_table_ddl({}::regclass)",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or_default();
+        let (range_start, range_end) = source
+            .query_one(
+                "SELECT range_start, range_end FROM pg_shard.local_shard WHERE shard_id = $1",
+                &[&shard.shard_id],
+            )
+            .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
+            .map_err(|e| remote::remote_error(&job.source, &e))?;
+        script.extend(frozen_shard_script(shard, ddl, (range_start, range_end)));
+    }
+    // Foreign keys once every table of the group exists (the copy and the
+    // apply run as replication sessions, which do not check them).
+    for shard in shards {
+        let foreign_keys = value_on::<Vec<String>>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, '{{}}', '{{}}')",
+                quote::literal(&shard.qualified()),
+                quote::literal(&shard.name)
+            ),
+        )?
+        .unwrap_or_default();
+        script.extend(foreign_keys);
+    }
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+    )?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY)",
+            marker_table(job)
+        ),
+    )?;
+    Ok(Next::Phase(Phase::Copy))
+}
+
+/// The initial copy (throttled, [`snapshot_copy`]), then a subscription
+/// that streams every change committed after the copy's snapshot.
+pub(crate) fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let name = replication_name(job);
+    let mut target = connect(&job.target)?;
+    // Once subscribed the copy is complete (it is made last).
+    if exists_on(
+        &job.target,
+        &mut target,
+        "pg_subscription",
+        "subname",
+        &name,
+    )? {
+        snapshot_copy::release_snapshot();
+        return Ok(Next::Phase(Phase::CatchUp));
+    }
+    let mut source = connect(&job.source)?;
+    let snapshot = match snapshot_copy::exported_snapshot(job) {
+        Some(snapshot) => snapshot,
+        None => match start_copy(job, shards, &mut source, &mut target)? {
+            Some(snapshot) => snapshot,
+            // Writers held the tables: try again at the next step.
+            None => return Ok(Next::Stay),
+        },
+    };
+    let sources: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    let finished =
+        snapshot_copy::copy_step(job, &sources, &mut source, |index, start, end, source| {
+            copy_pages(
+                job,
+                &shards[index],
+                &snapshot,
+                (start, end),
+                source,
+                &mut target,
+            )
+        })?;
+    if !finished {
+        return Ok(Next::Stay);
+    }
+    snapshot_copy::release_snapshot();
+    subscribe(job, &mut target)?;
+    Ok(Next::Phase(Phase::CatchUp))
+}
+
+/// Starts (or starts over) the copy: empties the target tables, makes sure
+/// the publication and the slot exist, and takes the copy's snapshot at a
+/// moment when no write to the source tables is in flight (they wait on a
+/// lock for that moment), so that the WAL position then separates what the
+/// snapshot sees from what the slot must stream; the slot is advanced to
+/// it. None: the lock could not be had within a second (a long write
+/// transaction), nothing was waited for longer.
+pub(crate) fn start_copy(
+    job: &Job,
+    shards: &[GroupShard],
+    source: &mut Client,
+    target: &mut Client,
+) -> Result<Option<String>> {
+    snapshot_copy::release_snapshot();
+    let name = replication_name(job);
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    run_on(
+        &job.target,
+        target,
+        &format!(
+            "BEGIN;\nSET LOCAL session_replication_role = replica;\nTRUNCATE {};\nCOMMIT",
+            tables.join(", ")
+        ),
+    )?;
+    let mut published = tables.clone();
+    published.push(marker_table(job));
+    publish_and_reserve_slot(job, source, &published)?;
+    let mut lock = connect(&job.source)?;
+    let locked = lock.batch_execute(&format!(
+        "BEGIN;\nSET LOCAL lock_timeout = '1s';\nLOCK TABLE {} IN EXCLUSIVE MODE",
+        tables.join(", ")
+    ));
+    if let Err(e) = locked {
+        if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
+            pgrx::log!(
+                "pg_shard job {}: writers held the source tables; the copy starts later",
+                job.job_id
+            );
+            return Ok(None);
+        }
+        return Err(remote::remote_error(&job.source, &e));
+    }
+    let (holder, snapshot, cut) =
+        snapshot_copy::export_snapshot(job, "pg_current_wal_insert_lsn()::text")?;
+    run_on(&job.source, &mut lock, "COMMIT")?;
+    // The slot may only move over flushed WAL: flushed past the cut, it
+    // moves.
+    flush_wal(job, source)?;
+    let started = Instant::now();
+    loop {
+        let flushed = value_on::<bool>(
+            &job.source,
+            source,
+            &format!(
+                "SELECT pg_current_wal_flush_lsn() >= {}::pg_lsn",
+                quote::literal(&cut)
+            ),
+        )?
+        .unwrap_or(false);
+        if flushed {
+            break;
+        }
+        if started.elapsed() > FINAL_WAIT {
+            return Err(ShardError::Timeout(format!(
+                "the source did not flush its WAL to {cut} within {FINAL_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    run_on(
+        &job.source,
+        source,
+        &format!(
+            "SELECT pg_replication_slot_advance(slot_name, {cut}) FROM pg_replication_slots \
+             WHERE slot_name = {} AND confirmed_flush_lsn < {cut}",
+            quote::literal(&name),
+            cut = quote::literal(&cut),
+        ),
+    )?;
+    snapshot_copy::restart_progress(job)?;
+    snapshot_copy::hold_snapshot(job, holder, &snapshot);
+    Ok(Some(snapshot))
+}
+
+/// Copies the rows of pages [start, end) of a source table, as the
+/// snapshot sees them, to the target (binary COPY, one transaction on each
+/// side); returns the rows copied.
+pub(crate) fn copy_pages(
+    job: &Job,
+    shard: &GroupShard,
+    snapshot: &str,
+    (start, end): (i64, i64),
+    source: &mut Client,
+    target: &mut Client,
+) -> Result<i64> {
+    run_on(
+        &job.source,
+        source,
+        &format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSET TRANSACTION SNAPSHOT {}",
+            quote::literal(snapshot)
+        ),
+    )?;
+    run_on(
+        &job.target,
+        target,
+        "BEGIN;\nSET LOCAL session_replication_role = replica",
+    )?;
+    let copy_error = |node: &Node, e: std::io::Error| ShardError::Remote {
+        host: node.host.clone(),
+        port: node.port,
+        cause: e.to_string(),
+    };
+    let mut reader = source
+        .copy_out(&format!(
+            "COPY (SELECT * FROM {} WHERE ctid >= '({start},0)'::tid AND ctid < '({end},0)'::tid) \
+             TO STDOUT (FORMAT binary)",
+            shard.qualified()
+        ))
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
+    let mut writer = target
+        .copy_in(&format!(
+            "COPY {} FROM STDIN (FORMAT binary)",
+            shard.qualified()
+        ))
+        .map_err(|e| remote::remote_error(&job.target, &e))?;
+    std::io::copy(&mut reader, &mut writer).map_err(|e| copy_error(&job.source, e))?;
+    drop(reader);
+    let rows = writer
+        .finish()
+        .map_err(|e| remote::remote_error(&job.target, &e))?;
+    run_on(&job.target, target, "COMMIT")?;
+    run_on(&job.source, source, "COMMIT")?;
+    Ok(rows as i64)
+}
+
+/// The subscription streaming from the slot (positioned after the copy's
+/// snapshot): no initial copy of its own, no slot of its own.
+pub(crate) fn subscribe(job: &Job, target: &mut Client) -> Result<()> {
+    let name = replication_name(job);
+    let database = query_one::<String>("SELECT current_database()::text", &[])?.unwrap_or_default();
+    let user = query_one::<String>("SELECT current_user::text", &[])?.unwrap_or_default();
+    let connection = format!(
+        "host={} port={} dbname={} user={} application_name={}",
+        conninfo_value(&job.source.host),
+        job.source.port,
+        conninfo_value(&database),
+        conninfo_value(&user),
+        conninfo_value(&name),
+    );
+    // Not in a transaction block: CREATE SUBSCRIPTION connects to the source.
+    run_on(
+        &job.target,
+        target,
+        &format!(
+            "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
+             WITH (slot_name = {}, create_slot = false, copy_data = false)",
+            quote::ident(&name),
+            quote::literal(&connection),
+            quote::ident(&name),
+            quote::literal(&name),
+        ),
+    )
+}
+
+/// A value in a libpq connection string, quoted.
+pub(crate) fn conninfo_value(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Replication lag in bytes (None: the slot is not there yet) and whether
+/// every table finished its initial copy.
+pub(crate) fn replication_state(
+    job: &Job,
+    source: &mut Client,
+    target: &mut Client,
+) -> Result<(Option<i64>, bool)> {
+    let name = quote::literal(&replication_name(job));
+    let lag = value_on::<Option<i64>>(
+        &job.source,
+        source,
+        &format!(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
+             FROM pg_replication_slots WHERE slot_name = {name}"
+        ),
+    )?
+    .flatten();
+    let pending = value_on::<i64>(
+        &job.target,
+        target,
+        &format!(
+            "SELECT count(*) FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid \
+             WHERE s.subname = {name} AND r.srsubstate <> 'r'"
+        ),
+    )?
+    .unwrap_or(1);
+    Ok((lag, pending == 0))
+}
+
+pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    let (lag, synced) = replication_state(job, &mut source, &mut target)?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        &[job.job_id.into(), lag.into()],
+    )?;
+    if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
+        return Ok(Next::Phase(Phase::Cutover));
+    }
+    Ok(Next::Stay)
+}
+
+/// The cutover, in one step (a crash anywhere in it leaves the job to run
+/// it again from the start, or to roll back):
+/// 1. lock the source shard tables EXCLUSIVE in a transaction kept open:
+///    writers holding locks finish first, new ones wait (the write pause;
+///    readers go on);
+/// 2. a row into the marker table; once it is on the target, every write
+///    before the lock is too;
+/// 3. verify row counts and checksums, source against target;
+/// 4. retire the source shards and commit (the waiting writers get
+///    WrongShard and their routers look for the new map);
+/// 5. activate the target shards at the next map version and publish it
+///    (placement, foreign partitions, version, NOTIFY) with the job's next
+///    phase, in one metadata transaction.
+pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    let ids = shard_id_list(shards);
+    let mut lock_holder = lock_for_cutover(job, &tables)?;
+    let mut source = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "INSERT INTO {} VALUES ({}) ON CONFLICT DO NOTHING",
+            marker_table(job),
+            job.job_id
+        ),
+    )?;
+    wait_for_marker(job)?;
+    verify(job, shards)?;
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids});\nCOMMIT"
+        ),
+    )?;
+    // The next version, held until this transaction commits.
+    let version = crate::metadata::catalog::write_returning::<i64>(
+        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
+        &[],
+    )?
+    .unwrap_or(1);
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
+        ),
+    )?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
+        &[
+            job.shard_group_id.into(),
+            job.source.node_id.into(),
+            job.target.node_id.into(),
+        ],
+    )?;
+    for shard in shards {
+        repoint_partition(shard, job)?;
+    }
+    let published = crate::metadata::catalog::bump_map_version()?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), published.into()],
+    )?;
+    Ok(Next::Phase(Phase::Cleanup))
+}
+
+pub(crate) fn wait_for_marker(job: &Job) -> Result<()> {
+    let mut target = connect(&job.target)?;
+    let started = Instant::now();
+    loop {
+        let arrived = value_on::<bool>(
+            &job.target,
+            &mut target,
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {})",
+                marker_table(job),
+                job.job_id
+            ),
+        )?
+        .unwrap_or(false);
+        if arrived {
+            return Ok(());
+        }
+        if started.elapsed() > FINAL_WAIT {
+            return Err(ShardError::Timeout(format!(
+                "the target did not apply the last writes within {FINAL_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub(crate) fn verify(job: &Job, shards: &[GroupShard]) -> Result<()> {
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    for shard in shards {
+        // Count and an order-independent checksum of the rows' text.
+        let sql = format!(
+            "SELECT count(*)::bigint, coalesce(sum(hashtext(t::text)::bigint), 0)::bigint FROM {} t",
+            shard.qualified()
+        );
+        let read = |node: &Node, client: &mut Client| -> Result<(i64, i64)> {
+            client
+                .query_one(&sql, &[])
+                .map(|row| (row.get(0), row.get(1)))
+                .map_err(|e| remote::remote_error(node, &e))
+        };
+        let on_source = read(&job.source, &mut source)?;
+        let on_target = read(&job.target, &mut target)?;
+        if on_source != on_target {
+            return Err(ShardError::VerificationMismatch(format!(
+                "verification failed for {}: {} rows (checksum {}) on the source, {} rows (checksum {}) on the target",
+                shard.qualified(),
+                on_source.0,
+                on_source.1,
+                on_target.0,
+                on_target.1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the metadata node's foreign partition of `shard` by one on the
+/// target's server (a foreign table cannot change its server).
+pub(crate) fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
+    use crate::metadata::routing_table::partition_name;
+    let old = quote::qualified(
+        "pg_shard_partitions",
+        &partition_name(&shard.table_name, shard.shard_id, job.source.node_id),
+    );
+    let new = quote::qualified(
+        "pg_shard_partitions",
+        &partition_name(&shard.table_name, shard.shard_id, job.target.node_id),
+    );
+    // Apart: a quoted name may hold spaces.
+    let parent_and_bounds = crate::spi::connect(|client| {
+        let mut rows = client.select(
+            "SELECT i.inhparent::regclass::text, pg_get_expr(c.relpartbound, c.oid) \
+             FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.oid = to_regclass($1)",
+            Some(1),
+            &[old.as_str().into()],
+        )?;
+        match rows.next() {
+            None => Ok::<_, ShardError>(None),
+            Some(row) => Ok(Some((row.get::<String>(1)?, row.get::<String>(2)?))),
+        }
+    })?;
+    let Some((parent, bounds)) = parent_and_bounds else {
+        // Done already (a repeated phase).
+        return Ok(());
+    };
+    let (Some(parent), Some(bounds)) = (parent, bounds) else {
+        return Err(ShardError::InvalidArgument(format!("no bounds for {old}")));
+    };
+    let (parent, bounds) = (parent.as_str(), bounds.as_str());
+    crate::commands::ddl::run_internal(&format!("ALTER TABLE {parent} DETACH PARTITION {old}"))?;
+    crate::metadata::routing_table::create_foreign_partition(
+        parent,
+        &new,
+        bounds,
+        job.target.node_id,
+        &shard.schema,
+        &shard.name,
+    )?;
+    crate::spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
+    Ok(())
+}
+
+pub(crate) fn cleanup(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
+    drop_replication(job)?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('drop_after', \
+             now() + coalesce((resources->>'drop_delay')::interval, interval '60 seconds')) \
+         WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?;
+    Ok(Next::Phase(Phase::DropOld))
+}
+
+pub(crate) fn drop_old(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let due = query_one::<bool>(
+        "SELECT now() >= (resources->>'drop_after')::timestamptz FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .unwrap_or(true);
+    if !due {
+        return Ok(Next::Stay);
+    }
+    drop_shard_tables(&job.source, shards, "")?;
+    Ok(Next::Finished("done".into(), None))
+}
+
+pub(crate) fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    snapshot_copy::release_snapshot();
+    drop_replication(job)?;
+    drop_shard_tables(&job.target, shards, " AND state = 'frozen' AND epoch = 0")?;
+    finish_rollback(job, shards)
+}

@@ -1,0 +1,69 @@
+//! The job runner's settings: the GUCs a DBA sets and the fixed timings of
+//! the runner and its phases.
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+use std::time::Duration;
+
+/// How often a runner looks at its jobs and their progress.
+pub(crate) const POLL: Duration = Duration::from_millis(200);
+
+/// How often the launcher starts the runners (which end prepared remote
+/// transactions left behind).
+pub(crate) const RECOVERY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A runner with no unfinished job for this long exits.
+pub(crate) const IDLE_EXIT: Duration = Duration::from_secs(10);
+
+/// Replication lag (bytes) below which writes are frozen for the cutover.
+pub(crate) const CUTOVER_LAG: i64 = 1024 * 1024;
+
+/// Tries of a step that failed because a node could not be reached, before
+/// the job rolls back.
+pub(crate) const TRANSIENT_TRIES: i64 = 5;
+
+/// Longest wait for the target to apply the last frozen write.
+pub(crate) const FINAL_WAIT: Duration = Duration::from_secs(60);
+
+/// Seconds a moved shard's old tables are kept on the source after the
+/// cutover (recorded per job when it is queued).
+static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
+
+/// MB/s the initial copy of a move or split may read (0: no limit),
+/// recorded per job when it is queued.
+static COPY_RATE_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(32);
+
+/// The database the launcher connects to (to list the others).
+pub(crate) static LAUNCHER_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+
+pub(crate) fn register_gucs() {
+    GucRegistry::define_int_guc(
+        c"pg_shard.move_drop_delay",
+        c"Seconds the old shard tables of a move are kept on the source after the cutover.",
+        c"Read when pg_shard.move_shard() queues the job.",
+        &DROP_DELAY,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.copy_rate_limit",
+        c"Megabytes per second the initial copy of a shard move or split may read (0: no limit).",
+        c"Read when the job is queued; it keeps the copy from taking the nodes' I/O and CPU from live traffic.",
+        &COPY_RATE_LIMIT,
+        0,
+        1_000_000,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_shard.launcher_database",
+        c"Database the pg_shard job launcher connects to, to find the databases whose jobs to resume.",
+        c"It stays connected (a database with a session cannot serve as a CREATE DATABASE template).",
+        &LAUNCHER_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}

@@ -1,0 +1,171 @@
+//! The initial copy of a move or split: the rows a snapshot sees, copied in
+//! page ranges, each in a short transaction that imports the snapshot, at
+//! most `pg_shard.copy_rate_limit` MB/s so that the node keeps serving live
+//! traffic with its usual latency.
+//!
+//! The snapshot is exported by a transaction the job runner keeps open while
+//! the copy runs; a runner that restarts (or a node that restarts) loses it,
+//! and the copy starts over. Progress (table, page) is kept in the job's
+//! resources.
+
+use super::job::Job;
+use super::node_access::{connect, run_on, value_on};
+use crate::error::Result;
+use crate::quote;
+use crate::spi::query_one;
+use postgres::Client;
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+/// How long one step of the copy goes on before its progress is recorded.
+const STEP_TIME: Duration = Duration::from_secs(1);
+/// Largest page range copied in one transaction.
+const MAX_PAGES_PER_BATCH: i64 = 1024;
+pub(super) const PAGE_BYTES: i64 = 8192;
+
+/// The copy's snapshot and the connection whose open transaction keeps it.
+struct ExportedSnapshot {
+    job_id: i64,
+    holder: Client,
+    name: String,
+}
+
+thread_local! {
+    static EXPORTED: RefCell<Option<ExportedSnapshot>> = const { RefCell::new(None) };
+}
+
+/// The snapshot of `job`'s copy if this runner still holds it.
+pub(super) fn exported_snapshot(job: &Job) -> Option<String> {
+    EXPORTED.with(|cell| {
+        let mut exported = cell.borrow_mut();
+        match exported.as_ref() {
+            Some(e) if e.job_id == job.job_id && !e.holder.is_closed() => Some(e.name.clone()),
+            Some(_) => {
+                *exported = None;
+                None
+            }
+            None => None,
+        }
+    })
+}
+
+/// Keeps `holder`, whose open transaction exported `name`, for the copy.
+pub(super) fn hold_snapshot(job: &Job, holder: Client, name: &str) {
+    EXPORTED.with(|cell| {
+        *cell.borrow_mut() = Some(ExportedSnapshot {
+            job_id: job.job_id,
+            holder,
+            name: name.to_owned(),
+        })
+    });
+}
+
+/// Opens the transaction (REPEATABLE READ) whose snapshot the copy reads:
+/// returns its connection, the exported snapshot's name and the text of
+/// `also` (an expression) evaluated in it.
+pub(super) fn export_snapshot(job: &Job, also: &str) -> Result<(Client, String, String)> {
+    let mut holder = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut holder,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    )?;
+    let row = holder
+        .query_one(&format!("SELECT pg_export_snapshot(), {also}"), &[])
+        .map_err(|e| crate::transaction::remote::remote_error(&job.source, &e))?;
+    let (snapshot, also) = (row.get(0), row.get(1));
+    Ok((holder, snapshot, also))
+}
+
+/// Ends the exporting transaction (its connection closes).
+pub(super) fn release_snapshot() {
+    EXPORTED.with(|cell| cell.borrow_mut().take());
+}
+
+/// A number the job recorded in its resources.
+pub(super) fn resource(job: &Job, key: &str) -> Result<Option<i64>> {
+    query_one::<i64>(
+        "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into(), key.into()],
+    )
+}
+
+/// Records that the copy starts (over) from the first page.
+pub(super) fn restart_progress(job: &Job) -> Result<()> {
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET rows_copied = 0, bytes_copied = 0, \
+             resources = resources || jsonb_build_object('copy_table', 0, 'copy_page', 0) \
+         WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?;
+    Ok(())
+}
+
+/// Copies page ranges of the `sources` (qualified names, on the node
+/// `source` is connected to) for about a second, with `copy_pages(table
+/// index, first page, end page, source)` returning the rows it copied;
+/// records the progress and returns whether the copy is complete.
+pub(super) fn copy_step(
+    job: &Job,
+    sources: &[String],
+    source: &mut Client,
+    mut copy_pages: impl FnMut(usize, i64, i64, &mut Client) -> Result<i64>,
+) -> Result<bool> {
+    let rate = resource(job, "copy_rate")?.unwrap_or(0);
+    let mut table = resource(job, "copy_table")?.unwrap_or(0) as usize;
+    let mut page = resource(job, "copy_page")?.unwrap_or(0);
+    // Page ranges sized for about ten per second at the rate.
+    let pages_per_batch = if rate > 0 {
+        (rate * 1024 * 1024 / PAGE_BYTES / 10).clamp(1, MAX_PAGES_PER_BATCH)
+    } else {
+        MAX_PAGES_PER_BATCH
+    };
+    let started = Instant::now();
+    let (mut rows, mut bytes) = (0i64, 0i64);
+    let mut finished = false;
+    while started.elapsed() < STEP_TIME {
+        let Some(name) = sources.get(table) else {
+            finished = true;
+            break;
+        };
+        // Pages added after the snapshot hold no row it sees.
+        let pages = value_on::<i64>(
+            &job.source,
+            source,
+            &format!(
+                "SELECT pg_relation_size({}::regclass) / {PAGE_BYTES}",
+                quote::literal(name)
+            ),
+        )?
+        .unwrap_or(0);
+        if page >= pages {
+            table += 1;
+            page = 0;
+            continue;
+        }
+        let end = (page + pages_per_batch).min(pages);
+        rows += copy_pages(table, page, end, source)?;
+        bytes += (end - page) * PAGE_BYTES;
+        page = end;
+        if rate > 0 {
+            // Stay under the rate: sleep until this step's bytes are due.
+            let due = Duration::from_secs_f64(bytes as f64 / (rate as f64 * 1024.0 * 1024.0));
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
+             resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
+         WHERE job_id = $1",
+        &[
+            job.job_id.into(),
+            rows.into(),
+            bytes.into(),
+            (table as i64).into(),
+            page.into(),
+        ],
+    )?;
+    Ok(finished)
+}

@@ -1,0 +1,373 @@
+//! A split's own apply: the changes of the source tables read from the
+//! job's slot (`pgoutput` messages, decoded by the core crate) become
+//! statements on the half each row belongs to, committed together with the
+//! position they reach.
+
+use super::tables::{Half, Ranges, SplitTable};
+use crate::error::{Result, ShardError};
+use crate::operations::job::Job;
+use crate::operations::node_access::{connect, run_on, value_on};
+use crate::operations::replication::{marker_table, replication_name};
+use crate::quote;
+use crate::spi::query_one;
+use crate::transaction::remote;
+use pg_shard_core::pgoutput::{self, Lsn, Message, SnapshotVisibility, Value};
+use postgres::Client;
+use std::collections::HashMap;
+
+/// Messages read from the slot per round (a change, or a transaction's
+/// begin or commit).
+pub(crate) const CHANGES_PER_ROUND: i64 = 10_000;
+
+/// A connection to read the slot and apply its changes on: values are
+/// decoded in this session's text forms, and bytea keys are read from the
+/// hex form whatever the server's default.
+pub(crate) fn connection(job: &Job) -> Result<Client> {
+    let mut node = connect(&job.source)?;
+    run_on(&job.source, &mut node, "SET bytea_output = hex")?;
+    Ok(node)
+}
+
+/// Reads the next changes from the slot (those committed before `upto`,
+/// or before the current end of WAL), applies the ones the halves do not
+/// have yet and advances the slot; returns the number of messages read.
+pub(crate) fn apply_round(
+    job: &Job,
+    tables: &[SplitTable],
+    ranges: &Ranges,
+    node: &mut Client,
+    upto: Option<Lsn>,
+) -> Result<i64> {
+    let name = replication_name(job);
+    let visibility = query_one::<String>(
+        "SELECT resources->>'copy_snapshot' FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .and_then(|text| SnapshotVisibility::parse(&text))
+    .ok_or_else(|| {
+        ShardError::InvalidArgument(format!("job {} has no copy snapshot", job.job_id))
+    })?;
+    let applied = value_on::<String>(
+        &job.source,
+        node,
+        &format!(
+            "SELECT applied::text FROM {} WHERE job = {}",
+            marker_table(job),
+            job.job_id
+        ),
+    )?
+    .and_then(|text| Lsn::parse(&text))
+    .unwrap_or_default();
+    // Read before the changes: the slot may advance to it only if every
+    // transaction committed before it was read. Decoding stops at the
+    // flushed end of WAL (the local cluster commits asynchronously), and so
+    // must this position.
+    let upto = match upto {
+        Some(lsn) => lsn,
+        None => value_on::<String>(&job.source, node, "SELECT pg_current_wal_flush_lsn()::text")?
+            .and_then(|text| Lsn::parse(&text))
+            .unwrap_or_default(),
+    };
+    let rows = node
+        .query(
+            &format!(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
+                     'proto_version', '1', 'publication_names', {})",
+                quote::literal(&name),
+                quote::literal(&upto.to_string()),
+                quote::literal(&name),
+            ),
+            &[],
+        )
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
+    let mut relations: HashMap<u32, pgoutput::Relation> = HashMap::new();
+    let mut statements = Vec::new();
+    let mut skipping = true;
+    let mut last_final = None;
+    let mut last_end = None;
+    for row in &rows {
+        let data: &[u8] = row.get(0);
+        let message = pgoutput::decode(data)
+            .map_err(|e| ShardError::InvalidArgument(format!("reading slot {name}: {e}")))?;
+        match message {
+            Message::Begin { final_lsn, xid } => {
+                skipping = final_lsn <= applied || visibility.sees(xid);
+                last_final = Some(final_lsn);
+            }
+            Message::Commit { end_lsn, .. } => last_end = Some(end_lsn),
+            Message::Relation(relation) => {
+                relations.insert(relation.relid, relation);
+            }
+            change if !skipping => {
+                statements.extend(change_statements(&change, &relations, tables, ranges)?)
+            }
+            _ => {}
+        }
+    }
+    // A full round may have stopped early: the slot goes to the end of
+    // what was read, else to `upto` (nothing published committed before it
+    // that was not read).
+    let complete = (rows.len() as i64) < CHANGES_PER_ROUND;
+    let end = match last_end {
+        Some(end) if !complete => end,
+        _ => upto,
+    };
+    if let Some(final_lsn) = last_final.filter(|lsn| *lsn > applied) {
+        statements.push(format!(
+            "UPDATE {} SET applied = '{final_lsn}' WHERE job = {}",
+            marker_table(job),
+            job.job_id
+        ));
+        run_on(
+            &job.source,
+            node,
+            &format!(
+                "BEGIN;\nSET LOCAL session_replication_role = replica;\n{};\nCOMMIT",
+                statements.join(";\n")
+            ),
+        )?;
+    }
+    run_on(
+        &job.source,
+        node,
+        &format!(
+            "SELECT pg_replication_slot_advance({}, {}) \
+             FROM pg_replication_slots WHERE slot_name = {0} AND confirmed_flush_lsn < {1}",
+            quote::literal(&name),
+            quote::literal(&end.to_string())
+        ),
+    )?;
+    Ok(rows.len() as i64)
+}
+
+/// The statements applying one change of a source table to its halves.
+fn change_statements(
+    change: &Message,
+    relations: &HashMap<u32, pgoutput::Relation>,
+    tables: &[SplitTable],
+    ranges: &Ranges,
+) -> Result<Vec<String>> {
+    let relid = match change {
+        Message::Insert { relid, .. }
+        | Message::Update { relid, .. }
+        | Message::Delete { relid, .. } => *relid,
+        Message::Truncate { relids } => {
+            let mut statements = Vec::new();
+            for relid in relids {
+                if let Some(table) = table_of(*relid, relations, tables) {
+                    statements.push(format!(
+                        "TRUNCATE {}, {}",
+                        table.qualified(&table.lower),
+                        table.qualified(&table.upper)
+                    ));
+                }
+            }
+            return Ok(statements);
+        }
+        _ => return Ok(Vec::new()),
+    };
+    let relation = relations.get(&relid).ok_or_else(|| {
+        ShardError::InvalidArgument(format!("change of relation {relid} before its description"))
+    })?;
+    let Some(table) = table_of(relid, relations, tables) else {
+        return Ok(Vec::new());
+    };
+    let row = RowImage {
+        columns: &relation.columns,
+        table,
+        ranges,
+    };
+    match change {
+        Message::Insert { new, .. } => {
+            let half = row.half_of(new)?.ok_or_else(|| {
+                ShardError::InvalidArgument("an inserted row without its key".into())
+            })?;
+            Ok(vec![row.insert(half, new)])
+        }
+        Message::Update { old, new, .. } => row.update(old.as_deref(), new),
+        Message::Delete { old, .. } => Ok(row.delete(old)?),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn table_of<'a>(
+    relid: u32,
+    relations: &HashMap<u32, pgoutput::Relation>,
+    tables: &'a [SplitTable],
+) -> Option<&'a SplitTable> {
+    let relation = relations.get(&relid)?;
+    tables
+        .iter()
+        .find(|t| t.source.schema == relation.namespace && t.source.name == relation.name)
+}
+
+/// A row image of a source table and the statements that apply it.
+struct RowImage<'a> {
+    columns: &'a [String],
+    table: &'a SplitTable,
+    ranges: &'a Ranges,
+}
+
+impl RowImage<'_> {
+    fn value<'v>(&self, values: &'v [Value], column: &str) -> Option<&'v Value> {
+        let index = self.columns.iter().position(|c| c == column)?;
+        values.get(index)
+    }
+
+    /// The half the image's distribution key belongs to; None when the key
+    /// was not sent (an unchanged TOASTed value).
+    fn half_of(&self, values: &[Value]) -> Result<Option<&Half>> {
+        let dist = self.table.source.dist_column.as_deref().unwrap_or_default();
+        match self.value(values, dist) {
+            Some(Value::Text(key)) => Ok(Some(if self.ranges.upper(key)? {
+                &self.table.upper
+            } else {
+                &self.table.lower
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    fn literal(value: &Value) -> String {
+        match value {
+            Value::Text(text) => quote::literal(text),
+            Value::Null | Value::Unchanged => "NULL".into(),
+        }
+    }
+
+    /// The condition finding the image's row in `half`: `key = value AND …`,
+    /// or under REPLICA IDENTITY FULL the first row with all its values.
+    fn row_condition(&self, half: &Half, values: &[Value]) -> Result<String> {
+        let full = self.table.key_columns.is_empty();
+        let columns: Vec<&String> = if full {
+            self.columns.iter().collect()
+        } else {
+            self.table.key_columns.iter().collect()
+        };
+        let mut conditions = Vec::new();
+        for column in columns {
+            let value = match self.value(values, column) {
+                Some(Value::Text(text)) => quote::literal(text),
+                Some(Value::Null) if full => "NULL".to_string(),
+                _ => {
+                    return Err(ShardError::InvalidArgument(format!(
+                        "a change of {} without its key column {column}",
+                        self.table.source.qualified()
+                    )))
+                }
+            };
+            let operator = if full { "IS NOT DISTINCT FROM" } else { "=" };
+            conditions.push(format!("{} {operator} {value}", quote::ident(column)));
+        }
+        if full {
+            return Ok(format!(
+                "ctid = (SELECT ctid FROM {} WHERE {} LIMIT 1)",
+                self.table.qualified(half),
+                conditions.join(" AND ")
+            ));
+        }
+        Ok(conditions.join(" AND "))
+    }
+
+    fn insert(&self, half: &Half, values: &[Value]) -> String {
+        let columns: Vec<String> = self.columns.iter().map(|c| quote::ident(c)).collect();
+        let literals: Vec<String> = values.iter().map(Self::literal).collect();
+        format!(
+            "INSERT INTO {} ({}) VALUES ({})",
+            self.table.qualified(half),
+            columns.join(", "),
+            literals.join(", ")
+        )
+    }
+
+    fn delete(&self, old: &[Value]) -> Result<Vec<String>> {
+        let halves: Vec<&Half> = match self.half_of(old)? {
+            Some(half) if self.old_image_has_dist() => vec![half],
+            _ => self.table.halves().to_vec(),
+        };
+        halves
+            .into_iter()
+            .map(|half| {
+                Ok(format!(
+                    "DELETE FROM {} WHERE {}",
+                    self.table.qualified(half),
+                    self.row_condition(half, old)?
+                ))
+            })
+            .collect()
+    }
+
+    /// Whether old row images carry the distribution column: it is part of
+    /// the key, or the whole row is sent.
+    fn old_image_has_dist(&self) -> bool {
+        let dist = self.table.source.dist_column.as_deref().unwrap_or_default();
+        self.table.key_columns.is_empty() || self.table.key_columns.iter().any(|c| c == dist)
+    }
+
+    /// An update: in place when the row stays in its half, otherwise moved
+    /// (deleted from whichever half holds it, inserted into the new one,
+    /// unsent TOASTed values taken from the old row).
+    fn update(&self, old: Option<&[Value]>, new: &[Value]) -> Result<Vec<String>> {
+        let key_image = old.unwrap_or(new);
+        let new_half = self.half_of(new)?;
+        // The old row's half: from the old image, or from the new one when
+        // the key (with the distribution column in it) did not change.
+        let old_half = match old {
+            Some(old) => self.half_of(old)?,
+            None if self.old_image_has_dist() => new_half,
+            None => None,
+        };
+        let assignments: Vec<String> = self
+            .columns
+            .iter()
+            .zip(new)
+            .filter(|(_, value)| **value != Value::Unchanged)
+            .map(|(column, value)| format!("{} = {}", quote::ident(column), Self::literal(value)))
+            .collect();
+        let in_place = |halves: Vec<&Half>| -> Result<Vec<String>> {
+            halves
+                .into_iter()
+                .map(|half| {
+                    Ok(format!(
+                        "UPDATE {} SET {} WHERE {}",
+                        self.table.qualified(half),
+                        assignments.join(", "),
+                        self.row_condition(half, key_image)?
+                    ))
+                })
+                .collect()
+        };
+        match (old_half, new_half) {
+            // The key's half did not change (or the key was not sent, so it
+            // did not change either).
+            (Some(old), Some(new)) if old.shard_id == new.shard_id => in_place(vec![new]),
+            (Some(old), None) => in_place(vec![old]),
+            (None, None) => in_place(self.table.halves().to_vec()),
+            (_, Some(new_half)) => {
+                let selected: Vec<String> = self
+                    .columns
+                    .iter()
+                    .zip(new)
+                    .map(|(column, value)| match value {
+                        Value::Unchanged => format!("moved.{}", quote::ident(column)),
+                        other => Self::literal(other),
+                    })
+                    .collect();
+                let columns: Vec<String> = self.columns.iter().map(|c| quote::ident(c)).collect();
+                Ok(vec![format!(
+                    "WITH from_lower AS (DELETE FROM {lower} WHERE {lower_row} RETURNING *), \
+                          from_upper AS (DELETE FROM {upper} WHERE {upper_row} RETURNING *) \
+                     INSERT INTO {target} ({columns}) \
+                     SELECT {selected} FROM (SELECT * FROM from_lower UNION ALL SELECT * FROM from_upper) moved",
+                    lower = self.table.qualified(&self.table.lower),
+                    upper = self.table.qualified(&self.table.upper),
+                    lower_row = self.row_condition(&self.table.lower, key_image)?,
+                    upper_row = self.row_condition(&self.table.upper, key_image)?,
+                    target = self.table.qualified(new_half),
+                    columns = columns.join(", "),
+                    selected = selected.join(", "),
+                )])
+            }
+        }
+    }
+}

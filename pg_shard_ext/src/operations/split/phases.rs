@@ -1,0 +1,546 @@
+//! The phases of a split (the order is in [`super`]'s overview); cleanup
+//! and drop_old are a move's.
+
+use super::apply::{self, apply_round};
+use super::tables::{split_tables, Ranges, SplitTable};
+use crate::error::{Result, ShardError};
+use crate::operations::group_shards::{
+    drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard,
+};
+use crate::operations::job::{Job, Next, Phase};
+use crate::operations::moves::{self, finish_rollback, record_plan};
+use crate::operations::node_access::{connect, run_on, value_on};
+use crate::operations::replication::{
+    drop_replication, flush_wal, lock_for_cutover, marker_table, publish_and_reserve_slot,
+    replication_name,
+};
+use crate::operations::settings::FINAL_WAIT;
+use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
+use crate::quote;
+use crate::spi::query_one;
+use crate::transaction::remote;
+use pg_shard_core::pgoutput::Lsn;
+use pgrx::prelude::*;
+use postgres::Client;
+use std::time::{Duration, Instant};
+
+/// A round that read fewer messages than this found the halves nearly
+/// caught up: the cutover's pause then only has to apply what came in
+/// during one round.
+const CAUGHT_UP: i64 = 3_000;
+
+/// How long one step of the catch-up goes on before the job's progress is
+/// recorded.
+const STEP_TIME: Duration = Duration::from_secs(1);
+
+/// Runs one step of a split job.
+pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    // The plan makes the halves the other phases read.
+    if matches!(job.phase(), Ok(Phase::Plan)) {
+        return plan(job, shards);
+    }
+    let tables = split_tables(job)?;
+    match job.phase()? {
+        Phase::Plan => plan(job, shards),
+        Phase::CreateTarget => create_target(job, &tables),
+        Phase::Copy => copy(job, &tables),
+        Phase::CatchUp => catch_up(job, &tables),
+        Phase::Cutover => cutover(job, &tables),
+        Phase::Cleanup => moves::cleanup(job, shards),
+        Phase::DropOld => {
+            let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
+            moves::drop_old(job, &sources)
+        }
+        Phase::Rollback => rollback(job, &tables),
+    }
+}
+
+fn plan(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut source = connect(&job.source)?;
+    let mut halves = Vec::new();
+    for shard in shards {
+        // Rows are found by their key (or all their values) when changes
+        // are applied, and the source must log it (REPLICA IDENTITY NOTHING
+        // would also make its updates fail once it is published).
+        let identity = value_on::<String>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT relreplident::text FROM pg_class WHERE oid = {}::regclass",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or_default();
+        let key_columns = value_on::<Vec<String>>(
+            &job.source,
+            &mut source,
+            &format!(
+                "SELECT CASE WHEN c.relreplident = 'n' THEN '{{}}'::text[] ELSE array(SELECT a.attname::text \
+                   FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n) \
+                   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                  WHERE i.indrelid = c.oid \
+                    AND CASE WHEN c.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END \
+                  ORDER BY k.n) END \
+                 FROM pg_class c WHERE c.oid = {}::regclass",
+                quote::literal(&shard.qualified())
+            ),
+        )?
+        .unwrap_or_default();
+        if key_columns.is_empty() && identity != "f" {
+            return Err(ShardError::NoReplicaIdentity(shard.qualified()));
+        }
+        let lower_id = crate::metadata::catalog::next_shard_id()?;
+        let upper_id = crate::metadata::catalog::next_shard_id()?;
+        let name = |id| crate::shard_ddl::shard_table_name(&shard.table_name, id);
+        halves.push((
+            shard,
+            key_columns,
+            lower_id,
+            name(lower_id),
+            upper_id,
+            name(upper_id),
+        ));
+    }
+    record_plan(job, shards)?;
+    for (shard, key_columns, lower_id, lower_name, upper_id, upper_name) in halves {
+        crate::spi::run_with_args(
+            "UPDATE pg_shard.job SET resources = jsonb_set(resources, '{halves}', \
+                 coalesce(resources->'halves', '[]'::jsonb) || jsonb_build_object('source_id', $2::bigint, 'schema', $3::text, \
+                     'source_name', $4::text, 'table_name', $5::text, 'dist_column', $6::text, \
+                     'key_columns', $7::text[], 'lower_id', $8::bigint, 'lower_name', $9::text, \
+                     'upper_id', $10::bigint, 'upper_name', $11::text)) \
+             WHERE job_id = $1",
+            &[
+                job.job_id.into(),
+                shard.shard_id.into(),
+                shard.schema.as_str().into(),
+                shard.name.as_str().into(),
+                shard.table_name.as_str().into(),
+                shard.dist_column.clone().into(),
+                key_columns.into(),
+                lower_id.into(),
+                lower_name.into(),
+                upper_id.into(),
+                upper_name.into(),
+            ],
+        )?;
+    }
+    Ok(Next::Phase(Phase::CreateTarget))
+}
+
+fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let mut node = connect(&job.source)?;
+    let mut script = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY, applied pg_lsn NOT NULL)",
+        marker_table(job)
+    )];
+    for table in tables {
+        for (half, start, end) in [
+            (&table.lower, ranges.range_start, ranges.split_at - 1),
+            (&table.upper, ranges.split_at, ranges.range_end),
+        ] {
+            let ddl = value_on::<Vec<String>>(
+                &job.source,
+                &mut node,
+                &format!(
+                    "SELECT pg_shard.shard_table_ddl_as({}::regclass, {}, {}, {})",
+                    quote::literal(&table.source.qualified()),
+                    quote::literal(&half.name),
+                    table.source.shard_id,
+                    half.shard_id
+                ),
+            )?
+            .unwrap_or_default();
+            let ddl = ddl
+                .into_iter()
+                .filter(|s| *s != crate::shard_ddl::create_schema_if_missing(&table.source.schema))
+                .collect();
+            script.extend(frozen_shard_script(
+                &table.half_shard(half),
+                ddl,
+                (start, end),
+            ));
+        }
+    }
+    // Foreign keys once every half exists; a half references the same
+    // half of a co-located table.
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let sql_array = |names: &[String]| {
+        format!(
+            "ARRAY[{}]::text[]",
+            names
+                .iter()
+                .map(|n| quote::literal(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    for half_of in [
+        |t: &SplitTable| t.lower.name.clone(),
+        |t: &SplitTable| t.upper.name.clone(),
+    ] {
+        let halves: Vec<String> = tables
+            .iter()
+            .map(|t| quote::qualified(&t.source.schema, &half_of(t)))
+            .collect();
+        for table in tables {
+            let foreign_keys = value_on::<Vec<String>>(
+                &job.source,
+                &mut node,
+                &format!(
+                    "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {})",
+                    quote::literal(&table.source.qualified()),
+                    quote::literal(&half_of(table)),
+                    sql_array(&sources),
+                    sql_array(&halves)
+                ),
+            )?
+            .unwrap_or_default();
+            script.extend(foreign_keys);
+        }
+    }
+    run_on(
+        &job.source,
+        &mut node,
+        &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+    )?;
+    Ok(Next::Phase(Phase::Copy))
+}
+
+fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let mut node = connect(&job.source)?;
+    let snapshot = match exported_snapshot(job) {
+        Some(snapshot) => snapshot,
+        None => start_copy(job, tables, &mut node)?,
+    };
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let finished =
+        snapshot_copy::copy_step(job, &sources, &mut node, |index, start, end, node| {
+            copy_pages(job, &ranges, &tables[index], &snapshot, start, end, node)
+        })?;
+    if finished {
+        release_snapshot();
+        return Ok(Next::Phase(Phase::CatchUp));
+    }
+    Ok(Next::Stay)
+}
+
+/// Starts (or starts over) the copy: empties the halves, makes sure the
+/// publication and the slot exist, and exports a snapshot taken after the
+/// slot, recording which transactions it sees.
+fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<String> {
+    release_snapshot();
+    let halves: Vec<String> = tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| t.qualified(h)))
+        .collect();
+    run_on(
+        &job.source,
+        node,
+        &format!(
+            "BEGIN;\nSET LOCAL session_replication_role = replica;\nTRUNCATE {};\n\
+             DELETE FROM {marker};\nINSERT INTO {marker} VALUES ({}, '0/0');\nCOMMIT",
+            halves.join(", "),
+            job.job_id,
+            marker = marker_table(job),
+        ),
+    )?;
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    publish_and_reserve_slot(job, node, &sources)?;
+    // Every transaction that commits after the snapshot is in the slot:
+    // the slot was consistent before the snapshot was taken.
+    let (holder, snapshot, visible) =
+        snapshot_copy::export_snapshot(job, "pg_current_snapshot()::text")?;
+    snapshot_copy::restart_progress(job)?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copy_snapshot', $2::text) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), visible.as_str().into()],
+    )?;
+    hold_snapshot(job, holder, &snapshot);
+    Ok(snapshot)
+}
+
+/// Copies the rows of pages [start, end) of the source, as the snapshot
+/// sees them, into the halves; returns the rows copied.
+fn copy_pages(
+    job: &Job,
+    ranges: &Ranges,
+    table: &SplitTable,
+    snapshot: &str,
+    start: i64,
+    end: i64,
+    node: &mut Client,
+) -> Result<i64> {
+    let dist = quote::ident(table.source.dist_column.as_deref().unwrap_or_default());
+    run_on(
+        &job.source,
+        node,
+        &format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSET TRANSACTION SNAPSHOT {};\n\
+             SET LOCAL session_replication_role = replica",
+            quote::literal(snapshot)
+        ),
+    )?;
+    let copied = value_on::<i64>(
+        &job.source,
+        node,
+        &format!(
+            "WITH page_rows AS MATERIALIZED ( \
+                 SELECT * FROM {source} WHERE ctid >= '({start},0)'::tid AND ctid < '({end},0)'::tid), \
+             low AS (INSERT INTO {lower} SELECT * FROM page_rows \
+                     WHERE pg_shard.keyspace_id(page_rows.{dist}) < {split} RETURNING 1), \
+             high AS (INSERT INTO {upper} SELECT * FROM page_rows \
+                      WHERE pg_shard.keyspace_id(page_rows.{dist}) >= {split} RETURNING 1) \
+             SELECT (SELECT count(*) FROM low) + (SELECT count(*) FROM high)",
+            source = table.source.qualified(),
+            lower = table.qualified(&table.lower),
+            upper = table.qualified(&table.upper),
+            split = ranges.split_at,
+        ),
+    )?
+    .unwrap_or(0);
+    run_on(&job.source, node, "COMMIT")?;
+    Ok(copied)
+}
+
+fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let mut node = apply::connection(job)?;
+    let started = Instant::now();
+    let caught_up = loop {
+        let read = apply_round(job, tables, &ranges, &mut node, None)?;
+        if read < CAUGHT_UP {
+            break true;
+        }
+        if started.elapsed() >= STEP_TIME {
+            break false;
+        }
+    };
+    let name = quote::literal(&replication_name(job));
+    let lag = value_on::<Option<i64>>(
+        &job.source,
+        &mut node,
+        &format!(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
+             FROM pg_replication_slots WHERE slot_name = {name}"
+        ),
+    )?
+    .flatten();
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        &[job.job_id.into(), lag.into()],
+    )?;
+    // (The lag counts all of the node's WAL, the halves' own included: it
+    // is shown, not used.)
+    if caught_up {
+        return Ok(Next::Phase(Phase::Cutover));
+    }
+    Ok(Next::Stay)
+}
+
+/// The split's cutover: writes to the source wait on a lock while the job
+/// applies the last of them, the halves are verified against the source,
+/// the source is retired and the halves activated at the next map version in
+/// one transaction on the node, then the new map is published.
+fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    let ranges = Ranges::load(job)?;
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let mut lock_holder = lock_for_cutover(job, &sources)?;
+    // Nothing writes the source from here on: everything up to the flushed
+    // end of WAL is everything there is.
+    let mut node = apply::connection(job)?;
+    flush_wal(job, &mut node)?;
+    let last = value_on::<String>(
+        &job.source,
+        &mut node,
+        "SELECT pg_current_wal_flush_lsn()::text",
+    )?
+    .and_then(|text| Lsn::parse(&text))
+    .unwrap_or_default();
+    let started = Instant::now();
+    while apply_round(job, tables, &ranges, &mut node, Some(last))? > 0 {
+        if started.elapsed() > FINAL_WAIT {
+            return Err(ShardError::Timeout(format!(
+                "the last writes were not applied within {:?}",
+                FINAL_WAIT
+            )));
+        }
+    }
+    verify(job, tables, &mut node)?;
+    // The next version, held until the metadata transaction commits.
+    let version = crate::metadata::catalog::write_returning::<i64>(
+        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
+        &[],
+    )?
+    .unwrap_or(1);
+    let source_ids = shard_id_list(&tables.iter().map(|t| t.source.clone()).collect::<Vec<_>>());
+    let half_ids: Vec<String> = tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| h.shard_id.to_string()))
+        .collect();
+    run_on(
+        &job.source,
+        &mut lock_holder,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({source_ids});\n\
+             UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
+             COMMIT",
+            half_ids.join(", ")
+        ),
+    )?;
+    publish(job, tables, &ranges)?;
+    let published = crate::metadata::catalog::bump_map_version()?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), published.into()],
+    )?;
+    Ok(Next::Phase(Phase::Cleanup))
+}
+
+/// Row counts and checksums of every source table against its two halves.
+fn verify(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<()> {
+    for table in tables {
+        let digest = |from: String| {
+            format!(
+                "SELECT count(*)::bigint, coalesce(sum(hashtext(t::text)::bigint), 0)::bigint FROM ({from}) t"
+            )
+        };
+        let read = |node: &mut Client, sql: String| -> Result<(i64, i64)> {
+            node.query_one(&sql, &[])
+                .map(|row| (row.get(0), row.get(1)))
+                .map_err(|e| remote::remote_error(&job.source, &e))
+        };
+        let source = read(
+            node,
+            digest(format!("SELECT * FROM {}", table.source.qualified())),
+        )?;
+        let halves = read(
+            node,
+            digest(format!(
+                "SELECT * FROM {} UNION ALL SELECT * FROM {}",
+                table.qualified(&table.lower),
+                table.qualified(&table.upper)
+            )),
+        )?;
+        if source != halves {
+            return Err(ShardError::VerificationMismatch(format!(
+                "verification failed for {}: {} rows (checksum {}) in the source, {} rows (checksum {}) in its halves",
+                table.source.qualified(),
+                source.0,
+                source.1,
+                halves.0,
+                halves.1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The metadata catalog after the split: the group keeps the lower half,
+/// a new group on the same node takes the upper one; every table's shard
+/// is replaced by its halves, in the catalog and as foreign partitions.
+fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
+    use crate::metadata::routing_table::partition_name;
+    let upper_group = crate::metadata::catalog::write_returning::<i64>(
+        "WITH lower AS (UPDATE pg_shard.shard_group SET range_end = $2 - 1 \
+                        WHERE shard_group_id = $1 RETURNING colocation_id) \
+         INSERT INTO pg_shard.shard_group (colocation_id, range_start, range_end) \
+         SELECT colocation_id, $2, $3 FROM lower RETURNING shard_group_id",
+        &[
+            job.shard_group_id.into(),
+            ranges.split_at.into(),
+            ranges.range_end.into(),
+        ],
+    )?
+    .ok_or_else(|| {
+        ShardError::InvalidArgument(format!("shard group {} is gone", job.shard_group_id))
+    })?;
+    crate::metadata::catalog::insert_placement(upper_group, job.source.node_id)?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.colocation_group SET shard_count = shard_count + 1 \
+          WHERE colocation_id = (SELECT colocation_id FROM pg_shard.shard_group WHERE shard_group_id = $1)",
+        &[upper_group.into()],
+    )?;
+    for table in tables {
+        let partition = |id| {
+            quote::qualified(
+                "pg_shard_partitions",
+                &partition_name(&table.source.table_name, id, job.source.node_id),
+            )
+        };
+        let old = partition(table.source.shard_id);
+        let parent = query_one::<String>(
+            "SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = to_regclass($1)",
+            &[old.as_str().into()],
+        )?;
+        let table_rel = query_one::<pg_sys::Oid>(
+            "SELECT table_rel::oid FROM pg_shard.shard WHERE shard_id = $1",
+            &[table.source.shard_id.into()],
+        )?
+        .ok_or_else(|| {
+            ShardError::InvalidArgument(format!("shard {} is gone", table.source.shard_id))
+        })?;
+        crate::spi::run_with_args(
+            "DELETE FROM pg_shard.shard WHERE shard_id = $1",
+            &[table.source.shard_id.into()],
+        )?;
+        for (half, group) in [
+            (&table.lower, job.shard_group_id),
+            (&table.upper, upper_group),
+        ] {
+            crate::metadata::catalog::insert_shard(
+                half.shard_id,
+                table_rel,
+                group,
+                &table.source.schema,
+                &half.name,
+            )?;
+        }
+        let Some(parent) = parent else {
+            continue;
+        };
+        crate::commands::ddl::run_internal(&format!(
+            "ALTER TABLE {parent} DETACH PARTITION {old}"
+        ))?;
+        crate::spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
+        let upper_bound = if ranges.range_end == i64::MAX {
+            "MAXVALUE".to_string()
+        } else {
+            (ranges.range_end + 1).to_string()
+        };
+        for (half, from, to) in [
+            (
+                &table.lower,
+                ranges.range_start.to_string(),
+                ranges.split_at.to_string(),
+            ),
+            (&table.upper, ranges.split_at.to_string(), upper_bound),
+        ] {
+            crate::metadata::routing_table::create_foreign_partition(
+                &parent,
+                &partition(half.shard_id),
+                &format!("FOR VALUES FROM ({from}) TO ({to})"),
+                job.source.node_id,
+                &table.source.schema,
+                &half.name,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn rollback(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    release_snapshot();
+    drop_replication(job)?;
+    let halves: Vec<GroupShard> = tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| t.half_shard(h)))
+        .collect();
+    drop_shard_tables(&job.source, &halves, "")?;
+    let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
+    finish_rollback(job, &sources)
+}

@@ -1,0 +1,26 @@
+//! The metadata node's planner hook: shard pruning for keys.
+//!
+//! A distributed table is partitioned by `pg_shard.keyspace_id(key)`, so
+//! PostgreSQL prunes partitions only for conditions on that expression. The
+//! hook finds conditions on the distribution column itself and adds the
+//! matching condition on the partition key beside them:
+//!
+//! * `key = <expr>`  →  `keyspace_id(key) = keyspace_id(<expr>)`
+//! * `key IN (a, b)` →  `keyspace_id(key) = ANY (ARRAY[keyspace_id(a), keyspace_id(b)])`
+//! * `key = ANY(const)` →  `keyspace_id(key) = ANY (keyspace_ids(const))`
+//! * `key = ANY($1)` →  one keyspace id per shard picked from the array when
+//!   the plan starts (see [`any_of_array_value`])
+//!
+//! where `<expr>` refers to no column of the same query level and is not
+//! volatile. Constants fold at plan time (plan-time pruning); parameters of a
+//! generic plan are evaluated when it starts (run-time pruning). The added
+//! condition is implied by the one it stands beside, so results never change.
+//! Conditions in WHERE and in every JOIN … ON are handled, in subqueries in
+//! FROM and in CTEs too.
+
+mod conditions;
+mod hook;
+mod partition_key;
+
+pub(crate) use hook::install;
+pub(crate) use partition_key::forget_cache;

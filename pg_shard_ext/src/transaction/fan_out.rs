@@ -1,0 +1,131 @@
+//! Statements run on every shard table of a logical table: in the remote
+//! transactions of the local one, or one shard at a time outside any
+//! transaction (the CONCURRENTLY forms), undone everywhere if one fails.
+
+use super::remote;
+use crate::error::Result;
+use crate::metadata::Node;
+use crate::quote;
+use pgrx::prelude::*;
+
+/// One shard table: its node, id, schema and qualified name.
+pub(crate) struct ShardTable {
+    pub(crate) node: Node,
+    pub(crate) shard_id: i64,
+    pub(crate) schema: String,
+    pub(crate) qualified: String,
+}
+
+/// Every placement of `relid`'s shards, in node order.
+pub(crate) fn shard_tables(relid: pg_sys::Oid) -> Result<Vec<ShardTable>> {
+    crate::spi::connect(|client| {
+        let mut tables = Vec::new();
+        for row in client.select(
+            "SELECT n.node_id, n.host, n.port, s.shard_id, s.shard_schema, s.shard_name \
+             FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
+             JOIN pg_shard.node n USING (node_id) \
+             WHERE s.table_rel = $1 ORDER BY n.node_id, s.shard_id",
+            None,
+            &[relid.into()],
+        )? {
+            let schema = row.get::<String>(5)?.unwrap_or_default();
+            let name = row.get::<String>(6)?.unwrap_or_default();
+            tables.push(ShardTable {
+                node: Node::from_row(&row, 1)?,
+                shard_id: row.get::<i64>(4)?.unwrap_or_default(),
+                qualified: quote::qualified(&schema, &name),
+                schema,
+            });
+        }
+        Ok(tables)
+    })
+}
+
+/// Run the statements `sql` gives for each shard table of `relid`, in the
+/// remote transactions that commit with the local one (all of a node's in
+/// one round trip).
+pub(crate) fn on_shards_in_transaction(
+    relid: pg_sys::Oid,
+    sql: impl Fn(&ShardTable) -> Vec<String>,
+) -> Result<()> {
+    let shards = shard_tables(relid)?;
+    let mut by_node: Vec<(Node, Vec<String>)> = Vec::new();
+    for shard in &shards {
+        let statements = sql(shard);
+        if statements.is_empty() {
+            continue;
+        }
+        match by_node
+            .iter_mut()
+            .find(|(n, _)| n.node_id == shard.node.node_id)
+        {
+            Some((_, all)) => all.extend(statements),
+            None => by_node.push((shard.node.clone(), statements)),
+        }
+    }
+    for (node, statements) in by_node {
+        let script = statements.join(";\n");
+        remote::in_transaction(&node, |client| {
+            client
+                .batch_execute(&script)
+                .map_err(|e| remote::remote_error(&node, &e))
+        })?;
+    }
+    Ok(())
+}
+
+/// Run `sql` on each shard table of `relid` one statement at a time outside
+/// any transaction (CREATE/DROP INDEX CONCURRENTLY). If one fails, `undo`
+/// runs on every shard table (it must tolerate shards `sql` never reached),
+/// and the error is returned.
+pub(crate) fn on_shards_one_by_one(
+    relid: pg_sys::Oid,
+    sql: impl Fn(&ShardTable) -> String,
+    undo: impl Fn(&ShardTable) -> String,
+) -> Result<()> {
+    let shards = shard_tables(relid)?;
+    // Every node is reached before anything changes.
+    let mut clients: Vec<(i32, postgres::Client)> = Vec::new();
+    for shard in &shards {
+        if !clients.iter().any(|(id, _)| *id == shard.node.node_id) {
+            let client = remote::connect(&shard.node.host, shard.node.port)?;
+            clients.push((shard.node.node_id, client));
+        }
+    }
+    fn client_of<'a>(
+        clients: &'a mut [(i32, postgres::Client)],
+        node: &Node,
+    ) -> Option<&'a mut postgres::Client> {
+        clients
+            .iter_mut()
+            .find(|(id, _)| *id == node.node_id)
+            .map(|(_, client)| client)
+    }
+    let mut failure = None;
+    for shard in &shards {
+        pgrx::check_for_interrupts!();
+        let Some(client) = client_of(&mut clients, &shard.node) else {
+            continue;
+        };
+        if let Err(e) = client.batch_execute(&sql(shard)) {
+            failure = Some(remote::remote_error(&shard.node, &e));
+            break;
+        }
+    }
+    let Some(failure) = failure else {
+        return Ok(());
+    };
+    for shard in &shards {
+        if let Some(client) = client_of(&mut clients, &shard.node) {
+            if let Err(e) = client.batch_execute(&undo(shard)) {
+                pgrx::warning!(
+                    "could not undo a change of shard table {} on node {}: {}",
+                    shard.qualified,
+                    shard.node.label(),
+                    remote::describe(&e)
+                );
+            }
+        }
+    }
+    Err(failure)
+}

@@ -1,0 +1,8 @@
+//! The worker side: shard tables guarded against writes outside their range
+//! or map epoch ([`fencing`]), reads of retired shards refused
+//! ([`read_fence`]), and the ownership records behind both
+//! ([`local_shard`]).
+
+pub(crate) mod fencing;
+pub(crate) mod local_shard;
+pub(crate) mod read_fence;
