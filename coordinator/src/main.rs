@@ -182,7 +182,7 @@ async fn run(mut config: Config) -> Result<(), String> {
         maps,
         metrics,
         users,
-        cancels: frontend::CancelRegistry::default(),
+        cancels: frontend::cancel::CancelRegistry::default(),
         notifiers: notifiers::Notifiers::default(),
         clients: Arc::default(),
     });

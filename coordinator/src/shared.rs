@@ -5,7 +5,9 @@
 use crate::backend::connection::ServerAddress;
 use crate::backend::{cluster, multiplex, notifiers, pool};
 use crate::config::Config;
-use crate::frontend::{auth, client_limits, CancelRegistry};
+use crate::frontend::auth::Users;
+use crate::frontend::cancel::CancelRegistry;
+use crate::frontend::client_limits::ClientCounts;
 use crate::metrics;
 use crate::router::statement_cache::StatementCache;
 use std::sync::Arc;
@@ -19,12 +21,12 @@ pub struct Shared {
     pub pipes: multiplex::Pipes,
     pub maps: Arc<cluster::Maps>,
     pub metrics: Arc<metrics::Metrics>,
-    pub users: Option<auth::Users>,
+    pub users: Option<Users>,
     pub cancels: CancelRegistry,
     pub notifiers: notifiers::Notifiers,
     pub statements: StatementCache,
     /// Clients per role and database, for their CONNECTION LIMITs.
-    pub clients: Arc<client_limits::ClientCounts>,
+    pub clients: Arc<ClientCounts>,
 }
 
 /// Closes pooled server connections idle for longer than

@@ -277,6 +277,25 @@ impl Pools {
         .unwrap_or(0)
     }
 
+    /// [`Self::close_idle_of`]; when none is idle but some are lent, waits
+    /// up to `grace` for one to come back (its client just left).
+    pub async fn close_idle_of_waiting(&self, key: &PoolKey, grace: Duration) -> usize {
+        let deadline = std::time::Instant::now() + grace;
+        loop {
+            let closed = self.close_idle_of(key);
+            let lent = self
+                .pools
+                .lock()
+                .ok()
+                .and_then(|pools| pools.get(key).map(|pool| pool.active_count()))
+                .unwrap_or(0);
+            if closed > 0 || lent == 0 || std::time::Instant::now() >= deadline {
+                return closed;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Hands a connection made elsewhere (passthrough login) to the pool.
     pub fn adopt(&self, key: &PoolKey, mut connection: ServerConnection) {
         connection.idle_since = std::time::Instant::now();

@@ -8,6 +8,14 @@ use crate::net::protocol::ServerError;
 use crate::net::sqlstate;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a client at a limit waits for one that is leaving: a client
+/// that closed its connection may still be counted for a moment (its
+/// session ends after its Terminate arrives), and a client that connects
+/// again at once would otherwise be refused where the server, whose new
+/// backend takes longer to start, lets it in.
+pub const LEAVING_GRACE: Duration = Duration::from_millis(250);
 
 #[derive(Default)]
 pub struct ClientCounts {
@@ -66,6 +74,25 @@ impl ClientCounts {
         })
     }
 
+    /// [`Self::admit`], waiting up to [`LEAVING_GRACE`] for a client of the
+    /// role or database to leave.
+    pub async fn admit_waiting(
+        self: &Arc<Self>,
+        role: &str,
+        database: &str,
+        limits: &Limits,
+    ) -> Result<Admitted, ServerError> {
+        let deadline = Instant::now() + LEAVING_GRACE;
+        loop {
+            match self.admit(role, database, limits) {
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                admitted => return admitted,
+            }
+        }
+    }
+
     #[cfg(test)]
     fn of_role(&self, role: &str) -> usize {
         self.roles.lock().unwrap().get(role).copied().unwrap_or(0)
@@ -116,6 +143,31 @@ mod tests {
         assert!(counts.admit("app", "db", &limits(2, -1, true)).is_ok());
         drop(first);
         assert!(counts.admit("app", "db", &limits(2, -1, false)).is_ok());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_client_at_the_limit_waits_briefly_for_one_leaving() {
+        let counts = Arc::new(ClientCounts::default());
+        let leaving = counts.admit("app", "db", &limits(1, -1, false)).unwrap();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(leaving);
+        });
+        let started = Instant::now();
+        let _admitted = counts
+            .admit_waiting("app", "db", &limits(1, -1, false))
+            .await
+            .unwrap();
+        assert!(started.elapsed() < LEAVING_GRACE);
+        // Nobody leaves: refused once the grace is over.
+        let started = Instant::now();
+        let refused = counts
+            .admit_waiting("app", "db", &limits(1, -1, false))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(refused.code, "53300");
+        assert!(started.elapsed() >= LEAVING_GRACE);
     }
 
     #[test]

@@ -215,7 +215,12 @@ pub(super) async fn passthrough_login(
                     database: database.to_owned(),
                     user: user.to_owned(),
                 };
-                if shared.pools.close_idle_of(&key) == 0 {
+                if shared
+                    .pools
+                    .close_idle_of_waiting(&key, super::client_limits::LEAVING_GRACE)
+                    .await
+                    == 0
+                {
                     refuse(stream, error).await;
                     return Ok(None);
                 }

@@ -14,7 +14,7 @@ pub mod auth;
 
 pub mod client_limits;
 
-mod cancel;
+pub mod cancel;
 mod connections;
 mod copy;
 pub mod database_commands;
@@ -31,7 +31,6 @@ mod transaction;
 use crate::backend::connection::{ServerAddress, ServerConnection, UNKNOWN_SESSION};
 use crate::net::sqlstate;
 use crate::net::tags;
-pub use cancel::CancelRegistry;
 use cancel::CancelSlot;
 use connections::Exchange;
 use extended::{BatchItem, BatchPlan};

@@ -328,6 +328,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn settings_replay_as_the_server_reads_them() {
+        assert_eq!(
+            set_statement("DateStyle", "ISO, MDY"),
+            "SET \"DateStyle\" = 'ISO, MDY'"
+        );
+        assert_eq!(
+            set_statement("search_path", "\"$user\", public"),
+            "SELECT pg_catalog.set_config('search_path', '\"$user\", public', false)",
+            "a list setting keeps its elements"
+        );
+        assert_eq!(
+            set_statement("application_name", "it's"),
+            "SET \"application_name\" = 'it''s'"
+        );
+    }
+
+    #[test]
     fn startup_options() {
         assert_eq!(
             command_line_settings(

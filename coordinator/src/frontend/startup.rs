@@ -308,7 +308,11 @@ async fn start(
         database: login.database_limit,
         superuser,
     };
-    let admitted = match shared.clients.admit(&user, &database, &limits) {
+    let admitted = match shared
+        .clients
+        .admit_waiting(&user, &database, &limits)
+        .await
+    {
         Ok(admitted) => admitted,
         Err(error) => {
             refuse(&mut stream, error).await;

@@ -112,3 +112,113 @@ fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
         KeyEncoding::Bytes => Some(keyspace_id(bytes)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::lexer::normalize;
+    use bytes::Bytes;
+
+    fn parameter(index: usize, cast: Option<KeyEncoding>) -> Value {
+        Value::Param { index, cast }
+    }
+
+    #[test]
+    fn literals_are_keys_only_of_their_own_kind() {
+        let normalized = normalize("SELECT * FROM t WHERE k = 42 AND name = 'bob'");
+        let number = parameter(normalized.first_literal, None);
+        let text = parameter(normalized.first_literal + 1, None);
+        assert_eq!(
+            key_id(&number, KeyEncoding::Integer, &normalized, None),
+            Some(keyspace_id_of_int(42))
+        );
+        assert_eq!(
+            key_id(&number, KeyEncoding::Text, &normalized, None),
+            None,
+            "a number is not a text key: its text may not be what was written"
+        );
+        assert_eq!(
+            key_id(&text, KeyEncoding::Text, &normalized, None),
+            Some(keyspace_id_of_text("bob"))
+        );
+        assert_eq!(
+            key_id(&Value::Integer(7), KeyEncoding::Text, &normalized, None),
+            None
+        );
+    }
+
+    #[test]
+    fn bound_parameters_in_text_and_binary() {
+        let normalized = normalize("SELECT * FROM t WHERE k = $1");
+        let values = [
+            Some(Bytes::from_static(b"42")),
+            Some(Bytes::copy_from_slice(&42i32.to_be_bytes())),
+            Some(Bytes::copy_from_slice(&42i64.to_be_bytes())),
+            None,
+        ];
+        let formats = |index: usize| if index == 0 { 0 } else { 1 };
+        let declared = [0, 23, 20, 0];
+        let parameters = Parameters {
+            values: &values,
+            formats: &formats,
+            declared_types: &declared,
+        };
+        let expected = Some(keyspace_id_of_int(42));
+        for index in 0..3 {
+            assert_eq!(
+                key_id(
+                    &parameter(index, None),
+                    KeyEncoding::Integer,
+                    &normalized,
+                    Some(&parameters)
+                ),
+                expected,
+                "parameter {index}"
+            );
+        }
+        assert_eq!(
+            key_id(
+                &parameter(3, None),
+                KeyEncoding::Integer,
+                &normalized,
+                Some(&parameters)
+            ),
+            None,
+            "a NULL has no shard"
+        );
+        assert_eq!(
+            key_id(
+                &parameter(1, None),
+                KeyEncoding::Text,
+                &normalized,
+                Some(&parameters)
+            ),
+            None,
+            "an int4 sent for a text key is not read as text"
+        );
+        assert_eq!(
+            key_id(
+                &parameter(0, Some(KeyEncoding::Text)),
+                KeyEncoding::Integer,
+                &normalized,
+                Some(&parameters)
+            ),
+            None,
+            "a cast to another type changes the value"
+        );
+    }
+
+    #[test]
+    fn binary_forms_by_length_and_type() {
+        assert_eq!(
+            binary_key(&7i16.to_be_bytes(), KeyEncoding::Integer),
+            Some(keyspace_id_of_int(7))
+        );
+        assert_eq!(binary_key(&[1, 2, 3], KeyEncoding::Integer), None);
+        assert_eq!(binary_key(&[0; 15], KeyEncoding::Uuid), None);
+        assert!(binary_key(&[0; 16], KeyEncoding::Uuid).is_some());
+        assert_eq!(binary_key(&[0xff, 0xfe], KeyEncoding::Text), None);
+        assert!(declared_type_matches(1043, KeyEncoding::Text));
+        assert!(!declared_type_matches(25, KeyEncoding::Integer));
+    }
+}

@@ -8,16 +8,10 @@ import sys
 import time
 
 import psycopg
+from tap import Checks
 
 port, database = int(sys.argv[1]), sys.argv[2]
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + "faults: " + description)
-    if not condition:
-        failures += 1
+check = Checks("faults")
 
 
 def startup(sock):
@@ -213,4 +207,4 @@ for s in socks[:10]:
 for s in socks:
     s.close()
 check("half-open startups do not disturb service", healthy())
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -10,17 +10,11 @@ import time
 import urllib.request
 
 import psycopg
+from tap import Checks
 
 port, metadata_port, database, metrics = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 via_dsn = f"host=127.0.0.1 port={port} dbname={database} user=postgres"
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + "multiplex: " + description)
-    if not condition:
-        failures += 1
+check = Checks("multiplex")
 
 
 def metric(name):
@@ -248,4 +242,4 @@ results, errors, stuck = in_threads(lambda i: reads_right(neighbours + [42]), 4)
 check(f"server connections killed ({killed}): every read still answered ({errors})",
       all(results) and not errors and not stuck)
 
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -9,17 +9,10 @@ import sys
 import time
 
 from rawclient import login, query
+from tap import Checks
 
 port, database, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-failures = 0
-
-
-def check(description, condition, detail=""):
-    global failures
-    if not condition:
-        failures += 1
-    print(("ok - " if condition else "not ok - ") + "open files: " + description
-          + ("" if condition or not detail else f" ({detail})"), flush=True)
+check = Checks("open files")
 
 
 results = [login(port, database) for _ in range(count)]
@@ -36,4 +29,4 @@ started = time.monotonic()
 after = login(port, database)
 check("once they left, a new client is served within a second",
       isinstance(after, socket.socket) and query(after, "SELECT 1") and time.monotonic() - started < 1)
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -11,16 +11,10 @@ import time
 
 import psycopg
 from psycopg import errors
+from tap import Checks
 
 dsn = sys.argv[1]
-failures = 0
-
-
-def check(description, condition):
-    global failures
-    print(("ok - " if condition else "not ok - ") + "psycopg: " + description)
-    if not condition:
-        failures += 1
+check = Checks("psycopg")
 
 
 with psycopg.connect(dsn, autocommit=True) as conn:
@@ -102,4 +96,4 @@ with psycopg.connect(dsn, autocommit=True) as conn:
     cur.execute("SELECT owner FROM accounts WHERE id = %s", (42,))
     check("connection usable after cancel", cur.fetchone() == ("owner 42",))
 
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -45,22 +45,13 @@ import time
 
 import psycopg
 import psycopg.sql
+from tap import Checks
 
 port, database, metadata_port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 # Only what the script asks for: no settings from the environment.
 for name in ("PGAPPNAME", "PGOPTIONS", "PGCLIENTENCODING", "PGTZ", "PGDATESTYLE", "PGSERVICE"):
     os.environ.pop(name, None)
-failures = 0
-
-
-def check(description, condition, detail=""):
-    global failures
-    line = ("ok - " if condition else "not ok - ") + "session: " + description
-    if not condition:
-        failures += 1
-        if detail:
-            line += f" ({detail})"
-    print(line, flush=True)
+check = Checks("session")
 
 
 def note(text):
@@ -1651,4 +1642,4 @@ for section, seconds in [(pipelines, 30), (temp_tables, 15), (settings, 15), (se
         run(section, seconds)
 teardown()
 note(f"{time.monotonic() - started:.0f} s")
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)

@@ -16,19 +16,12 @@ import time
 
 import psycopg
 from rawclient import login, query_message
+from tap import Checks
 
 port, pid, database, metadata_port, seconds = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                                int(sys.argv[4]), float(sys.argv[5]))
 CLIENTS = 200
-failures = 0
-
-
-def check(description, condition, detail=""):
-    global failures
-    if not condition:
-        failures += 1
-    print(("ok - " if condition else "not ok - ") + "soak: " + description
-          + ("" if condition or not detail else f" ({detail})"), flush=True)
+check = Checks("soak")
 
 
 def rss_mib():
@@ -150,4 +143,4 @@ check(f"coordinator memory back near its level after a warm-up: {warm_rss:.0f} M
 with connect() as conn:
     served = conn.execute("SELECT 1").fetchone()[0]
 check("a client is served after the soak", served == 1)
-sys.exit(1 if failures else 0)
+sys.exit(1 if check.failures else 0)
