@@ -99,6 +99,15 @@ pub(crate) enum ShardError {
         port: i32,
         cause: String,
     },
+    /// A statement a node ran failed: reported as the node reported it.
+    #[error("{message}")]
+    RemoteStatement {
+        node: String,
+        sqlstate: String,
+        message: String,
+        detail: Option<String>,
+        hint: Option<String>,
+    },
     #[error(
         "a rolled-back subtransaction had changed worker nodes, so this transaction \
          cannot commit"
@@ -158,6 +167,7 @@ impl ShardError {
             ShardError::Unreachable { .. } => ERRCODE_CONNECTION_FAILURE,
             ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,
+            ShardError::RemoteStatement { sqlstate, .. } => sqlstate_code(sqlstate),
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
@@ -210,6 +220,42 @@ impl ShardError {
                  then call add_node again"
                     .into(),
             ),
+            ShardError::RemoteStatement { hint, .. } => hint.clone(),
+            _ => None,
+        }
+    }
+
+    /// A node statement's failure as the message pg_shard's own commands
+    /// give ("node h:p failed: message (detail)"), for errors that are not
+    /// the user's statement's.
+    pub(crate) fn as_node_failure(self) -> ShardError {
+        match self {
+            ShardError::RemoteStatement {
+                node,
+                message,
+                detail,
+                ..
+            } => {
+                let (host, port) = node.rsplit_once(':').unwrap_or((node.as_str(), "0"));
+                let mut cause = message;
+                if let Some(detail) = detail {
+                    cause.push_str(" (");
+                    cause.push_str(&detail);
+                    cause.push(')');
+                }
+                ShardError::Remote {
+                    host: host.to_string(),
+                    port: port.parse().unwrap_or(0),
+                    cause,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn detail(&self) -> Option<String> {
+        match self {
+            ShardError::RemoteStatement { detail, .. } => detail.clone(),
             _ => None,
         }
     }
@@ -220,9 +266,27 @@ impl ShardError {
         if let Some(hint) = self.hint() {
             report = report.set_hint(hint);
         }
+        if let Some(detail) = self.detail() {
+            report = report.set_detail(detail);
+        }
         report.report(PgLogLevel::ERROR);
         unreachable!("ERROR-level reports do not return")
     }
+}
+
+/// The PostgreSQL error code of a five-character SQLSTATE (codes PostgreSQL
+/// does not define become internal errors).
+fn sqlstate_code(sqlstate: &str) -> PgSqlErrorCode {
+    let bytes = sqlstate.as_bytes();
+    if bytes.len() != 5 {
+        return PgSqlErrorCode::ERRCODE_INTERNAL_ERROR;
+    }
+    // MAKE_SQLSTATE: six bits per character, the first lowest.
+    let code = bytes
+        .iter()
+        .enumerate()
+        .fold(0i32, |code, (i, b)| code | ((((*b as i32) - b'0' as i32) & 0x3F) << (6 * i)));
+    PgSqlErrorCode::from(code)
 }
 
 pub(crate) type Result<T> = std::result::Result<T, ShardError>;

@@ -9,7 +9,7 @@ use crate::metadata::{LogicalTable, Node, DISTRIBUTED};
 use crate::operations::data_copy::{self, ShardTarget};
 use crate::quote;
 use crate::shard_ddl::{shard_table_name, TableShape};
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::remote::in_transaction;
 use crate::worker::fencing::guard_trigger_ddl;
 use pg_shard_core::range::{equal_ranges, KeyRange};
 use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
@@ -309,8 +309,7 @@ fn create_shard(
     let script = statements.join(";\n");
     in_transaction(&group.node, |client| {
         client
-            .batch_execute(&script)
-            .map_err(|e| remote_error(&group.node, &e))
+            .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
     })?;
     Ok(ShardTarget {
         node: group.node.clone(),
@@ -391,8 +390,7 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
         let script = foreign_keys.join(";\n");
         in_transaction(node, |client| {
             client
-                .batch_execute(&script)
-                .map_err(|e| remote_error(node, &e))
+                .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
         })?;
     }
     Ok(tables.len())

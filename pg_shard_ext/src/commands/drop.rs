@@ -10,7 +10,7 @@
 
 use crate::error::{OrReport, Result, ShardError};
 use crate::metadata::{catalog, LogicalTable};
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::remote::in_transaction;
 use pgrx::prelude::*;
 
 /// `table_names`: the dropped tables' names, in the order of `table_oids`
@@ -58,8 +58,7 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
         let script = format!("DROP TABLE IF EXISTS {} CASCADE", names.join(", "));
         in_transaction(node, |client| {
             client
-                .batch_execute(&script)
-                .map_err(|e| remote_error(node, &e))
+                .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
         })?;
     }
 

@@ -3,7 +3,7 @@
 use crate::commands::distribute::replicate_reference_tables;
 use crate::error::{OrReport, Result, ShardError};
 use crate::metadata::{catalog, Node};
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::remote::in_transaction;
 use pgrx::prelude::*;
 
 /// `pg_shard.add_node(host text, port integer) → integer`: register a worker
@@ -47,8 +47,8 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
         port,
     };
     in_transaction(&node, |client| {
-        let row = client
-            .query_one(
+        let rows = client
+            .query(
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions \
                                 WHERE name = 'pg_shard'), \
                         (SELECT system_identifier FROM pg_catalog.pg_control_system()), \
@@ -57,12 +57,15 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
                         pg_postmaster_start_time()::text",
                 &[],
             )
-            .map_err(|e| remote_error(&node, &e))?;
-        let column_error = |e: postgres::Error| remote_error(&node, &e);
-        let available: bool = row.try_get(0).map_err(column_error)?;
-        let remote_system_id: i64 = row.try_get(1).map_err(column_error)?;
-        let preloaded: bool = row.try_get(2).map_err(column_error)?;
-        let started: String = row.try_get(3).map_err(column_error)?;
+            .map_err(ShardError::as_node_failure)?;
+        let row = rows.into_iter().next().unwrap_or_default();
+        let column = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+        let available = column(0) == "t";
+        let remote_system_id: i64 = column(1).parse().map_err(|_| {
+            ShardError::Internal(format!("{}: no system identifier", node.label()))
+        })?;
+        let preloaded = column(2) == "t";
+        let started = column(3);
         refuse_known_server(&node, remote_system_id, &started)?;
         if !available {
             return Err(ShardError::ExtensionMissing {
@@ -82,8 +85,7 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
             );
         }
         client
-            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_shard")
-            .map_err(|e| remote_error(&node, &e))
+            .execute("CREATE EXTENSION IF NOT EXISTS pg_shard").map(|_| ()).map_err(ShardError::as_node_failure)
     })?;
     node.node_id = catalog::insert_node(host, port)?;
     replicate_reference_tables(&node)?;
@@ -101,7 +103,7 @@ fn refuse_known_server(node: &Node, system_id: i64, started: &str) -> Result<()>
         .into_iter()
         .filter(|known| known.port == node.port)
     {
-        let Ok(mut client) = crate::transaction::remote::connect(&known.host, known.port) else {
+        let Ok(mut client) = crate::transaction::client::connect(&known.host, known.port) else {
             continue;
         };
         let identity = client.query_one(

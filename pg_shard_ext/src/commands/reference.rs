@@ -12,7 +12,8 @@
 use crate::error::{OrReport, Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::connection::NodeConnection;
+use crate::transaction::remote::in_transaction;
 use pgrx::prelude::*;
 
 /// The replication triggers: (name, event, transition tables).
@@ -114,16 +115,15 @@ fn replicate(
     for (node, copy) in &copies {
         let records = format!("json_populate_recordset(NULL::{copy}, $1::text::json)");
         in_transaction(node, |client| {
-            let run = |client: &mut postgres::Client, sql: &str, rows: &str| {
+            let run = |client: &mut NodeConnection, sql: &str, rows: &str| {
                 client
-                    .execute(sql, &[&rows])
+                    .execute_with(sql, &[Some(rows)])
                     .map(|_| ())
-                    .map_err(|e| remote_error(node, &e))
+                    .map_err(ShardError::as_node_failure)
             };
             if operation == "TRUNCATE" {
                 return client
-                    .batch_execute(&format!("TRUNCATE {copy}"))
-                    .map_err(|e| remote_error(node, &e));
+                    .execute(&format!("TRUNCATE {copy}")).map(|_| ()).map_err(ShardError::as_node_failure);
             }
             if let ("UPDATE", Some(old), Some(new)) = (operation, old_rows, new_rows) {
                 // An UPDATE stays an UPDATE on the copies (a DELETE and an
@@ -142,7 +142,7 @@ fn replicate(
                     .collect::<Vec<_>>()
                     .join(", ");
                 return client
-                    .execute(
+                    .execute_with(
                         &format!(
                             "UPDATE {copy} c SET {assignments} \
                              FROM json_populate_recordset(NULL::{copy}, $1::text::json) \
@@ -151,10 +151,10 @@ fn replicate(
                                   WITH ORDINALITY n ON n.ordinality = o.ordinality \
                              WHERE {matches}"
                         ),
-                        &[&old, &new],
+                        &[Some(old), Some(new)],
                     )
                     .map(|_| ())
-                    .map_err(|e| remote_error(node, &e));
+                    .map_err(ShardError::as_node_failure);
             }
             if let (true, Some(rows)) = (needs_key, old_rows) {
                 let matches = key

@@ -15,7 +15,7 @@ use crate::error::{OrReport, Result, ShardError};
 use crate::quote;
 use crate::settings::PORTABLE_TEXT;
 use crate::shard_ddl::TableShape;
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::remote::in_transaction;
 use pgrx::prelude::*;
 
 /// Called by the SQL function pg_shard.undistribute_table (sql/pg_shard_api.sql).
@@ -105,13 +105,12 @@ fn copy_rows(shard: &crate::transaction::fan_out::ShardTable, target: &str) -> R
             shard.qualified
         ));
         client
-            .batch_execute(&setup)
-            .map_err(|e| remote_error(node, &e))?;
+            .execute(&setup).map(|_| ()).map_err(ShardError::as_node_failure)?;
         loop {
             pgrx::check_for_interrupts!();
             let rows = client
                 .query(&format!("FETCH {BATCH_ROWS} FROM pg_shard_rows"), &[])
-                .map_err(|e| remote_error(node, &e))?;
+                .map_err(ShardError::as_node_failure)?;
             if rows.is_empty() {
                 break;
             }
@@ -120,7 +119,7 @@ fn copy_rows(shard: &crate::transaction::fan_out::ShardTable, target: &str) -> R
                 if i > 0 {
                     batch.push(',');
                 }
-                let json: String = row.try_get(0).map_err(|e| remote_error(node, &e))?;
+                let json = row.first().cloned().flatten().unwrap_or_default();
                 batch.push_str(&json);
             }
             batch.push(']');
@@ -132,7 +131,6 @@ fn copy_rows(shard: &crate::transaction::fan_out::ShardTable, target: &str) -> R
             )?;
         }
         client
-            .batch_execute("CLOSE pg_shard_rows")
-            .map_err(|e| remote_error(node, &e))
+            .execute("CLOSE pg_shard_rows").map(|_| ()).map_err(ShardError::as_node_failure)
     })
 }

@@ -1,7 +1,7 @@
 //! Shard sizes, fetched from the workers for the `pg_shard.shards` view.
 
 use crate::error::Result;
-use crate::transaction::remote::{connect, describe};
+use crate::transaction::client::{connect, describe};
 use pgrx::prelude::*;
 
 /// `pg_shard.shard_sizes()`: (shard_id, node_id, size_bytes) of every

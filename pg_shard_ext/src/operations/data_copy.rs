@@ -10,10 +10,9 @@ use crate::metadata::Node;
 use crate::quote;
 use crate::settings::{with_settings, PORTABLE_TEXT};
 use crate::shard_ddl::TableShape;
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::remote::in_transaction;
 use pg_shard_core::{KeyspaceId, ShardMap};
 use pgrx::prelude::*;
-use std::io::Write;
 
 const FETCH_ROWS: i64 = 10_000;
 /// A shard's buffer is sent when it reaches this size…
@@ -202,19 +201,10 @@ fn flush(target: &ShardTarget, columns: &str, buffer: &mut Buffer) -> Result<u64
 fn copy_buffer(target: &ShardTarget, columns: &str, bytes: &[u8]) -> Result<()> {
     in_transaction(&target.node, |client| {
         let statement = format!("COPY {} ({columns}) FROM STDIN", target.qualified_shard);
-        let io_error = |e: std::io::Error| ShardError::Remote {
-            host: target.node.host.clone(),
-            port: target.node.port,
-            cause: e.to_string(),
-        };
-        let mut writer = client
-            .copy_in(&statement)
-            .map_err(|e| remote_error(&target.node, &e))?;
-        writer.write_all(bytes).map_err(io_error)?;
-        writer
-            .finish()
-            .map_err(|e| remote_error(&target.node, &e))?;
-        Ok(())
+        client
+            .copy_in(&statement, bytes)
+            .map(|_| ())
+            .map_err(ShardError::as_node_failure)
     })
 }
 

@@ -14,7 +14,7 @@ use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
 use crate::spi::query_one;
-use crate::transaction::remote;
+use crate::transaction::client as remote;
 use postgres::Client;
 use std::time::{Duration, Instant};
 

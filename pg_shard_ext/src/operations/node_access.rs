@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::metadata::Node;
 use crate::quote;
-use crate::transaction::remote;
+use crate::transaction::client as remote;
 use postgres::Client;
 
 /// A connection to `node` for the job. Commits wait for their WAL flush

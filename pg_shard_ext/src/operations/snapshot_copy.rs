@@ -72,7 +72,7 @@ pub(super) fn export_snapshot(job: &Job, also: &str) -> Result<(Client, String, 
     )?;
     let row = holder
         .query_one(&format!("SELECT pg_export_snapshot(), {also}"), &[])
-        .map_err(|e| crate::transaction::remote::remote_error(&job.source, &e))?;
+        .map_err(|e| crate::transaction::client::remote_error(&job.source, &e))?;
     let (snapshot, also) = (row.get(0), row.get(1));
     Ok((holder, snapshot, also))
 }

@@ -2,8 +2,9 @@
 //! transactions of the local one, or one shard at a time outside any
 //! transaction (the CONCURRENTLY forms), undone everywhere if one fails.
 
+use super::connection::NodeConnection;
 use super::remote;
-use crate::error::Result;
+use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
 use pgrx::prelude::*;
@@ -67,8 +68,7 @@ pub(crate) fn on_shards_in_transaction(
         let script = statements.join(";\n");
         remote::in_transaction(&node, |client| {
             client
-                .batch_execute(&script)
-                .map_err(|e| remote::remote_error(&node, &e))
+                .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
         })?;
     }
     Ok(())
@@ -85,30 +85,26 @@ pub(crate) fn on_shards_one_by_one(
 ) -> Result<()> {
     let shards = shard_tables(relid)?;
     // Every node is reached before anything changes.
-    let mut clients: Vec<(i32, postgres::Client)> = Vec::new();
+    let mut connections: Vec<NodeConnection> = Vec::new();
     for shard in &shards {
-        if !clients.iter().any(|(id, _)| *id == shard.node.node_id) {
-            let client = remote::connect(&shard.node.host, shard.node.port)?;
-            clients.push((shard.node.node_id, client));
+        if !connections.iter().any(|c| c.node().node_id == shard.node.node_id) {
+            connections.push(NodeConnection::open(&shard.node)?);
         }
     }
-    fn client_of<'a>(
-        clients: &'a mut [(i32, postgres::Client)],
+    fn connection_of<'a>(
+        connections: &'a mut [NodeConnection],
         node: &Node,
-    ) -> Option<&'a mut postgres::Client> {
-        clients
-            .iter_mut()
-            .find(|(id, _)| *id == node.node_id)
-            .map(|(_, client)| client)
+    ) -> Option<&'a mut NodeConnection> {
+        connections.iter_mut().find(|c| c.node().node_id == node.node_id)
     }
     let mut failure = None;
     for shard in &shards {
         pgrx::check_for_interrupts!();
-        let Some(client) = client_of(&mut clients, &shard.node) else {
+        let Some(connection) = connection_of(&mut connections, &shard.node) else {
             continue;
         };
-        if let Err(e) = client.batch_execute(&sql(shard)) {
-            failure = Some(remote::remote_error(&shard.node, &e));
+        if let Err(e) = connection.execute(&sql(shard)) {
+            failure = Some(e.as_node_failure());
             break;
         }
     }
@@ -116,13 +112,13 @@ pub(crate) fn on_shards_one_by_one(
         return Ok(());
     };
     for shard in &shards {
-        if let Some(client) = client_of(&mut clients, &shard.node) {
-            if let Err(e) = client.batch_execute(&undo(shard)) {
+        if let Some(connection) = connection_of(&mut connections, &shard.node) {
+            if let Err(e) = connection.execute(&undo(shard)) {
                 pgrx::warning!(
                     "could not undo a change of shard table {} on node {}: {}",
                     shard.qualified,
                     shard.node.label(),
-                    remote::describe(&e)
+                    e.as_node_failure()
                 );
             }
         }

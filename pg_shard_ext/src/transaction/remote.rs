@@ -1,28 +1,37 @@
-//! Node-to-node connections from the extension (the `postgres` crate).
+//! Remote transactions: the local transaction's work on other nodes, over
+//! one [`NodeConnection`] per node for the life of the local transaction
+//! (every statement on a node sees the ones before it).
 //!
-//! As in Citus, a node is reached in the database of the same name as the
-//! current database, as the current user, so several clusters can live side
-//! by side in separate databases.
+//! A node's transaction opens on first use (`BEGIN`, at the local
+//! transaction's isolation level). How they end depends on what wrote:
+//! * nothing wrote on a node: every node's transaction just commits;
+//! * one node wrote, and the local transaction wrote nothing: that node's
+//!   transaction commits in the local pre-commit phase (one phase; if it
+//!   fails, the local transaction aborts);
+//! * otherwise, two-phase commit: in the local pre-commit phase each
+//!   writing node's global id is recorded in `pg_shard.remote_transaction`
+//!   (part of the local transaction) and its transaction prepared
+//!   (`PREPARE TRANSACTION`; a failure aborts the local transaction, and
+//!   the prepared ones are rolled back); once the local commit is durable
+//!   they are committed (`COMMIT PREPARED`). So the local commit decides: a
+//!   remote transaction left prepared by a crash is committed if its record
+//!   exists, rolled back otherwise ([`recover_prepared_transactions`], run
+//!   when job runners start and callable by hand).
 //!
-//! Writes on other nodes happen in remote transactions tied to the local one
-//! by two-phase commit: [`in_transaction`] opens (or reuses) a connection
-//! running `BEGIN` and records the remote transaction's global id in
-//! `pg_shard.remote_transaction` (part of the local transaction). In the
-//! local pre-commit phase every remote transaction is prepared (`PREPARE
-//! TRANSACTION`; a failure aborts the local transaction, and the prepared
-//! ones are rolled back); once the local commit is durable they are
-//! committed (`COMMIT PREPARED`). So the local commit decides: a remote
-//! transaction left prepared by a crash is committed if its record exists,
-//! rolled back otherwise ([`recover_prepared_transactions`], run when job
-//! runners start and callable by hand).
+//! Connections outlive transactions: an idle one goes back to a small
+//! per-backend cache (one per node and role, [`IDLE_LIMIT`] in all).
 //!
 //! A rolled-back subtransaction (ROLLBACK TO SAVEPOINT, a PL/pgSQL exception
 //! block, psql's ON_ERROR_ROLLBACK) that did remote work cannot be undone on
-//! the workers alone: the remote transactions are rolled back and the local
-//! transaction can only end in a rollback (its COMMIT fails).
+//! the workers alone: the remote transactions are rolled back and, if any
+//! of them wrote, the local transaction can only end in a rollback (its
+//! COMMIT fails).
 //!
 //! Workers need `max_prepared_transactions` above zero.
 
+use super::client::connect;
+use super::client::remote_error;
+use super::connection::NodeConnection;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::spi::query_value;
@@ -31,86 +40,37 @@ use pgrx::{
     register_subxact_callback, register_xact_callback, GucContext, GucFlags, GucRegistry,
     GucSetting, PgSubXactCallbackEvent, PgXactCallbackEvent,
 };
-use postgres::{Client, Config, NoTls};
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Human-readable text of a remote error, with the server's message and detail.
-pub(crate) fn describe(error: &postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => {
-            let mut text = db.message().to_string();
-            if let Some(detail) = db.detail() {
-                text.push_str(" (");
-                text.push_str(detail);
-                text.push(')');
-            }
-            text
-        }
-        None => {
-            // Connection errors keep the useful part ("Connection refused") in their sources.
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
-    }
-}
-
-pub(crate) fn remote_error(node: &Node, error: &postgres::Error) -> ShardError {
-    ShardError::Remote {
-        host: node.host.clone(),
-        port: node.port,
-        cause: describe(error),
-    }
-}
-
-/// Open a connection to a node outside any transaction.
-pub(crate) fn connect(host: &str, port: i32) -> Result<Client> {
-    let unreachable = |cause: String| ShardError::Unreachable {
-        host: host.to_string(),
-        port,
-        cause,
-    };
-    let port_u16 = u16::try_from(port).map_err(|_| unreachable("invalid port".into()))?;
-    let database = query_value::<String>("SELECT current_database()::text")?;
-    let user = crate::metadata::catalog::acting_user()?;
-    let mut config = Config::new();
-    config
-        .host(host)
-        .port(port_u16)
-        .dbname(database.as_deref().unwrap_or("postgres"))
-        .user(&user)
-        .application_name("pg_shard")
-        // Generated SQL is fully qualified; an empty path keeps the worker's
-        // own search_path from changing what it means.
-        .options("-c search_path=pg_catalog")
-        .connect_timeout(CONNECT_TIMEOUT)
-        // Notice a worker that vanished instead of waiting forever.
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30))
-        .tcp_user_timeout(Duration::from_secs(60));
-    config.connect(NoTls).map_err(|e| unreachable(describe(&e)))
-}
+/// Idle connections a backend keeps for later transactions.
+const IDLE_LIMIT: usize = 16;
 
 struct OpenTransaction {
-    node: Node,
-    client: Client,
-    /// Its global id for PREPARE TRANSACTION.
-    gid: String,
+    connection: NodeConnection,
+    /// The role it acts as (connections are per role).
+    user: String,
+    /// Whether anything on the node changed: only writers take part in the
+    /// commit decision.
+    wrote: bool,
+    /// Its global id, once recorded for PREPARE TRANSACTION.
+    gid: Option<String>,
     prepared: bool,
+}
+
+/// What a piece of remote work does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
 }
 
 thread_local! {
     // Backends are single-threaded; this holds the remote transactions of the
     // current local transaction.
     static OPEN: RefCell<Vec<OpenTransaction>> = const { RefCell::new(Vec::new()) };
+    // Connections outside any transaction, with the role they act as.
+    static IDLE: RefCell<Vec<(String, NodeConnection)>> = const { RefCell::new(Vec::new()) };
     // The newest subtransaction that did remote work: aborting it (or one of
     // its parents) loses work the workers cannot give back selectively.
     static NEWEST_WORK_SUBXACT: Cell<pg_sys::SubTransactionId> = const { Cell::new(0) };
@@ -119,63 +79,115 @@ thread_local! {
     // Numbers the remote transactions this backend opens (their global ids).
     static OPENED: Cell<u64> = const { Cell::new(0) };
     // Global ids whose COMMIT PREPARED succeeded: their records go in the
-    // next transaction that opens a remote one.
+    // next transaction that records one.
     static FINISHED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Run `work` on `node` inside a remote transaction that commits or aborts
-/// with the local one.
+/// with the local one; `work` changes the node.
 pub(crate) fn in_transaction<T>(
     node: &Node,
-    work: impl FnOnce(&mut Client) -> Result<T>,
+    work: impl FnOnce(&mut NodeConnection) -> Result<T>,
 ) -> Result<T> {
-    // Remote calls block; give a cancel or statement_timeout its chance first.
-    pgrx::check_for_interrupts!();
-    let position = OPEN.with(|open| open.borrow().iter().position(|t| t.node.same_server(node)));
+    with_transaction(node, Access::Write, work)
+}
+
+/// Run `work` on `node` inside the local transaction's remote transaction
+/// there (opened now if there is none), doing `access`.
+pub(crate) fn with_transaction<T>(
+    node: &Node,
+    access: Access,
+    work: impl FnOnce(&mut NodeConnection) -> Result<T>,
+) -> Result<T> {
+    let position = OPEN.with(|open| {
+        open.borrow()
+            .iter()
+            .position(|t| t.connection.node().same_server(node))
+    });
     let position = match position {
         Some(position) => position,
-        None => {
-            let mut client = connect(&node.host, node.port)?;
-            client
-                .batch_execute("BEGIN")
-                .map_err(|e| remote_error(node, &e))?;
-            let gid = record_remote_transaction(node)?;
-            let first = OPEN.with(|open| {
-                let mut open = open.borrow_mut();
-                open.push(OpenTransaction {
-                    node: node.clone(),
-                    client,
-                    gid,
-                    prepared: false,
-                });
-                open.len() == 1
-            });
-            if first {
-                register_xact_callback(PgXactCallbackEvent::PreCommit, prepare_all);
-                register_xact_callback(PgXactCallbackEvent::Commit, commit_all);
-                register_xact_callback(PgXactCallbackEvent::PrePrepare, refuse_prepare);
-                register_xact_callback(PgXactCallbackEvent::Abort, transaction_aborted);
-                register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
-            }
-            OPEN.with(|open| open.borrow().len() - 1)
-        }
+        None => open_transaction(node)?,
     };
     // SAFETY: reads the current subtransaction id; no side effects.
     NEWEST_WORK_SUBXACT.set(unsafe { pg_sys::GetCurrentSubTransactionId() });
     // Take the connection out while `work` runs so it may itself use SPI or
-    // open connections to other nodes.
+    // open connections to other nodes. If `work` is interrupted, the
+    // connection is dropped (its query cancelled) and the local transaction
+    // aborts.
     let mut taken = OPEN.with(|open| open.borrow_mut().remove(position));
-    let result = work(&mut taken.client);
+    if access == Access::Write {
+        taken.wrote = true;
+    }
+    let result = work(&mut taken.connection);
     OPEN.with(|open| open.borrow_mut().insert(position, taken));
     result
+}
+
+/// A remote transaction on `node`: a cached connection or a new one, and
+/// `BEGIN` at the local isolation level. Returns its position in OPEN.
+fn open_transaction(node: &Node) -> Result<usize> {
+    let user = crate::metadata::catalog::acting_user()?;
+    let cached = IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        idle.iter()
+            .position(|(u, c)| *u == user && c.node().same_server(node))
+            .map(|i| idle.remove(i).1)
+    });
+    // (A node added again under a new id keeps its server.)
+    let cached = cached.filter(|c| c.node() == node);
+    let connection = match cached.map(begin) {
+        Some(Ok(connection)) => connection,
+        // The node restarted since, or dropped the session: a new one.
+        _ => begin(NodeConnection::open(node)?).map_err(ShardError::as_node_failure)?,
+    };
+    let first = OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        open.push(OpenTransaction {
+            connection,
+            user,
+            wrote: false,
+            gid: None,
+            prepared: false,
+        });
+        open.len() == 1
+    });
+    if first {
+        register_xact_callback(PgXactCallbackEvent::PreCommit, pre_commit);
+        register_xact_callback(PgXactCallbackEvent::Commit, commit_all);
+        register_xact_callback(PgXactCallbackEvent::PrePrepare, refuse_prepare);
+        register_xact_callback(PgXactCallbackEvent::Abort, transaction_aborted);
+        register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
+    }
+    Ok(OPEN.with(|open| open.borrow().len() - 1))
+}
+
+fn begin(mut connection: NodeConnection) -> Result<NodeConnection> {
+    connection.execute(begin_statement())?;
+    Ok(connection)
+}
+
+/// `BEGIN` at the local transaction's isolation level, so a READ COMMITTED
+/// statement waits for a concurrent update as it would on one server.
+fn begin_statement() -> &'static str {
+    // SAFETY: reads the current transaction's isolation level.
+    let level = unsafe { pg_sys::XactIsoLevel } as u32;
+    match level {
+        pg_sys::XACT_SERIALIZABLE => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        pg_sys::XACT_REPEATABLE_READ => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
+    }
 }
 
 fn subtransaction_aborted(aborted: pg_sys::SubTransactionId, _parent: pg_sys::SubTransactionId) {
     // Subtransaction ids grow, so work at an id >= the aborted one was done
     // inside it (or inside one of its children).
     if NEWEST_WORK_SUBXACT.get() >= aborted && OPEN.with(|open| !open.borrow().is_empty()) {
+        let wrote = OPEN.with(|open| open.borrow().iter().any(|t| t.wrote));
         abandon_all();
-        POISONED.set(true);
+        // Reads only: later statements read in new remote transactions.
+        if wrote {
+            POISONED.set(true);
+        }
     }
 }
 
@@ -204,7 +216,7 @@ fn record_as_owner(node: &Node) -> Result<String> {
          RETURNING gid",
         &[node.node_id.into(), (number as i64).into()],
     )?;
-    gid.ok_or_else(|| ShardError::InvalidArgument("no global transaction id".into()))
+    gid.ok_or_else(|| ShardError::Internal("no global transaction id".into()))
 }
 
 /// Pauses between the phases, for tests that crash a backend there
@@ -245,82 +257,159 @@ fn pause(setting: &GucSetting<i32>) {
     }
 }
 
-/// Pre-commit: every remote transaction is prepared; an error aborts the
-/// local transaction (and [`transaction_aborted`] rolls the prepared ones
-/// back).
-fn prepare_all() {
+/// Pre-commit: the commit decision (see the module comment). An error
+/// aborts the local transaction (and [`transaction_aborted`] rolls back
+/// what was prepared).
+fn pre_commit() {
     if POISONED.replace(false) {
         ShardError::SubtransactionRolledBack.report();
     }
-    if OPEN.with(|open| !open.borrow().is_empty()) {
-        // The recovery decides by the fate of this transaction's id. Its WAL
-        // must be durable before anything is prepared: after a crash that
-        // lost it, the id would be handed out again, and a later transaction
-        // with the same id committing would commit these prepared ones.
-        // And the local commit must be durable before any remote one
-        // commits (under synchronous_commit = off it would not be).
-        // SAFETY: XactLastRecEnd is the end of this transaction's last WAL
-        // record (it wrote one: its remote_transaction rows); flushing to
-        // it errors only on an I/O failure, which aborts the transaction
-        // here, before anything is prepared. ForceSyncCommit sets a flag.
-        unsafe {
-            if pg_sys::XactLastRecEnd != 0 {
-                pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
-            }
-            pg_sys::ForceSyncCommit();
-        }
-    }
-    let failure = OPEN.with(|open| {
-        for transaction in open.borrow_mut().iter_mut() {
-            let statement = format!(
-                "PREPARE TRANSACTION {}",
-                crate::quote::literal(&transaction.gid)
-            );
-            if let Err(e) = transaction.client.batch_execute(&statement) {
-                return Some(remote_error(&transaction.node, &e));
-            }
-            transaction.prepared = true;
-        }
-        None
-    });
-    if let Some(error) = failure {
+    if let Err(error) = decide() {
         error.report();
     }
-    pause(&PAUSE_AFTER_PREPARE_MS);
 }
 
-/// After the local commit: the prepared transactions commit. A failure
-/// (a node gone in between) leaves one prepared, for the recovery to commit;
-/// the local transaction has committed, so it is only a warning.
+fn decide() -> Result<()> {
+    let writers = OPEN.with(|open| open.borrow().iter().filter(|t| t.wrote).count());
+    // SAFETY: reads whether the local transaction has an id (it wrote).
+    let local_wrote =
+        unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
+    if writers == 0 {
+        return Ok(());
+    }
+    if writers == 1 && !local_wrote {
+        let mut open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
+        let result = open
+            .iter_mut()
+            .find(|t| t.wrote)
+            .map_or(Ok(()), |t| t.connection.commit());
+        // The writer has committed (or failed, and aborted); the readers
+        // commit after the local commit, or roll back with it.
+        for transaction in open.iter_mut().filter(|t| t.wrote) {
+            transaction.wrote = false;
+        }
+        let (done, rest): (Vec<_>, Vec<_>) = open.into_iter().partition(|t| t.connection.is_idle());
+        for transaction in done {
+            keep_idle(transaction);
+        }
+        OPEN.with(|o| *o.borrow_mut() = rest);
+        return result.map_err(ShardError::as_node_failure);
+    }
+    let mut open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
+    let result = prepare_writers(&mut open);
+    OPEN.with(|o| *o.borrow_mut() = open);
+    result?;
+    pause(&PAUSE_AFTER_PREPARE_MS);
+    Ok(())
+}
+
+fn prepare_writers(open: &mut [OpenTransaction]) -> Result<()> {
+    // The pre-commit phase runs without a snapshot; the records' SPI
+    // writes need one.
+    // SAFETY: pushed here and popped below, on success and on error.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    let recorded = open
+        .iter_mut()
+        .filter(|t| t.wrote)
+        .try_for_each(|transaction| {
+            transaction.gid = Some(record_remote_transaction(transaction.connection.node())?);
+            Ok::<_, ShardError>(())
+        });
+    // SAFETY: the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    recorded?;
+    // The recovery decides by the fate of this transaction's id. Its WAL
+    // must be durable before anything is prepared: after a crash that lost
+    // it, the id would be handed out again, and a later transaction with
+    // the same id committing would commit these prepared ones. And the
+    // local commit must be durable before any remote one commits (under
+    // synchronous_commit = off it would not be).
+    // SAFETY: XactLastRecEnd is the end of this transaction's last WAL
+    // record (it wrote one: its remote_transaction rows); flushing to it
+    // errors only on an I/O failure, which aborts the transaction here,
+    // before anything is prepared. ForceSyncCommit sets a flag.
+    unsafe {
+        if pg_sys::XactLastRecEnd != 0 {
+            pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
+        }
+        pg_sys::ForceSyncCommit();
+    }
+    for transaction in open.iter_mut().filter(|t| t.wrote) {
+        let gid = transaction.gid.clone().unwrap_or_default();
+        transaction
+            .connection
+            .execute(&format!("PREPARE TRANSACTION {}", crate::quote::literal(&gid)))
+            .map_err(ShardError::as_node_failure)?;
+        transaction.prepared = true;
+    }
+    Ok(())
+}
+
+/// After the local commit: the prepared transactions commit, and the
+/// readers. A failure (a node gone in between) leaves one prepared, for the
+/// recovery to commit; the local transaction has committed, so it is only a
+/// warning.
 fn commit_all() {
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
-    if !open.is_empty() {
+    if open.iter().any(|t| t.prepared) {
         pause(&PAUSE_BEFORE_COMMIT_PREPARED_MS);
     }
     for mut transaction in open {
-        let statement = format!(
-            "COMMIT PREPARED {}",
-            crate::quote::literal(&transaction.gid)
-        );
-        match transaction.client.batch_execute(&statement) {
-            Ok(()) => FINISHED.with(|f| f.borrow_mut().push(transaction.gid)),
+        let statement = match &transaction.gid {
+            Some(gid) if transaction.prepared => {
+                format!("COMMIT PREPARED {}", crate::quote::literal(gid))
+            }
+            _ => "COMMIT".to_string(),
+        };
+        let done = if transaction.prepared {
+            transaction.connection.execute(&statement).map(|_| ())
+        } else {
+            transaction.connection.commit()
+        };
+        match done {
+            Ok(_) => {
+                if let (Some(gid), true) = (transaction.gid.take(), transaction.prepared) {
+                    FINISHED.with(|f| f.borrow_mut().push(gid));
+                }
+                keep_idle(transaction);
+            }
             // The recovery got to it first (and committed it: the local
             // commit is visible to it).
-            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {}
-            Err(e) => pgrx::warning!(
+            Err(e) if super::connection::is_sqlstate(&e, "42704") => keep_idle(transaction),
+            Err(e) if transaction.prepared => pgrx::warning!(
                 "pg_shard: {}; pg_shard.recover_prepared_transactions() commits it later",
-                remote_error(&transaction.node, &e)
+                e.as_node_failure()
             ),
+            Err(e) => pgrx::warning!("pg_shard: {}", e.as_node_failure()),
         }
     }
     NEWEST_WORK_SUBXACT.set(0);
+}
+
+/// Back to the cache, if the node's session is outside any transaction.
+fn keep_idle(transaction: OpenTransaction) {
+    if !transaction.connection.is_idle() {
+        return;
+    }
+    IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        if idle.len() >= IDLE_LIMIT {
+            idle.remove(0);
+        }
+        idle.push((transaction.user, transaction.connection));
+    });
+}
+
+/// Forget cached connections (the node list changed).
+pub(crate) fn forget_idle_connections() {
+    IDLE.with(|idle| idle.borrow_mut().clear());
 }
 
 /// A PREPARE TRANSACTION of the local transaction would leave the remote
 /// ones without anyone to commit them (their commit follows the local
 /// commit in this backend), so it is refused, as postgres_fdw does.
 fn refuse_prepare() {
-    if OPEN.with(|open| !open.borrow().is_empty()) {
+    if OPEN.with(|open| open.borrow().iter().any(|t| t.wrote)) {
         ShardError::CannotPrepare.report();
     }
 }
@@ -331,16 +420,22 @@ fn transaction_aborted() {
 }
 
 fn abandon_all() {
-    // Dropping the connections makes the servers roll the open transactions
-    // back; prepared ones are rolled back explicitly (or, failing that, by
-    // the recovery: their record goes with the local transaction).
+    // Prepared ones are rolled back explicitly (or, failing that, by the
+    // recovery: their record goes with the local transaction); open ones
+    // roll back, and a connection still busy is dropped (which cancels
+    // its query and makes the node roll back).
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
-    for mut transaction in open.into_iter().filter(|t| t.prepared) {
-        let statement = format!(
-            "ROLLBACK PREPARED {}",
-            crate::quote::literal(&transaction.gid)
-        );
-        let _ = transaction.client.batch_execute(&statement);
+    for mut transaction in open {
+        let statement = match &transaction.gid {
+            Some(gid) if transaction.prepared => {
+                format!("ROLLBACK PREPARED {}", crate::quote::literal(gid))
+            }
+            _ if transaction.connection.is_busy() => continue,
+            _ => "ROLLBACK".to_string(),
+        };
+        if transaction.connection.execute(&statement).is_ok() {
+            keep_idle(transaction);
+        }
     }
     NEWEST_WORK_SUBXACT.set(0);
 }

@@ -291,16 +291,16 @@ pub(crate) fn refresh_recorded(relid: pg_sys::Oid) -> Result<()> {
         // definition was first printed.)
         let definition = crate::transaction::remote::in_transaction(&node, |client| {
             client
-                .query_opt(
+                .query(
                     "SELECT replace(pg_get_constraintdef(k.oid), \
                                     ' REFERENCES ' || k.confrelid::regclass::text || '(', \
                                     ' REFERENCES ' || $3 || '(') \
                      FROM pg_constraint k \
                      WHERE k.conrelid = $1::text::regclass AND k.conname = $2::text AND k.contype = 'f'",
-                    &[&shard, &name, &referenced],
+                    &[Some(&shard), Some(&name), Some(&referenced)],
                 )
-                .map(|row| row.map(|row| row.get::<_, String>(0)))
-                .map_err(|e| crate::transaction::remote::remote_error(&node, &e))
+                .map(|rows| rows.into_iter().next().and_then(|row| row.into_iter().next().flatten()))
+                .map_err(ShardError::as_node_failure)
         })?;
         match definition {
             Some(definition) => crate::spi::run_with_args(

@@ -10,7 +10,7 @@ use super::parse::logical_table_named;
 use super::plan::{Local, Planned};
 use crate::error::{Result, ShardError};
 use crate::spi::query_one;
-use crate::transaction::remote::{in_transaction, remote_error};
+use crate::transaction::remote::in_transaction;
 use pgrx::prelude::*;
 
 /// # Safety
@@ -107,8 +107,7 @@ pub(super) unsafe fn plan(
             );
             in_transaction(&node, |client| {
                 client
-                    .batch_execute(&statement)
-                    .map_err(|e| remote_error(&node, &e))
+                    .execute(&statement).map(|_| ()).map_err(ShardError::as_node_failure)
             })?;
         }
         Ok(())

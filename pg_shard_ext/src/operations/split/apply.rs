@@ -10,7 +10,7 @@ use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::replication::{marker_table, replication_name};
 use crate::quote;
 use crate::spi::query_one;
-use crate::transaction::remote;
+use crate::transaction::client as remote;
 use pg_shard_core::pgoutput::{self, Lsn, Message, SnapshotVisibility, Value};
 use postgres::Client;
 use std::collections::HashMap;

@@ -18,7 +18,7 @@ use crate::operations::settings::FINAL_WAIT;
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
-use crate::transaction::remote;
+use crate::transaction::client as remote;
 use pg_shard_core::pgoutput::Lsn;
 use pgrx::prelude::*;
 use postgres::Client;
