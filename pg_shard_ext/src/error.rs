@@ -2,6 +2,7 @@
 
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
+use std::ffi::{c_char, c_int};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -118,6 +119,11 @@ pub(crate) enum ShardError {
          or SERIALIZABLE"
     )]
     NeedsReadCommitted,
+    #[error(
+        "a prepared statement planned for one worker outside a transaction block cannot run \
+         inside one"
+    )]
+    RouterPlanInTransaction,
     #[error("cannot update the distribution column of a distributed table")]
     KeyUpdate,
     #[error("cannot PREPARE a transaction that has changed worker nodes through pg_shard")]
@@ -170,6 +176,7 @@ impl ShardError {
             ShardError::RemoteStatement { sqlstate, .. } => sqlstate_code(sqlstate),
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::RouterPlanInTransaction => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }
@@ -197,6 +204,9 @@ impl ShardError {
                  with the new key"
                     .into(),
             ),
+            ShardError::RouterPlanInTransaction => {
+                Some("run it again: it is planned anew for the transaction".into())
+            }
             ShardError::SubtransactionRolledBack => Some(
                 "roll the transaction back and run the pg_shard functions again, \
                  outside the savepoint that failed"
@@ -228,7 +238,7 @@ impl ShardError {
     /// A node statement's failure as the message pg_shard's own commands
     /// give ("node h:p failed: message (detail)"), for errors that are not
     /// the user's statement's.
-    pub(crate) fn as_node_failure(self) -> ShardError {
+    pub(crate) fn into_node_failure(self) -> ShardError {
         match self {
             ShardError::RemoteStatement {
                 node,
@@ -274,19 +284,112 @@ impl ShardError {
     }
 }
 
-/// The PostgreSQL error code of a five-character SQLSTATE (codes PostgreSQL
-/// does not define become internal errors).
+/// The PostgreSQL error code of a five-character SQLSTATE (codes pgrx does
+/// not know become internal errors: those are raised by
+/// [`raise_with_sqlstate`]).
 fn sqlstate_code(sqlstate: &str) -> PgSqlErrorCode {
-    let bytes = sqlstate.as_bytes();
-    if bytes.len() != 5 {
+    if sqlstate.len() != 5 {
         return PgSqlErrorCode::ERRCODE_INTERNAL_ERROR;
     }
-    // MAKE_SQLSTATE: six bits per character, the first lowest.
-    let code = bytes
-        .iter()
+    PgSqlErrorCode::from(make_sqlstate(sqlstate))
+}
+
+/// MAKE_SQLSTATE: six bits per character, the first lowest.
+pub(crate) fn make_sqlstate(code: &str) -> c_int {
+    code.bytes()
         .enumerate()
-        .fold(0i32, |code, (i, b)| code | ((((*b as i32) - b'0' as i32) & 0x3F) << (6 * i)));
-    PgSqlErrorCode::from(code)
+        .map(|(i, ch)| ((ch.wrapping_sub(b'0') & 0x3f) as c_int) << (6 * i))
+        .sum()
+}
+
+/// Raise an ERROR with any SQLSTATE (pgrx's reports know PostgreSQL's own
+/// only), message, and optional detail and hint (NULL for none). Never
+/// returns: errfinish longjmps to PostgreSQL's error handler.
+///
+/// # Safety
+/// The strings are NUL-terminated and palloc'd (or static); called where a
+/// longjmp skips no Rust frame that owns resources.
+pub(crate) unsafe fn raise_with_sqlstate(
+    sqlstate: &str,
+    message: *const c_char,
+    detail: *const c_char,
+    hint: *const c_char,
+) -> ! {
+    let code = make_sqlstate(sqlstate);
+    // SAFETY: as the caller promises.
+    unsafe { raise_with_code(code, message, detail, hint) }
+}
+
+/// [`raise_with_sqlstate`] with the code made already.
+///
+/// # Safety
+/// As for [`raise_with_sqlstate`].
+unsafe fn raise_with_code(
+    code: c_int,
+    message: *const c_char,
+    detail: *const c_char,
+    hint: *const c_char,
+) -> ! {
+    unsafe extern "C-unwind" {
+        fn errstart(elevel: c_int, domain: *const c_char) -> bool;
+        fn errcode(sqlerrcode: c_int) -> c_int;
+        fn errmsg(fmt: *const c_char, ...) -> c_int;
+        fn errdetail(fmt: *const c_char, ...) -> c_int;
+        fn errhint(fmt: *const c_char, ...) -> c_int;
+        fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
+    }
+    // SAFETY: as the caller promises.
+    unsafe {
+        if errstart(pgrx::PgLogLevel::ERROR as c_int, std::ptr::null()) {
+            errcode(code);
+            errmsg(c"%s".as_ptr(), message);
+            if !detail.is_null() {
+                errdetail(c"%s".as_ptr(), detail);
+            }
+            if !hint.is_null() {
+                errhint(c"%s".as_ptr(), hint);
+            }
+            errfinish(
+                c"error.rs".as_ptr(),
+                line!() as c_int,
+                c"raise_with_sqlstate".as_ptr(),
+            );
+        }
+    }
+    unreachable!("an ERROR does not return")
+}
+
+impl ShardError {
+    /// Raise this error, a node's with the node's own SQLSTATE whatever it
+    /// is (WrongShard's PS001 included).
+    ///
+    /// # Safety
+    /// Called where a longjmp skips no Rust frame that owns resources.
+    pub(crate) unsafe fn raise(self) -> ! {
+        let ShardError::RemoteStatement {
+            sqlstate,
+            message,
+            detail,
+            hint,
+            ..
+        } = self
+        else {
+            self.report()
+        };
+        let palloc = |text: Option<String>| match text {
+            None => std::ptr::null(),
+            Some(text) => {
+                let owned = std::ffi::CString::new(text.replace('\0', "")).unwrap_or_default();
+                // SAFETY: copies a NUL-terminated string into the current context.
+                unsafe { pgrx::pg_sys::pstrdup(owned.as_ptr()) as *const c_char }
+            }
+        };
+        let (message, detail, hint) = (palloc(Some(message)), palloc(detail), palloc(hint));
+        let code = make_sqlstate(&sqlstate);
+        drop(sqlstate);
+        // SAFETY: palloc'd strings; no Rust value owning memory is left.
+        unsafe { raise_with_code(code, message, detail, hint) }
+    }
 }
 
 pub(crate) type Result<T> = std::result::Result<T, ShardError>;

@@ -39,6 +39,7 @@ use pgrx::prelude::*;
 mod access;
 mod commands;
 mod error;
+mod executor;
 mod guc;
 mod keyspace;
 mod metadata;
@@ -73,6 +74,8 @@ pub extern "C-unwind" fn _PG_init() {
     worker::fencing::register_gucs();
     operations::register_gucs();
     transaction::remote::register_gucs();
+    planner::register_gucs();
+    executor::router_scan::register();
     // The launcher needs shared_preload_libraries (as the fencing hooks do).
     // SAFETY: a plain read of a backend-global flag set by the postmaster.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

@@ -309,7 +309,9 @@ fn create_shard(
     let script = statements.join(";\n");
     in_transaction(&group.node, |client| {
         client
-            .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
+            .execute(&script)
+            .map(|_| ())
+            .map_err(ShardError::into_node_failure)
     })?;
     Ok(ShardTarget {
         node: group.node.clone(),
@@ -390,7 +392,9 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
         let script = foreign_keys.join(";\n");
         in_transaction(node, |client| {
             client
-                .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
+                .execute(&script)
+                .map(|_| ())
+                .map_err(ShardError::into_node_failure)
         })?;
     }
     Ok(tables.len())

@@ -58,7 +58,9 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
         let script = format!("DROP TABLE IF EXISTS {} CASCADE", names.join(", "));
         in_transaction(node, |client| {
             client
-                .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
+                .execute(&script)
+                .map(|_| ())
+                .map_err(ShardError::into_node_failure)
         })?;
     }
 

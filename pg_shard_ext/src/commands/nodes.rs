@@ -57,13 +57,13 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
                         pg_postmaster_start_time()::text",
                 &[],
             )
-            .map_err(ShardError::as_node_failure)?;
+            .map_err(ShardError::into_node_failure)?;
         let row = rows.into_iter().next().unwrap_or_default();
         let column = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
         let available = column(0) == "t";
-        let remote_system_id: i64 = column(1).parse().map_err(|_| {
-            ShardError::Internal(format!("{}: no system identifier", node.label()))
-        })?;
+        let remote_system_id: i64 = column(1)
+            .parse()
+            .map_err(|_| ShardError::Internal(format!("{}: no system identifier", node.label())))?;
         let preloaded = column(2) == "t";
         let started = column(3);
         refuse_known_server(&node, remote_system_id, &started)?;
@@ -85,7 +85,9 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
             );
         }
         client
-            .execute("CREATE EXTENSION IF NOT EXISTS pg_shard").map(|_| ()).map_err(ShardError::as_node_failure)
+            .execute("CREATE EXTENSION IF NOT EXISTS pg_shard")
+            .map(|_| ())
+            .map_err(ShardError::into_node_failure)
     })?;
     node.node_id = catalog::insert_node(host, port)?;
     replicate_reference_tables(&node)?;

@@ -119,11 +119,13 @@ fn replicate(
                 client
                     .execute_with(sql, &[Some(rows)])
                     .map(|_| ())
-                    .map_err(ShardError::as_node_failure)
+                    .map_err(ShardError::into_node_failure)
             };
             if operation == "TRUNCATE" {
                 return client
-                    .execute(&format!("TRUNCATE {copy}")).map(|_| ()).map_err(ShardError::as_node_failure);
+                    .execute(&format!("TRUNCATE {copy}"))
+                    .map(|_| ())
+                    .map_err(ShardError::into_node_failure);
             }
             if let ("UPDATE", Some(old), Some(new)) = (operation, old_rows, new_rows) {
                 // An UPDATE stays an UPDATE on the copies (a DELETE and an
@@ -154,7 +156,7 @@ fn replicate(
                         &[Some(old), Some(new)],
                     )
                     .map(|_| ())
-                    .map_err(ShardError::as_node_failure);
+                    .map_err(ShardError::into_node_failure);
             }
             if let (true, Some(rows)) = (needs_key, old_rows) {
                 let matches = key

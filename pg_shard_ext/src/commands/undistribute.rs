@@ -105,12 +105,14 @@ fn copy_rows(shard: &crate::transaction::fan_out::ShardTable, target: &str) -> R
             shard.qualified
         ));
         client
-            .execute(&setup).map(|_| ()).map_err(ShardError::as_node_failure)?;
+            .execute(&setup)
+            .map(|_| ())
+            .map_err(ShardError::into_node_failure)?;
         loop {
             pgrx::check_for_interrupts!();
             let rows = client
                 .query(&format!("FETCH {BATCH_ROWS} FROM pg_shard_rows"), &[])
-                .map_err(ShardError::as_node_failure)?;
+                .map_err(ShardError::into_node_failure)?;
             if rows.is_empty() {
                 break;
             }
@@ -131,6 +133,8 @@ fn copy_rows(shard: &crate::transaction::fan_out::ShardTable, target: &str) -> R
             )?;
         }
         client
-            .execute("CLOSE pg_shard_rows").map(|_| ()).map_err(ShardError::as_node_failure)
+            .execute("CLOSE pg_shard_rows")
+            .map(|_| ())
+            .map_err(ShardError::into_node_failure)
     })
 }

@@ -204,7 +204,7 @@ fn copy_buffer(target: &ShardTarget, columns: &str, bytes: &[u8]) -> Result<()> 
         client
             .copy_in(&statement, bytes)
             .map(|_| ())
-            .map_err(ShardError::as_node_failure)
+            .map_err(ShardError::into_node_failure)
     })
 }
 

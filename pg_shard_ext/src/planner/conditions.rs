@@ -335,7 +335,7 @@ unsafe fn equals_any(key_id: *mut pg_sys::Node, ids: *mut pg_sys::Node) -> *mut 
 
 /// An `=` operator whose collation (if any) is deterministic: equal values
 /// then have equal bytes, hence equal keyspace ids.
-unsafe fn is_key_equality(opno: pg_sys::Oid, input_collation: pg_sys::Oid) -> bool {
+pub(super) unsafe fn is_key_equality(opno: pg_sys::Oid, input_collation: pg_sys::Oid) -> bool {
     // PostgreSQL's own equality operators of the key types (pg_operator.dat):
     // a user-defined `=` elsewhere on the search_path could mean something
     // else. Integer widths: 94, 96, 410 and the cross-width 15, 416, 532,
@@ -352,7 +352,7 @@ pub(super) fn deterministic(collation: pg_sys::Oid) -> bool {
 }
 
 /// Whether values of two types hash alike.
-fn same_key_types(a: pg_sys::Oid, b: pg_sys::Oid) -> bool {
+pub(super) fn same_key_types(a: pg_sys::Oid, b: pg_sys::Oid) -> bool {
     matches!((key_encoding_of(a), key_encoding_of(b)), (Some(x), Some(y)) if x == y)
 }
 

@@ -7,6 +7,7 @@ use super::conditions::{deterministic, rewrite_query, INT8_EQUAL_OPERATOR, INT8_
 use super::partition_key::{
     column_keyspace_call, is_distribution_column, partition_key, reading_catalog,
 };
+use crate::error::OrReport;
 use pgrx::prelude::*;
 use pgrx::PgList;
 
@@ -41,6 +42,18 @@ unsafe extern "C-unwind" fn plan(
     cursor_options: i32,
     bound_params: pg_sys::ParamListInfo,
 ) -> *mut pg_sys::PlannedStmt {
+    if !reading_catalog() {
+        // SAFETY: parse is the tree about to be planned; routing reads it
+        // and plans a copy.
+        let routed = unsafe {
+            pg_sys::panic::pgrx_extern_c_guard(|| {
+                route(parse, query_string, cursor_options, bound_params)
+            })
+        };
+        if let Some(planned) = routed {
+            return planned;
+        }
+    }
     let rewrite = if reading_catalog() {
         Rewrite::default()
     } else {
@@ -75,6 +88,30 @@ unsafe extern "C-unwind" fn plan(
         unsafe { pg_sys::panic::pgrx_extern_c_guard(|| pg_sys::AtEOXact_GUC(true, level)) };
     }
     planned
+}
+
+/// The router plan of `parse`, if it is a router statement.
+unsafe fn route(
+    parse: *mut pg_sys::Query,
+    query_string: *const std::ffi::c_char,
+    cursor_options: i32,
+    bound_params: pg_sys::ParamListInfo,
+) -> Option<*mut pg_sys::PlannedStmt> {
+    // SAFETY: a valid parse tree; the checks read it.
+    unsafe {
+        if !has_partitioned_relation(parse) || !extension_installed() {
+            return None;
+        }
+        let task =
+            super::router::plan(parse, query_string, cursor_options, bound_params).or_report()?;
+        Some(crate::executor::router_scan::planned_statement(parse, task))
+    }
+}
+
+fn extension_installed() -> bool {
+    // SAFETY: get_namespace_oid is a syscache lookup; databases without the
+    // extension have no distributed tables.
+    unsafe { pg_sys::get_namespace_oid(c"pg_shard".as_ptr(), true) != pg_sys::InvalidOid }
 }
 
 fn enable_partitionwise(aggregates: bool) -> Option<i32> {
@@ -116,11 +153,7 @@ fn add_keyspace_conditions(query: *mut pg_sys::Query) -> Rewrite {
     if !unsafe { has_partitioned_relation(query) } {
         return Rewrite::default();
     }
-    // SAFETY: get_namespace_oid is a syscache lookup; databases without the
-    // extension have no distributed tables.
-    let installed =
-        unsafe { pg_sys::get_namespace_oid(c"pg_shard".as_ptr(), true) } != pg_sys::InvalidOid;
-    if installed {
+    if extension_installed() {
         // SAFETY: as above.
         unsafe {
             rewrite_query(query);

@@ -1,4 +1,7 @@
-//! The metadata node's planner hook: shard pruning for keys.
+//! The metadata node's planner hook. A statement whose distributed tables
+//! come down to one shard group on one node is planned as a router
+//! statement ([`router`]): the whole statement runs on that node. Others
+//! run over postgres_fdw, with shard pruning for keys:
 //!
 //! A distributed table is partitioned by `pg_shard.keyspace_id(key)`, so
 //! PostgreSQL prunes partitions only for conditions on that expression. The
@@ -21,6 +24,21 @@
 mod conditions;
 mod hook;
 mod partition_key;
+mod router;
+mod tree;
+mod worker_query;
 
 pub(crate) use hook::install;
 pub(crate) use partition_key::forget_cache;
+pub(crate) use router::register_gucs;
+
+/// Every range table entry of every level of `query`.
+///
+/// # Safety
+/// `query` is a valid parse tree.
+pub(crate) unsafe fn range_entries(
+    query: *mut pgrx::pg_sys::Query,
+) -> Vec<*mut pgrx::pg_sys::RangeTblEntry> {
+    // SAFETY: as the caller promises.
+    unsafe { tree::contents(query).range_entries }
+}

@@ -18,10 +18,10 @@ thread_local! {
 
 /// Marks the hook busy while it reads the catalog; unmarks even when the
 /// read fails (the error unwinds through here as a Rust panic).
-struct Busy;
+pub(super) struct Busy;
 
 impl Busy {
-    fn start() -> Busy {
+    pub(super) fn start() -> Busy {
         BUSY.set(true);
         Busy
     }

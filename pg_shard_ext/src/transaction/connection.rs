@@ -32,8 +32,11 @@ const SESSION_OPTIONS: &str = "-c search_path=pg_catalog -c datestyle=ISO \
 pub(crate) struct NodeConnection {
     conn: *mut PGconn,
     node: Node,
-    /// The map version this session declared to the node (`pg_shard.map_version`).
+    /// The map version this transaction declared to the node (`SET LOCAL
+    /// pg_shard.map_version`).
     declared_version: Option<i64>,
+    /// The TimeZone this session set on the node ("" for the node's own).
+    timezone: String,
 }
 
 /// One row of a result, as text.
@@ -146,6 +149,7 @@ impl NodeConnection {
             conn,
             node: node.clone(),
             declared_version: None,
+            timezone: String::new(),
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         loop {
@@ -190,7 +194,9 @@ impl NodeConnection {
     /// connection is not).
     pub(crate) fn is_idle(&self) -> bool {
         // SAFETY: a valid connection.
-        unsafe { PQstatus(self.conn) == CONNECTION_OK && PQtransactionStatus(self.conn) == PQTRANS_IDLE }
+        unsafe {
+            PQstatus(self.conn) == CONNECTION_OK && PQtransactionStatus(self.conn) == PQTRANS_IDLE
+        }
     }
 
     /// Whether a statement is still running there.
@@ -209,13 +215,45 @@ impl NodeConnection {
         self.execute("COMMIT").map(|_| ())
     }
 
-    /// Declare map `version` to the node if this session has not yet.
-    pub(crate) fn declare_map_version(&mut self, version: i64) -> Result<()> {
-        if self.declared_version == Some(version) {
+    /// Start a transaction on the node with `begin`, declaring map
+    /// `version` for it (`SET LOCAL`: a cached connection's next
+    /// transaction declares its own), in one round trip.
+    pub(crate) fn begin(&mut self, begin: &str, version: Option<i64>) -> Result<()> {
+        self.declared_version = None;
+        match version {
+            Some(version) => {
+                self.execute(&format!(
+                    "{begin}; SET LOCAL pg_shard.map_version = {version}"
+                ))?;
+                self.declared_version = Some(version);
+            }
+            None => {
+                self.execute(begin)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Declare map `version` for the open transaction, and give the
+    /// session `timezone`, where they differ from what it has (one round
+    /// trip when either changed).
+    pub(crate) fn declare_session(&mut self, version: i64, timezone: &str) -> Result<()> {
+        let mut statements = Vec::new();
+        if self.declared_version != Some(version) {
+            statements.push(format!("SET LOCAL pg_shard.map_version = {version}"));
+        }
+        if !timezone.is_empty() && self.timezone != timezone {
+            statements.push(format!(
+                "SET TimeZone = {}",
+                crate::quote::literal(timezone)
+            ));
+        }
+        if statements.is_empty() {
             return Ok(());
         }
-        self.execute(&format!("SET pg_shard.map_version = {version}"))?;
+        self.execute(&statements.join("; "))?;
         self.declared_version = Some(version);
+        self.timezone = timezone.to_string();
         Ok(())
     }
 
@@ -235,7 +273,11 @@ impl NodeConnection {
 
     /// Run one statement with text parameters (None is NULL; types of 0
     /// are left to the node to infer) and return its rows.
-    pub(crate) fn query(&mut self, sql: &str, params: &[Option<&str>]) -> Result<Vec<Vec<Option<String>>>> {
+    pub(crate) fn query(
+        &mut self,
+        sql: &str,
+        params: &[Option<&str>],
+    ) -> Result<Vec<Vec<Option<String>>>> {
         let mut rows = Vec::new();
         self.for_each_row(sql, &[], params, |row| {
             rows.push((0..row.len()).map(|c| row.text(c)).collect());
@@ -318,7 +360,11 @@ impl NodeConnection {
             loop {
                 // SAFETY: a connection in COPY IN; chunk is valid for the call.
                 let put = unsafe {
-                    PQputCopyData(self.conn, chunk.as_ptr() as *const c_char, chunk.len() as c_int)
+                    PQputCopyData(
+                        self.conn,
+                        chunk.as_ptr() as *const c_char,
+                        chunk.len() as c_int,
+                    )
                 };
                 match put {
                     1 => break,
@@ -345,7 +391,9 @@ impl NodeConnection {
 
     fn c_string(&self, text: &str) -> Result<CString> {
         CString::new(text).map_err(|_| {
-            ShardError::InvalidArgument("a statement or value for a node contains a NUL byte".into())
+            ShardError::InvalidArgument(
+                "a statement or value for a node contains a NUL byte".into(),
+            )
         })
     }
 
@@ -363,7 +411,10 @@ impl NodeConnection {
             match unsafe { PQflush(self.conn) } {
                 0 => return Ok(()),
                 1 => {
-                    self.wait(pg_sys::WL_SOCKET_WRITEABLE | pg_sys::WL_SOCKET_READABLE, None);
+                    self.wait(
+                        pg_sys::WL_SOCKET_WRITEABLE | pg_sys::WL_SOCKET_READABLE,
+                        None,
+                    );
                     // SAFETY: reading what the node sent meanwhile keeps it from blocking.
                     if unsafe { PQconsumeInput(self.conn) } == 0 {
                         return Err(self.failure(self.error_message()));
@@ -503,7 +554,9 @@ impl NodeConnection {
             let value = unsafe { PQresultErrorField(result.0, code) };
             (!value.is_null()).then(|| {
                 // SAFETY: non-NULL, NUL-terminated.
-                unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned()
+                unsafe { CStr::from_ptr(value) }
+                    .to_string_lossy()
+                    .into_owned()
             })
         };
         let message = field(PG_DIAG_MESSAGE_PRIMARY).unwrap_or_else(|| {
@@ -591,6 +644,9 @@ mod tests {
             ),
             "Connection refused"
         );
-        assert_eq!(super::connection_failure("timeout expired"), "timeout expired");
+        assert_eq!(
+            super::connection_failure("timeout expired"),
+            "timeout expired"
+        );
     }
 }

@@ -68,7 +68,9 @@ pub(crate) fn on_shards_in_transaction(
         let script = statements.join(";\n");
         remote::in_transaction(&node, |client| {
             client
-                .execute(&script).map(|_| ()).map_err(ShardError::as_node_failure)
+                .execute(&script)
+                .map(|_| ())
+                .map_err(ShardError::into_node_failure)
         })?;
     }
     Ok(())
@@ -87,7 +89,10 @@ pub(crate) fn on_shards_one_by_one(
     // Every node is reached before anything changes.
     let mut connections: Vec<NodeConnection> = Vec::new();
     for shard in &shards {
-        if !connections.iter().any(|c| c.node().node_id == shard.node.node_id) {
+        if !connections
+            .iter()
+            .any(|c| c.node().node_id == shard.node.node_id)
+        {
             connections.push(NodeConnection::open(&shard.node)?);
         }
     }
@@ -95,7 +100,9 @@ pub(crate) fn on_shards_one_by_one(
         connections: &'a mut [NodeConnection],
         node: &Node,
     ) -> Option<&'a mut NodeConnection> {
-        connections.iter_mut().find(|c| c.node().node_id == node.node_id)
+        connections
+            .iter_mut()
+            .find(|c| c.node().node_id == node.node_id)
     }
     let mut failure = None;
     for shard in &shards {
@@ -104,7 +111,7 @@ pub(crate) fn on_shards_one_by_one(
             continue;
         };
         if let Err(e) = connection.execute(&sql(shard)) {
-            failure = Some(e.as_node_failure());
+            failure = Some(e.into_node_failure());
             break;
         }
     }
@@ -118,7 +125,7 @@ pub(crate) fn on_shards_one_by_one(
                     "could not undo a change of shard table {} on node {}: {}",
                     shard.qualified,
                     shard.node.label(),
-                    e.as_node_failure()
+                    e.into_node_failure()
                 );
             }
         }

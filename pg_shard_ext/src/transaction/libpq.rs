@@ -50,7 +50,8 @@ pub(super) const PG_DIAG_MESSAGE_PRIMARY: c_int = b'M' as c_int;
 pub(super) const PG_DIAG_MESSAGE_DETAIL: c_int = b'D' as c_int;
 pub(super) const PG_DIAG_MESSAGE_HINT: c_int = b'H' as c_int;
 
-pub(super) type PQnoticeReceiver = Option<unsafe extern "C" fn(arg: *mut c_void, res: *const PGresult)>;
+pub(super) type PQnoticeReceiver =
+    Option<unsafe extern "C" fn(arg: *mut c_void, res: *const PGresult)>;
 
 #[link(name = "pq")]
 unsafe extern "C" {

@@ -99,6 +99,17 @@ pub(crate) fn with_transaction<T>(
     access: Access,
     work: impl FnOnce(&mut NodeConnection) -> Result<T>,
 ) -> Result<T> {
+    with_declared_transaction(node, access, None, work)
+}
+
+/// [`with_transaction`], declaring map `version` to the node when the
+/// remote transaction opens now (in the same round trip as its BEGIN).
+pub(crate) fn with_declared_transaction<T>(
+    node: &Node,
+    access: Access,
+    version: Option<i64>,
+    work: impl FnOnce(&mut NodeConnection) -> Result<T>,
+) -> Result<T> {
     let position = OPEN.with(|open| {
         open.borrow()
             .iter()
@@ -106,7 +117,7 @@ pub(crate) fn with_transaction<T>(
     });
     let position = match position {
         Some(position) => position,
-        None => open_transaction(node)?,
+        None => open_transaction(node, version)?,
     };
     // SAFETY: reads the current subtransaction id; no side effects.
     NEWEST_WORK_SUBXACT.set(unsafe { pg_sys::GetCurrentSubTransactionId() });
@@ -125,7 +136,7 @@ pub(crate) fn with_transaction<T>(
 
 /// A remote transaction on `node`: a cached connection or a new one, and
 /// `BEGIN` at the local isolation level. Returns its position in OPEN.
-fn open_transaction(node: &Node) -> Result<usize> {
+fn open_transaction(node: &Node, version: Option<i64>) -> Result<usize> {
     let user = crate::metadata::catalog::acting_user()?;
     let cached = IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
@@ -135,10 +146,14 @@ fn open_transaction(node: &Node) -> Result<usize> {
     });
     // (A node added again under a new id keeps its server.)
     let cached = cached.filter(|c| c.node() == node);
+    let begin = |mut connection: NodeConnection| -> Result<NodeConnection> {
+        connection.begin(begin_statement(), version)?;
+        Ok(connection)
+    };
     let connection = match cached.map(begin) {
         Some(Ok(connection)) => connection,
         // The node restarted since, or dropped the session: a new one.
-        _ => begin(NodeConnection::open(node)?).map_err(ShardError::as_node_failure)?,
+        _ => begin(NodeConnection::open(node)?).map_err(ShardError::into_node_failure)?,
     };
     let first = OPEN.with(|open| {
         let mut open = open.borrow_mut();
@@ -159,11 +174,6 @@ fn open_transaction(node: &Node) -> Result<usize> {
         register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
     }
     Ok(OPEN.with(|open| open.borrow().len() - 1))
-}
-
-fn begin(mut connection: NodeConnection) -> Result<NodeConnection> {
-    connection.execute(begin_statement())?;
-    Ok(connection)
 }
 
 /// `BEGIN` at the local transaction's isolation level, so a READ COMMITTED
@@ -272,8 +282,7 @@ fn pre_commit() {
 fn decide() -> Result<()> {
     let writers = OPEN.with(|open| open.borrow().iter().filter(|t| t.wrote).count());
     // SAFETY: reads whether the local transaction has an id (it wrote).
-    let local_wrote =
-        unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
+    let local_wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
     if writers == 0 {
         return Ok(());
     }
@@ -293,7 +302,7 @@ fn decide() -> Result<()> {
             keep_idle(transaction);
         }
         OPEN.with(|o| *o.borrow_mut() = rest);
-        return result.map_err(ShardError::as_node_failure);
+        return result.map_err(ShardError::into_node_failure);
     }
     let mut open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
     let result = prepare_writers(&mut open);
@@ -338,8 +347,11 @@ fn prepare_writers(open: &mut [OpenTransaction]) -> Result<()> {
         let gid = transaction.gid.clone().unwrap_or_default();
         transaction
             .connection
-            .execute(&format!("PREPARE TRANSACTION {}", crate::quote::literal(&gid)))
-            .map_err(ShardError::as_node_failure)?;
+            .execute(&format!(
+                "PREPARE TRANSACTION {}",
+                crate::quote::literal(&gid)
+            ))
+            .map_err(ShardError::into_node_failure)?;
         transaction.prepared = true;
     }
     Ok(())
@@ -378,9 +390,9 @@ fn commit_all() {
             Err(e) if super::connection::is_sqlstate(&e, "42704") => keep_idle(transaction),
             Err(e) if transaction.prepared => pgrx::warning!(
                 "pg_shard: {}; pg_shard.recover_prepared_transactions() commits it later",
-                e.as_node_failure()
+                e.into_node_failure()
             ),
-            Err(e) => pgrx::warning!("pg_shard: {}", e.as_node_failure()),
+            Err(e) => pgrx::warning!("pg_shard: {}", e.into_node_failure()),
         }
     }
     NEWEST_WORK_SUBXACT.set(0);
@@ -398,11 +410,6 @@ fn keep_idle(transaction: OpenTransaction) {
         }
         idle.push((transaction.user, transaction.connection));
     });
-}
-
-/// Forget cached connections (the node list changed).
-pub(crate) fn forget_idle_connections() {
-    IDLE.with(|idle| idle.borrow_mut().clear());
 }
 
 /// A PREPARE TRANSACTION of the local transaction would leave the remote

@@ -463,43 +463,22 @@ fn worker_map_version() -> i64 {
         .unwrap_or(0)
 }
 
-fn make_sqlstate(code: &str) -> c_int {
-    code.bytes()
-        .enumerate()
-        .map(|(i, ch)| (((ch - b'0') & 0x3f) as c_int) << (6 * i))
-        .sum()
-}
-
 /// Raise the WrongShard ERROR with its own SQLSTATE. Never returns: errfinish
 /// longjmps to PostgreSQL's error handler.
 ///
 /// # Safety
 /// Must be called where a longjmp skips no Rust frame that owns resources.
 pub(crate) unsafe fn raise_wrong_shard(rejection: Rejection) -> ! {
-    unsafe extern "C-unwind" {
-        fn errstart(elevel: c_int, domain: *const c_char) -> bool;
-        fn errcode(sqlerrcode: c_int) -> c_int;
-        fn errmsg(fmt: *const c_char, ...) -> c_int;
-        fn errdetail(fmt: *const c_char, ...) -> c_int;
-        fn errhint(fmt: *const c_char, ...) -> c_int;
-        fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
-    }
-    // SAFETY: only static strings and the rejection's palloc'd strings are
-    // used; no Rust value owning memory is live when errfinish longjmps.
+    // SAFETY: the rejection's strings are palloc'd; the caller holds no
+    // Rust value owning memory.
     unsafe {
-        if errstart(pgrx::PgLogLevel::ERROR as c_int, std::ptr::null()) {
-            errcode(make_sqlstate(WRONG_SHARD_SQLSTATE));
-            errmsg(c"%s".as_ptr(), rejection.message);
-            errdetail(c"%s".as_ptr(), rejection.detail);
-            errhint(c"refresh the shard map (pg_shard.map_version()) and retry".as_ptr());
-            errfinish(
-                c"fencing.rs".as_ptr(),
-                line!() as c_int,
-                c"raise_wrong_shard".as_ptr(),
-            );
-        }
+        crate::error::raise_with_sqlstate(
+            WRONG_SHARD_SQLSTATE,
+            rejection.message,
+            rejection.detail,
+            c"refresh the shard map (pg_shard.map_version()) and retry".as_ptr(),
+        )
     }
-    unreachable!("an ERROR does not return")
 }
 
 #[cfg(test)]
@@ -507,6 +486,6 @@ mod tests {
     #[test]
     fn sqlstate_encoding_matches_postgres() {
         // MAKE_SQLSTATE('2','2','0','1','2') is ERRCODE_DIVISION_BY_ZERO = 33816706.
-        assert_eq!(super::make_sqlstate("22012"), 33816706);
+        assert_eq!(crate::error::make_sqlstate("22012"), 33816706);
     }
 }

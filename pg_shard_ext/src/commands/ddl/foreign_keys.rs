@@ -300,7 +300,7 @@ pub(crate) fn refresh_recorded(relid: pg_sys::Oid) -> Result<()> {
                     &[Some(&shard), Some(&name), Some(&referenced)],
                 )
                 .map(|rows| rows.into_iter().next().and_then(|row| row.into_iter().next().flatten()))
-                .map_err(ShardError::as_node_failure)
+                .map_err(ShardError::into_node_failure)
         })?;
         match definition {
             Some(definition) => crate::spi::run_with_args(

@@ -107,7 +107,9 @@ pub(super) unsafe fn plan(
             );
             in_transaction(&node, |client| {
                 client
-                    .execute(&statement).map(|_| ()).map_err(ShardError::as_node_failure)
+                    .execute(&statement)
+                    .map(|_| ())
+                    .map_err(ShardError::into_node_failure)
             })?;
         }
         Ok(())

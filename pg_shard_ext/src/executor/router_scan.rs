@@ -1,0 +1,489 @@
+//! `Custom Scan (pg_shard Router)`: runs a routed statement's worker query
+//! on its node, in the local transaction's remote transaction there
+//! ([`crate::transaction::remote`]), and returns its rows (or, for writes,
+//! its count) as the statement's own.
+//!
+//! Rows arrive one at a time (libpq's single-row mode) and go into a
+//! tuplestore, which spills to disk beyond `work_mem`: the connection is
+//! free again as soon as the statement ends, and nothing a result holds
+//! is kept in memory.
+
+use crate::error::{Result, ShardError};
+use crate::metadata::Node;
+use crate::transaction::remote::{with_declared_transaction, Access};
+use pgrx::prelude::*;
+use pgrx::{PgList, PgMemoryContexts};
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::time::Instant;
+
+/// What the planner decided: the worker's query, where it runs, and what
+/// the plan depends on.
+pub(crate) struct RouterTask {
+    pub(crate) query: String,
+    pub(crate) node: Node,
+    /// Shard tables it reads or writes, for EXPLAIN.
+    pub(crate) shards: Vec<String>,
+    pub(crate) map_version: i64,
+    pub(crate) writes: bool,
+    /// Relations whose changes (a new map replaces partitions) invalidate
+    /// the plan.
+    pub(crate) relation_oids: Vec<pg_sys::Oid>,
+}
+
+// Declared here rather than taken from pgrx::pg_sys (see exec).
+unsafe extern "C-unwind" {
+    #[link_name = "ExecScan"]
+    fn postgres_exec_scan(
+        node: *mut pg_sys::ScanState,
+        access: pg_sys::ExecScanAccessMtd,
+        recheck: pg_sys::ExecScanRecheckMtd,
+    ) -> *mut pg_sys::TupleTableSlot;
+}
+
+#[repr(transparent)]
+struct ScanMethods(pg_sys::CustomScanMethods);
+// SAFETY: immutable after initialisation, and backends are single-threaded.
+unsafe impl Sync for ScanMethods {}
+
+#[repr(transparent)]
+struct ExecMethods(pg_sys::CustomExecMethods);
+// SAFETY: as above.
+unsafe impl Sync for ExecMethods {}
+
+const NAME: &CStr = c"pg_shard Router";
+
+static SCAN_METHODS: ScanMethods = ScanMethods(pg_sys::CustomScanMethods {
+    CustomName: NAME.as_ptr(),
+    CreateCustomScanState: Some(create_state),
+});
+
+static EXEC_METHODS: ExecMethods = ExecMethods(pg_sys::CustomExecMethods {
+    CustomName: NAME.as_ptr(),
+    BeginCustomScan: Some(begin),
+    ExecCustomScan: Some(exec),
+    EndCustomScan: Some(end),
+    ReScanCustomScan: Some(rescan),
+    MarkPosCustomScan: None,
+    RestrPosCustomScan: None,
+    EstimateDSMCustomScan: None,
+    InitializeDSMCustomScan: None,
+    ReInitializeDSMCustomScan: None,
+    InitializeWorkerCustomScan: None,
+    ShutdownCustomScan: None,
+    ExplainCustomScan: Some(explain),
+});
+
+/// Make the scan known by name (plans are copied and read back by name).
+pub(crate) fn register() {
+    // SAFETY: a static that lives as long as the backend.
+    unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
+}
+
+/// The order of `custom_private`'s strings.
+const QUERY: usize = 0;
+const NODE_ID: usize = 1;
+const HOST: usize = 2;
+const PORT: usize = 3;
+const SHARDS: usize = 4;
+const MAP_VERSION: usize = 5;
+const WRITES: usize = 6;
+
+/// The plan of a routed statement: one router scan returning the
+/// statement's columns (its target list, or RETURNING list).
+///
+/// # Safety
+/// `parse` is the valid parse tree the task was planned from.
+pub(crate) unsafe fn planned_statement(
+    parse: *mut pg_sys::Query,
+    task: RouterTask,
+) -> *mut pg_sys::PlannedStmt {
+    // SAFETY: building plan nodes in the planner's memory context from a
+    // valid parse tree.
+    unsafe {
+        let rtable = flat_range_table(parse);
+        let remote_index = rtable.len() as i32 + 1;
+        let output = if (*parse).commandType == pg_sys::CmdType::CMD_SELECT {
+            (*parse).targetList
+        } else {
+            (*parse).returningList
+        };
+        let mut plan_targets = PgList::<pg_sys::TargetEntry>::new();
+        let mut scan_targets = PgList::<pg_sys::TargetEntry>::new();
+        let mut column_names = PgList::<pg_sys::Node>::new();
+        let mut attno: i16 = 0;
+        for entry in PgList::<pg_sys::TargetEntry>::from_pg(output).iter_ptr() {
+            if (*entry).resjunk {
+                continue;
+            }
+            attno += 1;
+            let expr = (*entry).expr as *mut pg_sys::Node;
+            let (ty, typmod, collation) = (
+                pg_sys::exprType(expr),
+                pg_sys::exprTypmod(expr),
+                pg_sys::exprCollation(expr),
+            );
+            let name = if (*entry).resname.is_null() {
+                pg_sys::pstrdup(c"?column?".as_ptr())
+            } else {
+                pg_sys::pstrdup((*entry).resname)
+            };
+            let outer = pg_sys::makeVar(pg_sys::INDEX_VAR, attno, ty, typmod, collation, 0);
+            plan_targets.push(pg_sys::makeTargetEntry(
+                outer as *mut pg_sys::Expr,
+                attno,
+                name,
+                false,
+            ));
+            let inner = pg_sys::makeVar(remote_index, attno, ty, typmod, collation, 0);
+            scan_targets.push(pg_sys::makeTargetEntry(
+                inner as *mut pg_sys::Expr,
+                attno,
+                name,
+                false,
+            ));
+            column_names.push(pg_sys::makeString(name) as *mut pg_sys::Node);
+        }
+        let mut scan = PgBox::<pg_sys::CustomScan>::alloc_node(pg_sys::NodeTag::T_CustomScan);
+        scan.scan.plan.targetlist = plan_targets.into_pg();
+        scan.scan.plan.plan_rows = 0.0;
+        scan.scan.plan.startup_cost = 0.0;
+        scan.scan.plan.total_cost = 0.0;
+        scan.scan.scanrelid = 0;
+        scan.custom_scan_tlist = scan_targets.into_pg();
+        scan.methods = &SCAN_METHODS.0;
+        let mut private = PgList::<pg_sys::Node>::new();
+        for text in [
+            task.query.as_str(),
+            &task.node.node_id.to_string(),
+            &task.node.host,
+            &task.node.port.to_string(),
+            &task.shards.join(", "),
+            &task.map_version.to_string(),
+            if task.writes { "t" } else { "f" },
+        ] {
+            private.push(pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node);
+        }
+        scan.custom_private = private.into_pg();
+
+        let mut remote =
+            PgBox::<pg_sys::RangeTblEntry>::alloc_node(pg_sys::NodeTag::T_RangeTblEntry);
+        remote.rtekind = pg_sys::RTEKind::RTE_VALUES;
+        remote.eref = pg_sys::makeAlias(c"remote_scan".as_ptr(), column_names.into_pg());
+        remote.inFromCl = true;
+        let mut range_table = PgList::<pg_sys::RangeTblEntry>::new();
+        for entry in rtable {
+            range_table.push(entry);
+        }
+        range_table.push(remote.into_pg());
+
+        let mut relation_oids = std::ptr::null_mut();
+        for oid in task.relation_oids {
+            relation_oids = pg_sys::lappend_oid(relation_oids, oid);
+        }
+
+        let mut stmt = PgBox::<pg_sys::PlannedStmt>::alloc_node(pg_sys::NodeTag::T_PlannedStmt);
+        stmt.commandType = (*parse).commandType;
+        stmt.queryId = (*parse).queryId;
+        stmt.hasReturning = !(*parse).returningList.is_null();
+        stmt.hasModifyingCTE = (*parse).hasModifyingCTE;
+        stmt.canSetTag = (*parse).canSetTag;
+        stmt.planTree = scan.into_pg() as *mut pg_sys::Plan;
+        stmt.rtable = range_table.into_pg();
+        stmt.relationOids = relation_oids;
+        stmt.stmt_location = (*parse).stmt_location;
+        stmt.stmt_len = (*parse).stmt_len;
+        stmt.into_pg()
+    }
+}
+
+/// Copies of the tables every level of `parse` names, with the privileges
+/// they need: the executor checks those and takes their locks, as for any
+/// statement (the worker checks again, as the same role).
+unsafe fn flat_range_table(parse: *mut pg_sys::Query) -> Vec<*mut pg_sys::RangeTblEntry> {
+    // SAFETY: walking and copying entries of a valid parse tree.
+    unsafe {
+        crate::planner::range_entries(parse)
+            .into_iter()
+            .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)
+            .map(|rte| {
+                let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void)
+                    as *mut pg_sys::RangeTblEntry;
+                (*copy).subquery = std::ptr::null_mut();
+                copy
+            })
+            .collect()
+    }
+}
+
+fn palloc_string(text: &str) -> *mut c_char {
+    let owned = CString::new(text.replace('\0', "")).unwrap_or_default();
+    // SAFETY: copies a NUL-terminated string into the current context.
+    unsafe { pg_sys::pstrdup(owned.as_ptr()) }
+}
+
+/// The scan's state: PostgreSQL's part first, as it expects.
+#[repr(C)]
+struct RouterState {
+    css: pg_sys::CustomScanState,
+    store: *mut pg_sys::Tuplestorestate,
+    /// Rows come out of the tuplestore as minimal tuples; PostgreSQL 15
+    /// gives custom scans a virtual scan slot.
+    fetch_slot: *mut pg_sys::TupleTableSlot,
+    ran: bool,
+    rows: u64,
+    elapsed_ms: f64,
+}
+
+unsafe extern "C-unwind" fn create_state(_plan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    // SAFETY: a zeroed node of our size in the executor's context.
+    unsafe {
+        let state = pg_sys::palloc0(std::mem::size_of::<RouterState>()) as *mut RouterState;
+        (*state).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
+        (*state).css.methods = &EXEC_METHODS.0;
+        state as *mut pg_sys::Node
+    }
+}
+
+unsafe extern "C-unwind" fn begin(
+    node: *mut pg_sys::CustomScanState,
+    _estate: *mut pg_sys::EState,
+    _eflags: c_int,
+) {
+    // SAFETY: our state, with its scan slot made by ExecInitCustomScan.
+    unsafe {
+        pg_sys::panic::pgrx_extern_c_guard(|| {
+            let state = node as *mut RouterState;
+            let descriptor = (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor;
+            (*state).fetch_slot =
+                pg_sys::MakeSingleTupleTableSlot(descriptor, &pg_sys::TTSOpsMinimalTuple);
+        })
+    }
+}
+
+unsafe extern "C-unwind" fn exec(
+    node: *mut pg_sys::CustomScanState,
+) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: node is our RouterState; ExecScan calls back with it. This
+    // frame owns nothing, so an error may longjmp through it as it is
+    // (through pgrx's wrapper it would lose a node's own SQLSTATE).
+    unsafe { postgres_exec_scan(&mut (*node).ss, Some(next_row), Some(recheck)) }
+}
+
+unsafe extern "C-unwind" fn recheck(
+    _node: *mut pg_sys::ScanState,
+    _slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    true
+}
+
+unsafe extern "C-unwind" fn next_row(node: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: node is the first field of our RouterState.
+    unsafe {
+        let state = node as *mut RouterState;
+        if !(*state).ran {
+            (*state).ran = true;
+            // The error is raised outside the guard, where nothing owns
+            // memory, with the node's SQLSTATE.
+            if let Some(error) = pg_sys::panic::pgrx_extern_c_guard(|| run(state).err()) {
+                error.raise();
+            }
+        }
+        pg_sys::panic::pgrx_extern_c_guard(|| {
+            let slot = (*state).fetch_slot;
+            if (*state).store.is_null()
+                || !pg_sys::tuplestore_gettupleslot((*state).store, true, false, slot)
+            {
+                pg_sys::ExecClearTuple(slot);
+            }
+            slot
+        })
+    }
+}
+
+/// The plan's strings.
+unsafe fn private_strings(state: *mut RouterState) -> Vec<String> {
+    // SAFETY: our plan's private list, a list of String nodes.
+    unsafe {
+        let plan = (*state).css.ss.ps.plan as *mut pg_sys::CustomScan;
+        PgList::<pg_sys::String>::from_pg((*plan).custom_private)
+            .iter_ptr()
+            .map(|s| CStr::from_ptr((*s).sval).to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+/// Run the worker query and store its rows.
+unsafe fn run(state: *mut RouterState) -> Result<()> {
+    // SAFETY: a running scan of our plan: its slot, descriptor and EState
+    // are valid; the tuplestore lives in the query's context.
+    unsafe {
+        let strings = private_strings(state);
+        let field = |i: usize| strings.get(i).cloned().unwrap_or_default();
+        let number = |i: usize| -> Result<i64> {
+            field(i)
+                .parse()
+                .map_err(|_| ShardError::Internal("a router plan with a damaged field".into()))
+        };
+        let node = Node {
+            node_id: number(NODE_ID)? as i32,
+            host: field(HOST),
+            port: number(PORT)? as i32,
+        };
+        let writes = field(WRITES) == "t";
+        let map_version = number(MAP_VERSION)?;
+        let query = field(QUERY);
+
+        // A plan made for a statement outside a transaction block, cached
+        // and now run inside one (see planner::router): replanned.
+        if pg_sys::IsTransactionBlock() {
+            pg_sys::ResetPlanCache();
+            return Err(ShardError::RouterPlanInTransaction);
+        }
+        let slot = (*state).css.ss.ss_ScanTupleSlot;
+        let descriptor = (*slot).tts_tupleDescriptor;
+        let columns = (*descriptor).natts as usize;
+        let mut inputs: Vec<(pg_sys::FmgrInfo, pg_sys::Oid, i32)> = Vec::with_capacity(columns);
+        for i in 0..columns {
+            let attribute = (*descriptor).attrs.as_ptr().add(i);
+            let mut function = pg_sys::InvalidOid;
+            let mut io_param = pg_sys::InvalidOid;
+            pg_sys::getTypeInputInfo((*attribute).atttypid, &mut function, &mut io_param);
+            let mut info = pg_sys::FmgrInfo::default();
+            pg_sys::fmgr_info(function, &mut info);
+            inputs.push((info, io_param, (*attribute).atttypmod));
+        }
+        let store = pg_sys::tuplestore_begin_heap(false, false, pg_sys::work_mem);
+        (*state).store = store;
+        let mut row_context = PgMemoryContexts::new("pg_shard router row");
+        let mut values = vec![pg_sys::Datum::from(0usize); columns];
+        let mut nulls = vec![false; columns];
+        let timezone = current_timezone();
+        let started = Instant::now();
+        let access = if writes { Access::Write } else { Access::Read };
+        let outcome = with_declared_transaction(&node, access, Some(map_version), |connection| {
+            connection.declare_session(map_version, &timezone)?;
+            connection.for_each_row(&query, &[], &[], |row| {
+                if row.len() != columns {
+                    return Err(ShardError::Internal(format!(
+                        "node {} returned {} columns for a statement of {columns}",
+                        node.label(),
+                        row.len()
+                    )));
+                }
+                row_context.reset();
+                row_context.switch_to(|_| {
+                    for (i, (info, io_param, typmod)) in inputs.iter_mut().enumerate() {
+                        match row.c_str(i) {
+                            None => {
+                                nulls[i] = true;
+                                values[i] = pg_sys::Datum::from(0usize);
+                            }
+                            Some(text) => {
+                                nulls[i] = false;
+                                values[i] = pg_sys::InputFunctionCall(
+                                    info,
+                                    text.as_ptr() as *mut c_char,
+                                    *io_param,
+                                    *typmod,
+                                );
+                            }
+                        }
+                    }
+                    pg_sys::tuplestore_putvalues(
+                        store,
+                        descriptor,
+                        values.as_mut_ptr(),
+                        nulls.as_mut_ptr(),
+                    );
+                });
+                Ok(())
+            })
+        })?;
+        (*state).elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        (*state).rows = outcome.rows;
+        let estate = (*state).css.ss.ps.state;
+        if (*estate).es_plannedstmt.is_null()
+            || (*(*estate).es_plannedstmt).commandType != pg_sys::CmdType::CMD_SELECT
+        {
+            (*estate).es_processed += outcome.rows;
+        }
+        Ok(())
+    }
+}
+
+/// The session's TimeZone, which the worker's session gets too (stable
+/// functions of timestamps read it).
+fn current_timezone() -> String {
+    // SAFETY: GetConfigOption returns the current value of a known setting.
+    unsafe {
+        let value = pg_sys::GetConfigOption(c"TimeZone".as_ptr(), true, false);
+        if value.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(value).to_string_lossy().into_owned()
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+    // SAFETY: our state; the store is freed once.
+    unsafe {
+        let state = node as *mut RouterState;
+        if !(*state).store.is_null() {
+            pg_sys::tuplestore_end((*state).store);
+            (*state).store = std::ptr::null_mut();
+        }
+        if !(*state).fetch_slot.is_null() {
+            pg_sys::ExecDropSingleTupleTableSlot((*state).fetch_slot);
+            (*state).fetch_slot = std::ptr::null_mut();
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
+    // SAFETY: our state; reading the stored rows again from the start.
+    unsafe {
+        let state = node as *mut RouterState;
+        if !(*state).store.is_null() {
+            pg_sys::tuplestore_rescan((*state).store);
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn explain(
+    node: *mut pg_sys::CustomScanState,
+    _ancestors: *mut pg_sys::List,
+    es: *mut pg_sys::ExplainState,
+) {
+    // SAFETY: our state and a valid ExplainState; strings are copied by
+    // the EXPLAIN functions.
+    unsafe { pg_sys::panic::pgrx_extern_c_guard(|| explain_task(node, es)) }
+}
+
+unsafe fn explain_task(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::ExplainState) {
+    // SAFETY: as in explain.
+    unsafe {
+        let state = node as *mut RouterState;
+        let strings = private_strings(state);
+        let field = |i: usize| strings.get(i).cloned().unwrap_or_default();
+        let property = |label: &CStr, value: String| {
+            let value = CString::new(value).unwrap_or_default();
+            pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
+        };
+        property(
+            c"Node",
+            format!("{}:{} (node {})", field(HOST), field(PORT), field(NODE_ID)),
+        );
+        property(c"Shards", field(SHARDS));
+        property(c"Worker Query", field(QUERY));
+        if (*es).analyze {
+            pg_sys::ExplainPropertyFloat(
+                c"Worker Time".as_ptr(),
+                c"ms".as_ptr(),
+                (*state).elapsed_ms,
+                3,
+                es,
+            );
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The text a worker runs for a routed statement: the statement itself,
+//! printed by PostgreSQL's own deparser (`pg_get_querydef`), with each
+//! distributed table replaced by its shard table.
+//!
+//! Each distributed table's range table entry is pointed at the foreign
+//! partition standing for its shard, so the deparser prints that
+//! partition's name (always schema-qualified: it prints under
+//! `search_path = pg_catalog`), and the name is then replaced by the shard
+//! table's, outside string literals and quoted identifiers. The entry keeps
+//! the table's own name as its alias, so column references read as before.
+//! Partitions whose columns do not line up with the table's (a dropped
+//! column) are not used: the statement takes the postgres_fdw path.
+
+use super::router::Shard;
+use crate::error::Result;
+use crate::guc::GucScope;
+use pgrx::pg_sys;
+use std::ffi::CStr;
+
+/// A distributed table's entry in the statement and the shard it reads.
+pub(crate) struct ShardRelation {
+    pub(crate) rte: *mut pg_sys::RangeTblEntry,
+    pub(crate) shard: Shard,
+}
+
+/// The worker's statement; None if a partition's columns differ from its
+/// table's. `renames` are other names to replace (reference tables, row
+/// types). Changes the entries of `query`, a copy made for this.
+///
+/// # Safety
+/// `query` is a valid parse tree the caller owns; the entries belong to it.
+pub(super) unsafe fn worker_query(
+    query: *mut pg_sys::Query,
+    shards: &[ShardRelation],
+    renames: Vec<(String, String)>,
+) -> Result<Option<String>> {
+    let mut replacements: Vec<(String, String)> = Vec::new();
+    for relation in shards {
+        // SAFETY: a valid entry of `query`; syscache lookups.
+        unsafe {
+            let rte = relation.rte;
+            if !same_columns((*rte).relid, relation.shard.partition) {
+                return Ok(None);
+            }
+            if (*rte).alias.is_null() {
+                (*rte).alias = pg_sys::makeAlias((*(*rte).eref).aliasname, std::ptr::null_mut());
+            }
+            (*rte).relid = relation.shard.partition;
+            (*rte).relkind = pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char;
+            let printed = qualified_name(relation.shard.partition);
+            if !replacements.iter().any(|(from, _)| *from == printed) {
+                replacements.push((printed, relation.shard.qualified.clone()));
+            }
+        }
+    }
+    replacements.extend(renames);
+    let _path = GucScope::set_one("search_path", "pg_catalog");
+    // SAFETY: deparsing a valid Query into a palloc'd string.
+    let text = unsafe { CStr::from_ptr(pg_sys::pg_get_querydef(query, false)) }
+        .to_string_lossy()
+        .trim()
+        .to_string();
+    Ok(Some(replace_names(&text, &replacements)))
+}
+
+/// Whether two relations have the same column names at the same numbers.
+unsafe fn same_columns(a: pg_sys::Oid, b: pg_sys::Oid) -> bool {
+    let mut attno: i16 = 1;
+    loop {
+        // SAFETY: syscache lookups; NULL past the last column.
+        let (x, y) = unsafe {
+            (
+                pg_sys::get_attname(a, attno, true),
+                pg_sys::get_attname(b, attno, true),
+            )
+        };
+        match (x.is_null(), y.is_null()) {
+            (true, true) => return true,
+            (false, false) => {
+                // SAFETY: both are palloc'd names.
+                if unsafe { CStr::from_ptr(x) != CStr::from_ptr(y) } {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+        attno += 1;
+    }
+}
+
+/// `schema.name` of a relation as the deparser prints it.
+pub(super) unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
+    // SAFETY: syscache lookups of an existing relation.
+    unsafe {
+        let name = pg_sys::get_rel_name(relid);
+        let schema = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relid));
+        CStr::from_ptr(pg_sys::quote_qualified_identifier(schema, name))
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// `text` with every occurrence of each `from` outside string literals and
+/// quoted identifiers replaced by its `to`.
+fn replace_names(text: &str, replacements: &[(String, String)]) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' => {
+                // E'…' strings escape with backslashes; others double quotes.
+                let escaped = i > 0 && matches!(bytes[i - 1], b'E' | b'e');
+                i += 1;
+                while i < bytes.len() {
+                    if escaped && bytes[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if bytes[i] == b'\'' {
+                        if bytes.get(i + 1) == Some(&b'\'') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'"' => {
+                // A replaced name may itself start with a quoted part.
+                if let Some((from, to)) = replacements
+                    .iter()
+                    .find(|(f, _)| text[i..].starts_with(f.as_str()))
+                {
+                    out.push_str(&text[copied..i]);
+                    out.push_str(to);
+                    i += from.len();
+                    copied = i;
+                    continue;
+                }
+                i += 1;
+                while i < bytes.len() {
+                    if bytes[i] == b'"' {
+                        if bytes.get(i + 1) == Some(&b'"') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => {
+                let at_word_start = i == 0 || !is_identifier_byte(bytes[i - 1]);
+                let found = at_word_start
+                    .then(|| {
+                        replacements.iter().find(|(from, _)| {
+                            text[i..].starts_with(from.as_str())
+                                && !bytes
+                                    .get(i + from.len())
+                                    .is_some_and(|b| is_identifier_byte(*b))
+                        })
+                    })
+                    .flatten();
+                match found {
+                    Some((from, to)) => {
+                        out.push_str(&text[copied..i]);
+                        out.push_str(to);
+                        i += from.len();
+                        copied = i;
+                    }
+                    None => i += 1,
+                }
+            }
+        }
+    }
+    out.push_str(&text[copied.min(text.len())..]);
+    out
+}
+
+fn is_identifier_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_names;
+
+    #[test]
+    fn names_are_replaced_outside_literals() {
+        let map = vec![(
+            "pg_shard_partitions.orders_1_node_2".to_string(),
+            "public.orders_1".to_string(),
+        )];
+        assert_eq!(
+            replace_names(
+                "SELECT o.id FROM pg_shard_partitions.orders_1_node_2 o WHERE o.note = 'pg_shard_partitions.orders_1_node_2'",
+                &map
+            ),
+            "SELECT o.id FROM public.orders_1 o WHERE o.note = 'pg_shard_partitions.orders_1_node_2'"
+        );
+        assert_eq!(
+            replace_names("SELECT 'it''s pg_shard_partitions.orders_1_node_2' AS \"pg_shard_partitions.orders_1_node_2\"", &map),
+            "SELECT 'it''s pg_shard_partitions.orders_1_node_2' AS \"pg_shard_partitions.orders_1_node_2\""
+        );
+        // Only whole names: a longer partition name is another partition.
+        assert_eq!(
+            replace_names("FROM pg_shard_partitions.orders_1_node_22 x", &map),
+            "FROM pg_shard_partitions.orders_1_node_22 x"
+        );
+        let quoted = vec![(
+            "pg_shard_partitions.\"Orders_1_node_2\"".to_string(),
+            "public.\"Orders_1\"".to_string(),
+        )];
+        assert_eq!(
+            replace_names(
+                "UPDATE pg_shard_partitions.\"Orders_1_node_2\" \"Orders\" SET",
+                &quoted
+            ),
+            "UPDATE public.\"Orders_1\" \"Orders\" SET"
+        );
+        assert_eq!(
+            replace_names("SELECT E'\\' pg_shard_partitions.orders_1_node_2' FROM pg_shard_partitions.orders_1_node_2", &map),
+            "SELECT E'\\' pg_shard_partitions.orders_1_node_2' FROM public.orders_1"
+        );
+    }
+}
