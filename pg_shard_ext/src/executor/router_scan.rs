@@ -10,7 +10,10 @@
 
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
-use crate::transaction::remote::{with_declared_transaction, Access};
+use crate::transaction::connection::NodeConnection;
+use crate::transaction::remote::{
+    autocommit, has_transaction_on, with_declared_transaction, Access,
+};
 use pgrx::prelude::*;
 use pgrx::{PgList, PgMemoryContexts};
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -360,8 +363,7 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let timezone = current_timezone();
         let started = Instant::now();
         let access = if writes { Access::Write } else { Access::Read };
-        let outcome = with_declared_transaction(&node, access, Some(map_version), |connection| {
-            connection.declare_session(map_version, &timezone)?;
+        let mut statement = |connection: &mut NodeConnection| {
             connection.for_each_row(&query, &[], &[], |row| {
                 if row.len() != columns {
                     return Err(ShardError::Internal(format!(
@@ -398,7 +400,21 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
                 });
                 Ok(())
             })
-        })?;
+        };
+        // An autocommit statement commits on its own on the node (no BEGIN
+        // and COMMIT round trips), unless this transaction already works
+        // there.
+        let outcome = if has_transaction_on(&node) {
+            with_declared_transaction(&node, access, Some(map_version), |connection| {
+                connection.declare_session(map_version, &timezone)?;
+                statement(connection)
+            })?
+        } else {
+            autocommit(&node, |connection| {
+                connection.declare_for_autocommit(map_version, &timezone)?;
+                statement(connection)
+            })?
+        };
         (*state).elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         (*state).rows = outcome.rows;
         let estate = (*state).css.ss.ps.state;

@@ -76,11 +76,10 @@ pub(crate) fn acting_user() -> Result<String> {
     let user = ACTING_USER
         .get()
         .unwrap_or_else(|| unsafe { pg_sys::GetUserId() });
-    Ok(query_one::<String>(
-        "SELECT pg_catalog.pg_get_userbyid($1)::text",
-        &[user.into()],
-    )?
-    .unwrap_or_else(|| "postgres".to_string()))
+    // SAFETY: a syscache lookup of an existing role (the current one, or
+    // the one as_extension_owner stands in for), copied out.
+    let name = unsafe { std::ffi::CStr::from_ptr(pg_sys::GetUserNameFromId(user, false)) };
+    Ok(name.to_string_lossy().into_owned())
 }
 
 /// Like [`crate::spi::query_one`] for a statement that writes the catalog

@@ -45,6 +45,7 @@ pub(crate) fn forget_cache() {
     KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
     KEYSPACES_FUNCTION.set(pg_sys::InvalidOid);
     NTH_KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
+    super::router::forget();
 }
 
 /// Whether `node` is a plain column reference (this query level) to the

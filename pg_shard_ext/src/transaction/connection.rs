@@ -35,6 +35,9 @@ pub(crate) struct NodeConnection {
     /// The map version this transaction declared to the node (`SET LOCAL
     /// pg_shard.map_version`).
     declared_version: Option<i64>,
+    /// The map version declared for the session (`SET`), for autocommit
+    /// statements.
+    session_version: Option<i64>,
     /// The TimeZone this session set on the node ("" for the node's own).
     timezone: String,
 }
@@ -149,6 +152,7 @@ impl NodeConnection {
             conn,
             node: node.clone(),
             declared_version: None,
+            session_version: None,
             timezone: String::new(),
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
@@ -219,18 +223,47 @@ impl NodeConnection {
     /// `version` for it (`SET LOCAL`: a cached connection's next
     /// transaction declares its own), in one round trip.
     pub(crate) fn begin(&mut self, begin: &str, version: Option<i64>) -> Result<()> {
+        // A version the session declared for autocommit statements is not
+        // this transaction's (pg_shard's own changes declare none).
+        let reset = if self.session_version.take().is_some() {
+            "; RESET pg_shard.map_version"
+        } else {
+            ""
+        };
         self.declared_version = None;
         match version {
             Some(version) => {
                 self.execute(&format!(
-                    "{begin}; SET LOCAL pg_shard.map_version = {version}"
+                    "{begin}{reset}; SET LOCAL pg_shard.map_version = {version}"
                 ))?;
                 self.declared_version = Some(version);
             }
             None => {
-                self.execute(begin)?;
+                self.execute(&format!("{begin}{reset}"))?;
             }
         }
+        Ok(())
+    }
+
+    /// Declare map `version` and `timezone` for the session's autocommit
+    /// statements, where they differ from what it has.
+    pub(crate) fn declare_for_autocommit(&mut self, version: i64, timezone: &str) -> Result<()> {
+        let mut statements = Vec::new();
+        if self.session_version != Some(version) {
+            statements.push(format!("SET pg_shard.map_version = {version}"));
+        }
+        if !timezone.is_empty() && self.timezone != timezone {
+            statements.push(format!(
+                "SET TimeZone = {}",
+                crate::quote::literal(timezone)
+            ));
+        }
+        if statements.is_empty() {
+            return Ok(());
+        }
+        self.execute(&statements.join("; "))?;
+        self.session_version = Some(version);
+        self.timezone = timezone.to_string();
         Ok(())
     }
 

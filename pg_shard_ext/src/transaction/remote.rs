@@ -134,18 +134,61 @@ pub(crate) fn with_declared_transaction<T>(
     result
 }
 
+/// Whether the local transaction has a remote transaction on `node`.
+pub(crate) fn has_transaction_on(node: &Node) -> bool {
+    OPEN.with(|open| {
+        open.borrow()
+            .iter()
+            .any(|t| t.connection.node().same_server(node))
+    })
+}
+
+/// Run `work` on `node` outside any remote transaction: each statement
+/// commits on its own there (a single autocommit statement of the router,
+/// which needs no BEGIN and COMMIT round trips). The connection comes from
+/// the cache and goes back to it.
+pub(crate) fn autocommit<T>(
+    node: &Node,
+    work: impl FnOnce(&mut NodeConnection) -> Result<T>,
+) -> Result<T> {
+    let user = crate::metadata::catalog::acting_user()?;
+    let mut connection = match take_idle(node, &user) {
+        Some(connection) => connection,
+        None => NodeConnection::open(node)?,
+    };
+    let result = work(&mut connection);
+    if connection.is_idle() {
+        put_idle(user, connection);
+    }
+    result
+}
+
+fn take_idle(node: &Node, user: &str) -> Option<NodeConnection> {
+    let cached = IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        idle.iter()
+            .position(|(u, c)| u == user && c.node().same_server(node))
+            .map(|i| idle.remove(i).1)
+    });
+    // (A node added again under a new id keeps its server.)
+    cached.filter(|c| c.node() == node)
+}
+
+fn put_idle(user: String, connection: NodeConnection) {
+    IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        if idle.len() >= IDLE_LIMIT {
+            idle.remove(0);
+        }
+        idle.push((user, connection));
+    });
+}
+
 /// A remote transaction on `node`: a cached connection or a new one, and
 /// `BEGIN` at the local isolation level. Returns its position in OPEN.
 fn open_transaction(node: &Node, version: Option<i64>) -> Result<usize> {
     let user = crate::metadata::catalog::acting_user()?;
-    let cached = IDLE.with(|idle| {
-        let mut idle = idle.borrow_mut();
-        idle.iter()
-            .position(|(u, c)| *u == user && c.node().same_server(node))
-            .map(|i| idle.remove(i).1)
-    });
-    // (A node added again under a new id keeps its server.)
-    let cached = cached.filter(|c| c.node() == node);
+    let cached = take_idle(node, &user);
     let begin = |mut connection: NodeConnection| -> Result<NodeConnection> {
         connection.begin(begin_statement(), version)?;
         Ok(connection)
@@ -400,16 +443,9 @@ fn commit_all() {
 
 /// Back to the cache, if the node's session is outside any transaction.
 fn keep_idle(transaction: OpenTransaction) {
-    if !transaction.connection.is_idle() {
-        return;
+    if transaction.connection.is_idle() {
+        put_idle(transaction.user, transaction.connection);
     }
-    IDLE.with(|idle| {
-        let mut idle = idle.borrow_mut();
-        if idle.len() >= IDLE_LIMIT {
-            idle.remove(0);
-        }
-        idle.push((transaction.user, transaction.connection));
-    });
 }
 
 /// A PREPARE TRANSACTION of the local transaction would leave the remote
