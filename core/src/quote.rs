@@ -100,6 +100,92 @@ pub fn qualified_name_length(text: &str) -> usize {
     }
 }
 
+/// `text` with every occurrence of each `from` outside string literals and
+/// quoted identifiers replaced by its `to`.
+pub fn replace_names(text: &str, replacements: &[(String, String)]) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' => {
+                // E'…' strings escape with backslashes; others double quotes.
+                let escaped = i > 0 && matches!(bytes[i - 1], b'E' | b'e');
+                i += 1;
+                while i < bytes.len() {
+                    if escaped && bytes[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if bytes[i] == b'\'' {
+                        if bytes.get(i + 1) == Some(&b'\'') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'"' => {
+                // A replaced name may itself start with a quoted part.
+                if let Some((from, to)) = replacements
+                    .iter()
+                    .find(|(f, _)| text[i..].starts_with(f.as_str()))
+                {
+                    out.push_str(&text[copied..i]);
+                    out.push_str(to);
+                    i += from.len();
+                    copied = i;
+                    continue;
+                }
+                i += 1;
+                while i < bytes.len() {
+                    if bytes[i] == b'"' {
+                        if bytes.get(i + 1) == Some(&b'"') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => {
+                let at_word_start = i == 0 || !is_identifier_byte(bytes[i - 1]);
+                let found = at_word_start
+                    .then(|| {
+                        replacements.iter().find(|(from, _)| {
+                            text[i..].starts_with(from.as_str())
+                                && !bytes
+                                    .get(i + from.len())
+                                    .is_some_and(|b| is_identifier_byte(*b))
+                        })
+                    })
+                    .flatten();
+                match found {
+                    Some((from, to)) => {
+                        out.push_str(&text[copied..i]);
+                        out.push_str(to);
+                        i += from.len();
+                        copied = i;
+                    }
+                    None => i += 1,
+                }
+            }
+        }
+    }
+    out.push_str(&text[copied.min(text.len())..]);
+    out
+}
+
+fn is_identifier_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +242,50 @@ mod tests {
                 "x".repeat(52),
                 fnv1a("x".repeat(62).as_bytes())
             )
+        );
+    }
+}
+
+#[cfg(test)]
+mod replace_names_tests {
+    use super::replace_names;
+
+    #[test]
+    fn names_are_replaced_outside_literals() {
+        let map = vec![(
+            "pg_shard_partitions.orders_1_node_2".to_string(),
+            "public.orders_1".to_string(),
+        )];
+        assert_eq!(
+            replace_names(
+                "SELECT o.id FROM pg_shard_partitions.orders_1_node_2 o WHERE o.note = 'pg_shard_partitions.orders_1_node_2'",
+                &map
+            ),
+            "SELECT o.id FROM public.orders_1 o WHERE o.note = 'pg_shard_partitions.orders_1_node_2'"
+        );
+        assert_eq!(
+            replace_names("SELECT 'it''s pg_shard_partitions.orders_1_node_2' AS \"pg_shard_partitions.orders_1_node_2\"", &map),
+            "SELECT 'it''s pg_shard_partitions.orders_1_node_2' AS \"pg_shard_partitions.orders_1_node_2\""
+        );
+        // Only whole names: a longer partition name is another partition.
+        assert_eq!(
+            replace_names("FROM pg_shard_partitions.orders_1_node_22 x", &map),
+            "FROM pg_shard_partitions.orders_1_node_22 x"
+        );
+        let quoted = vec![(
+            "pg_shard_partitions.\"Orders_1_node_2\"".to_string(),
+            "public.\"Orders_1\"".to_string(),
+        )];
+        assert_eq!(
+            replace_names(
+                "UPDATE pg_shard_partitions.\"Orders_1_node_2\" \"Orders\" SET",
+                &quoted
+            ),
+            "UPDATE public.\"Orders_1\" \"Orders\" SET"
+        );
+        assert_eq!(
+            replace_names("SELECT E'\\' pg_shard_partitions.orders_1_node_2' FROM pg_shard_partitions.orders_1_node_2", &map),
+            "SELECT E'\\' pg_shard_partitions.orders_1_node_2' FROM public.orders_1"
         );
     }
 }

@@ -124,6 +124,11 @@ pub(crate) enum ShardError {
          inside one"
     )]
     RouterPlanInTransaction,
+    #[error(
+        "this statement runs over postgres_fdw, which cannot see what an earlier statement of \
+         the same transaction wrote on a worker through pg_shard's own connection"
+    )]
+    PathsMixed,
     #[error("cannot update the distribution column of a distributed table")]
     KeyUpdate,
     #[error("cannot PREPARE a transaction that has changed worker nodes through pg_shard")]
@@ -176,7 +181,9 @@ impl ShardError {
             ShardError::RemoteStatement { sqlstate, .. } => sqlstate_code(sqlstate),
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
-            ShardError::RouterPlanInTransaction => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::RouterPlanInTransaction | ShardError::PathsMixed => {
+                ERRCODE_FEATURE_NOT_SUPPORTED
+            }
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }

@@ -44,6 +44,7 @@ mod guc;
 mod keyspace;
 mod metadata;
 mod operations;
+mod parse_tree;
 mod planner;
 mod quote;
 mod settings;

@@ -31,6 +31,18 @@ pub(crate) struct RouterTask {
     /// Relations whose changes (a new map replaces partitions) invalidate
     /// the plan.
     pub(crate) relation_oids: Vec<pg_sys::Oid>,
+    /// For a generic plan: the parameter whose value picks the shards.
+    pub(crate) by_parameter: Option<ByParameter>,
+}
+
+/// A generic plan's shards, picked when it runs by the value of one
+/// parameter: its query names a stand-in shard of each table, replaced by
+/// the shard holding the value's keyspace id.
+pub(crate) struct ByParameter {
+    pub(crate) parameter: i32,
+    pub(crate) parameter_type: pg_sys::Oid,
+    /// The stand-in shard's name in the query, and its table.
+    pub(crate) tables: Vec<(String, pg_sys::Oid)>,
 }
 
 // Declared here rather than taken from pgrx::pg_sys (see exec).
@@ -90,6 +102,9 @@ const PORT: usize = 3;
 const SHARDS: usize = 4;
 const MAP_VERSION: usize = 5;
 const WRITES: usize = 6;
+/// Then, for a plan whose shards a parameter picks: the parameter's number
+/// and type, and pairs of a stand-in shard's name and its table's oid.
+const PARAMETER: usize = 7;
 
 /// The plan of a routed statement: one router scan returning the
 /// statement's columns (its target list, or RETURNING list).
@@ -166,6 +181,19 @@ pub(crate) unsafe fn planned_statement(
         ] {
             private.push(pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node);
         }
+        if let Some(by) = &task.by_parameter {
+            let mut fields = vec![
+                by.parameter.to_string(),
+                by.parameter_type.to_u32().to_string(),
+            ];
+            for (name, relid) in &by.tables {
+                fields.push(name.clone());
+                fields.push(relid.to_u32().to_string());
+            }
+            for text in fields {
+                private.push(pg_sys::makeString(palloc_string(&text)) as *mut pg_sys::Node);
+            }
+        }
         scan.custom_private = private.into_pg();
 
         let mut remote =
@@ -205,7 +233,8 @@ pub(crate) unsafe fn planned_statement(
 unsafe fn flat_range_table(parse: *mut pg_sys::Query) -> Vec<*mut pg_sys::RangeTblEntry> {
     // SAFETY: walking and copying entries of a valid parse tree.
     unsafe {
-        crate::planner::range_entries(parse)
+        crate::parse_tree::contents(parse)
+            .range_entries
             .into_iter()
             .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)
             .map(|rte| {
@@ -327,14 +356,26 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
                 .parse()
                 .map_err(|_| ShardError::Internal("a router plan with a damaged field".into()))
         };
-        let node = Node {
+        let mut node = Node {
             node_id: number(NODE_ID)? as i32,
             host: field(HOST),
             port: number(PORT)? as i32,
         };
         let writes = field(WRITES) == "t";
-        let map_version = number(MAP_VERSION)?;
-        let query = field(QUERY);
+        // The newest map the router knows of (the plan's, unless it was
+        // cached across a change): the node's shards check it.
+        let map_version =
+            crate::metadata::shard_lookup::map_version_now()?.max(number(MAP_VERSION)?);
+        let mut query = field(QUERY);
+        let estate = (*state).css.ss.ps.state;
+        let params = (*estate).es_param_list_info;
+        let (types, texts) = parameter_texts(params);
+        let prepared = strings.len() > PARAMETER;
+        if prepared {
+            let (picked, text) = pick_shards(&strings[PARAMETER..], params, &query, writes)?;
+            node = picked;
+            query = text;
+        }
 
         // A plan made for a statement outside a transaction block, cached
         // and now run inside one (see planner::router): replanned.
@@ -363,8 +404,9 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let timezone = current_timezone();
         let started = Instant::now();
         let access = if writes { Access::Write } else { Access::Read };
+        let texts: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
         let mut statement = |connection: &mut NodeConnection| {
-            connection.for_each_row(&query, &[], &[], |row| {
+            let each = |row: &crate::transaction::connection::TextRow<'_>| {
                 if row.len() != columns {
                     return Err(ShardError::Internal(format!(
                         "node {} returned {} columns for a statement of {columns}",
@@ -399,12 +441,21 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
                     );
                 });
                 Ok(())
-            })
+            };
+            if prepared {
+                connection.for_each_row_prepared(&query, &types, &texts, each)
+            } else {
+                connection.for_each_row(&query, &[], &[], each)
+            }
         };
-        // An autocommit statement commits on its own on the node (no BEGIN
-        // and COMMIT round trips), unless this transaction already works
-        // there.
-        let outcome = if has_transaction_on(&node) {
+        // A read outside any remote transaction there runs on its own (no
+        // BEGIN and COMMIT round trips). A write joins the local
+        // transaction: another statement of it (an extended-protocol
+        // pipeline's) may still fail and roll it back.
+        if writes {
+            crate::transaction::paths::router_wrote();
+        }
+        let outcome = if writes || has_transaction_on(&node) {
             with_declared_transaction(&node, access, Some(map_version), |connection| {
                 connection.declare_session(map_version, &timezone)?;
                 statement(connection)
@@ -417,7 +468,6 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         };
         (*state).elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         (*state).rows = outcome.rows;
-        let estate = (*state).css.ss.ps.state;
         if (*estate).es_plannedstmt.is_null()
             || (*(*estate).es_plannedstmt).commandType != pg_sys::CmdType::CMD_SELECT
         {
@@ -425,6 +475,111 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         }
         Ok(())
     }
+}
+
+/// The statement's parameters as text, with their types where the node
+/// knows them by the same oid (built-in types; 0 lets the node infer).
+unsafe fn parameter_texts(
+    params: pg_sys::ParamListInfo,
+) -> (Vec<pg_sys::Oid>, Vec<Option<String>>) {
+    let mut types = Vec::new();
+    let mut texts = Vec::new();
+    // SAFETY: a valid parameter list (or NULL); output functions of their types.
+    unsafe {
+        if params.is_null() {
+            return (types, texts);
+        }
+        for i in 0..(*params).numParams as usize {
+            let value = (*params).params.as_mut_ptr().add(i);
+            let ty = (*value).ptype;
+            types.push(if ty.to_u32() < pg_sys::FirstNormalObjectId {
+                ty
+            } else {
+                pg_sys::InvalidOid
+            });
+            if (*value).isnull || ty == pg_sys::InvalidOid {
+                texts.push(None);
+                continue;
+            }
+            let mut output = pg_sys::InvalidOid;
+            let mut varlena = false;
+            pg_sys::getTypeOutputInfo(ty, &mut output, &mut varlena);
+            let text = pg_sys::OidOutputFunctionCall(output, (*value).value);
+            texts.push(Some(CStr::from_ptr(text).to_string_lossy().into_owned()));
+        }
+    }
+    (types, texts)
+}
+
+/// The node and the query for this run of a plan whose shards a parameter
+/// picks: each stand-in shard's name replaced by the shard holding the
+/// parameter value's keyspace id.
+unsafe fn pick_shards(
+    fields: &[String],
+    params: pg_sys::ParamListInfo,
+    query: &str,
+    writes: bool,
+) -> Result<(Node, String)> {
+    let damaged = || ShardError::Internal("a router plan with a damaged field".into());
+    let number: i32 = fields
+        .first()
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(damaged)?;
+    let ty: u32 = fields
+        .get(1)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(damaged)?;
+    // SAFETY: a valid parameter list holding the parameter the plan names.
+    let keyspace_id = unsafe {
+        if params.is_null() || number < 1 || number > (*params).numParams {
+            return Err(damaged());
+        }
+        let value = (*params).params.as_mut_ptr().add(number as usize - 1);
+        if (*value).isnull {
+            if writes {
+                return Err(ShardError::InvalidArgument(
+                    "the distribution column of a distributed table cannot be NULL".into(),
+                ));
+            }
+            // `key = NULL` matches no row on any shard.
+            None
+        } else {
+            Some(
+                crate::keyspace::key_to_keyspace_id((*value).value, pg_sys::Oid::from(ty))?
+                    .to_sql(),
+            )
+        }
+    };
+    let mut node: Option<Node> = None;
+    let mut renames = Vec::new();
+    for pair in fields[2..].chunks(2) {
+        let [stand_in, relid] = pair else {
+            return Err(damaged());
+        };
+        let relid = pg_sys::Oid::from(relid.parse::<u32>().map_err(|_| damaged())?);
+        let shard = match keyspace_id {
+            Some(id) => crate::metadata::shard_lookup::shard_of(relid, id)?,
+            None => crate::metadata::shard_lookup::shard_of(relid, i64::MIN)?,
+        };
+        let Some(shard) = shard else {
+            return Err(ShardError::Timeout(
+                "the shard holding this key is being moved or split; run the statement again"
+                    .into(),
+            ));
+        };
+        match &node {
+            None => node = Some(shard.node.clone()),
+            Some(node) if *node != shard.node => {
+                return Err(ShardError::Internal(
+                    "co-located shards of one key on two nodes".into(),
+                ))
+            }
+            Some(_) => {}
+        }
+        renames.push((stand_in.clone(), shard.qualified));
+    }
+    let node = node.ok_or_else(damaged)?;
+    Ok((node, crate::quote::replace_names(query, &renames)))
 }
 
 /// The session's TimeZone, which the worker's session gets too (stable
@@ -486,11 +641,22 @@ unsafe fn explain_task(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Expl
             let value = CString::new(value).unwrap_or_default();
             pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
         };
-        property(
-            c"Node",
-            format!("{}:{} (node {})", field(HOST), field(PORT), field(NODE_ID)),
-        );
-        property(c"Shards", field(SHARDS));
+        if strings.len() > PARAMETER {
+            property(c"Node", "the one holding the shards".to_string());
+        } else {
+            property(
+                c"Node",
+                format!("{}:{} (node {})", field(HOST), field(PORT), field(NODE_ID)),
+            );
+        }
+        if strings.len() > PARAMETER {
+            property(
+                c"Shards",
+                format!("picked by ${} when the statement runs", field(PARAMETER)),
+            );
+        } else {
+            property(c"Shards", field(SHARDS));
+        }
         property(c"Worker Query", field(QUERY));
         if (*es).analyze {
             pg_sys::ExplainPropertyFloat(

@@ -8,6 +8,7 @@ pub(crate) mod fdw;
 mod logical_table;
 mod node;
 pub(crate) mod routing_table;
+pub(crate) mod shard_lookup;
 pub(crate) mod sizes;
 
 pub(crate) use logical_table::{LogicalTable, DISTRIBUTED};

@@ -61,6 +61,25 @@ unsafe extern "C-unwind" fn plan(
         // nodes allocated in the current memory context.
         unsafe { pg_sys::panic::pgrx_extern_c_guard(|| add_keyspace_conditions(parse)) }
     };
+    if rewrite.distributed {
+        // SAFETY: plain reads of the Query.
+        let writes = unsafe {
+            (*parse).commandType != pg_sys::CmdType::CMD_SELECT || (*parse).hasModifyingCTE
+        };
+        if crate::transaction::paths::did_router_write() {
+            // postgres_fdw's connections would not see what the router
+            // wrote in this transaction (and could wait for its locks).
+            // SAFETY: raising an error from the hook, which owns nothing.
+            unsafe {
+                pg_sys::panic::pgrx_extern_c_guard::<_, ()>(|| {
+                    crate::error::ShardError::PathsMixed.report()
+                })
+            };
+        }
+        if writes {
+            crate::transaction::paths::fdw_wrote();
+        }
+    }
     // Shard-by-shard joins (pushed down to the workers when postgres_fdw can)
     // for statements on distributed tables, and shard-by-shard aggregates
     // when they group by a distribution column (whole aggregates pushed

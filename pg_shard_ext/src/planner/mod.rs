@@ -25,20 +25,13 @@ mod conditions;
 mod hook;
 mod partition_key;
 mod router;
-mod tree;
 mod worker_query;
 
 pub(crate) use hook::install;
-pub(crate) use partition_key::forget_cache;
 pub(crate) use router::register_gucs;
 
-/// Every range table entry of every level of `query`.
-///
-/// # Safety
-/// `query` is a valid parse tree.
-pub(crate) unsafe fn range_entries(
-    query: *mut pgrx::pg_sys::Query,
-) -> Vec<*mut pgrx::pg_sys::RangeTblEntry> {
-    // SAFETY: as the caller promises.
-    unsafe { tree::contents(query).range_entries }
+/// Forget cached catalog facts (called on every relcache invalidation).
+pub(crate) fn forget_cache() {
+    partition_key::forget_cache();
+    crate::metadata::shard_lookup::forget();
 }

@@ -40,12 +40,11 @@ pub(super) fn reading_catalog() -> bool {
 }
 
 /// Forget cached catalog facts (called on every relcache invalidation).
-pub(crate) fn forget_cache() {
+pub(super) fn forget_cache() {
     // The extension may have been dropped and created again.
     KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
     KEYSPACES_FUNCTION.set(pg_sys::InvalidOid);
     NTH_KEYSPACE_FUNCTION.set(pg_sys::InvalidOid);
-    super::router::forget();
 }
 
 /// Whether `node` is a plain column reference (this query level) to the

@@ -16,11 +16,13 @@
 
 use super::conditions::{deterministic, is_key_equality, same_key_types};
 use super::partition_key::{partition_key, strip_relabel, Busy};
-use super::tree::{contents, with_parameter_values, TreeContents};
 use super::worker_query::{qualified_name, worker_query, ShardRelation};
-use crate::error::{Result, ShardError};
-use crate::executor::router_scan::RouterTask;
-use crate::metadata::Node;
+use crate::error::Result;
+use crate::executor::router_scan::{ByParameter, RouterTask};
+use crate::metadata::shard_lookup::{
+    any_shard, at_version, is_reference_table, reference_copy, shard_of,
+};
+use crate::parse_tree::{contents, with_parameter_values, TreeContents};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PgList};
 use std::collections::HashMap;
@@ -50,7 +52,10 @@ pub(super) unsafe fn plan(
     bound_params: pg_sys::ParamListInfo,
 ) -> Result<Option<RouterTask>> {
     // SAFETY: reads the transaction state and the statement texts.
-    if !ENABLE_ROUTER.get() || unsafe { !outside_transaction_block(query_string) } {
+    if !ENABLE_ROUTER.get()
+        || unsafe { !outside_transaction_block(query_string) }
+        || crate::transaction::paths::did_fdw_write()
+    {
         return Ok(None);
     }
     // SAFETY: reading fields of a valid Query.
@@ -66,8 +71,15 @@ pub(super) unsafe fn plan(
         {
             return Ok(None);
         }
-        let Some(query) = with_parameter_values(parse, bound_params) else {
-            return Ok(None);
+        // A generic plan keeps its parameters (the key's picks the shard
+        // when the plan runs); a custom plan's are inlined.
+        let query = if bound_params.is_null() {
+            pg_sys::copyObjectImpl(parse as *const std::ffi::c_void) as *mut pg_sys::Query
+        } else {
+            match with_parameter_values(parse, bound_params) {
+                Some(query) => query,
+                None => return Ok(None),
+            }
         };
         let found = contents(query);
         if !calls_are_portable(&found) {
@@ -75,24 +87,45 @@ pub(super) unsafe fn plan(
         }
         let _busy = Busy::start();
         let map_version = crate::metadata::catalog::current_map_version()?;
-        CACHE.with(|cache| cache.borrow_mut().at_version(map_version));
+        at_version(map_version);
         let Some(kinds) = relation_kinds(&found)? else {
             return Ok(None);
         };
         if !kinds.values().any(|k| *k == Kind::Distributed) {
             return Ok(None);
         }
-        let mut shards: Vec<ShardRelation> = Vec::new();
+        let mut keys: Vec<(*mut pg_sys::RangeTblEntry, KeyValue)> = Vec::new();
         for &level in &found.queries {
-            let Some(keys) = level_keyspace_ids(level) else {
+            let Some(level_keys) = level_keyspace_ids(level) else {
                 return Ok(None);
             };
-            for (rte, keyspace_id) in keys {
-                let Some(shard) = shard_of((*rte).relid, keyspace_id)? else {
-                    return Ok(None);
-                };
-                shards.push(ShardRelation { rte, shard });
-            }
+            keys.extend(level_keys);
+        }
+        // A parameter's shard is known only when the plan runs: then every
+        // table's key must be that parameter, and the tables co-located.
+        let parameter = keys.iter().find_map(|(_, value)| match value {
+            KeyValue::Parameter(id, ty) => Some((*id, *ty)),
+            KeyValue::Fixed(_) => None,
+        });
+        if parameter.is_some() && !one_parameter_one_group(&keys)? {
+            return Ok(None);
+        }
+        let mut shards: Vec<ShardRelation> = Vec::new();
+        for (rte, value) in keys {
+            let shard = match value {
+                KeyValue::Fixed(keyspace_id) => shard_of((*rte).relid, keyspace_id)?,
+                // Any of the table's shards stands in for the one the
+                // parameter picks; its name is replaced when the plan runs.
+                KeyValue::Parameter(..) => any_shard((*rte).relid)?,
+            };
+            let Some(shard) = shard else {
+                return Ok(None);
+            };
+            shards.push(ShardRelation {
+                rte,
+                logical: (*rte).relid,
+                shard,
+            });
         }
         let node = shards[0].shard.node.clone();
         if shards.iter().any(|s| s.shard.node != node) {
@@ -118,6 +151,14 @@ pub(super) unsafe fn plan(
         let Some(text) = worker_query(query, &shards, renames)? else {
             return Ok(None);
         };
+        let by_parameter = parameter.map(|(id, ty)| ByParameter {
+            parameter: id,
+            parameter_type: ty,
+            tables: shards
+                .iter()
+                .map(|s| (s.shard.qualified.clone(), s.logical))
+                .collect(),
+        });
         let mut names: Vec<String> = shards.iter().map(|s| s.shard.qualified.clone()).collect();
         names.sort();
         names.dedup();
@@ -129,6 +170,7 @@ pub(super) unsafe fn plan(
             shards: names,
             map_version,
             writes: (*parse).commandType != CMD_SELECT || (*parse).hasModifyingCTE,
+            by_parameter,
             relation_oids,
         }))
     }
@@ -193,24 +235,6 @@ unsafe fn relation_kinds(found: &TreeContents) -> Result<Option<HashMap<pg_sys::
         }
     }
     Ok(Some(kinds))
-}
-
-fn is_reference_table(relid: pg_sys::Oid) -> Result<bool> {
-    if let Some(known) = CACHE.with(|cache| cache.borrow().references.get(&relid).copied()) {
-        return Ok(known);
-    }
-    let reference = read_is_reference_table(relid)?;
-    CACHE.with(|cache| cache.borrow_mut().references.insert(relid, reference));
-    Ok(reference)
-}
-
-fn read_is_reference_table(relid: pg_sys::Oid) -> Result<bool> {
-    Ok(crate::spi::query_one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM pg_shard.logical_table \
-                        WHERE table_rel = $1 AND kind = 'reference')",
-        &[relid.into()],
-    )?
-    .unwrap_or(false))
 }
 
 /// Built-in functions that read what differs between the metadata node's
@@ -282,8 +306,15 @@ unsafe fn calls_are_portable(found: &TreeContents) -> bool {
                     return (*(node as *mut pg_sys::CoerceToDomain)).resulttype.to_u32()
                         < pg_sys::FirstNormalObjectId
                 }
-                // (Parameters are constants by now; CURRENT_USER, sequences,
-                // WHERE CURRENT OF, XML functions stay local.)
+                // A generic plan's parameters travel with the statement
+                // (built-in types: a user type's oid differs on the node).
+                T_Param => {
+                    let param = node as *mut pg_sys::Param;
+                    return (*param).paramkind == pg_sys::ParamKind::PARAM_EXTERN
+                        && (*param).paramtype.to_u32() < pg_sys::FirstNormalObjectId;
+                }
+                // (CURRENT_USER, sequences, WHERE CURRENT OF, XML functions
+                // stay local.)
                 _ => return false,
             };
             functions.into_iter().all(|function| {
@@ -312,7 +343,7 @@ fn is_session_function(function: pg_sys::Oid) -> bool {
 /// restricted to one.
 unsafe fn level_keyspace_ids(
     query: *mut pg_sys::Query,
-) -> Option<Vec<(*mut pg_sys::RangeTblEntry, i64)>> {
+) -> Option<Vec<(*mut pg_sys::RangeTblEntry, KeyValue)>> {
     // SAFETY: a valid Query of the tree.
     unsafe {
         let rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable);
@@ -343,7 +374,7 @@ unsafe fn level_keyspace_ids(
                 let (_, _, attno) = distributed.iter().find(|(i, _, _)| *i == result_relation)?;
                 let targets = PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList);
                 let entry = targets.iter_ptr().find(|t| (**t).resno == *attno)?;
-                let id = constant_keyspace_id((*entry).expr as *mut pg_sys::Node)?;
+                let id = key_value((*entry).expr as *mut pg_sys::Node)?;
                 facts.constant(result_relation, id)?;
                 // Changing the key of a row that exists moves it.
                 if let Some(conflict) = (*query).onConflict.as_ref() {
@@ -383,8 +414,8 @@ unsafe fn assigns(targets: *mut pg_sys::List, attno: i16) -> bool {
 struct KeyFacts {
     /// Union-find parent of each range table index.
     parent: HashMap<usize, usize>,
-    /// The keyspace id of a class (by its root); None once two differ.
-    constants: HashMap<usize, Option<i64>>,
+    /// The value of a class's key (by its root); None once two differ.
+    constants: HashMap<usize, Option<KeyValue>>,
 }
 
 impl KeyFacts {
@@ -409,7 +440,7 @@ impl KeyFacts {
         }
     }
 
-    fn merge(&mut self, root: usize, constant: Option<i64>) {
+    fn merge(&mut self, root: usize, constant: Option<KeyValue>) {
         let merged = match (self.constants.get(&root), constant) {
             (None, c) => c,
             (Some(Some(x)), Some(y)) if *x == y => Some(y),
@@ -418,13 +449,13 @@ impl KeyFacts {
         self.constants.insert(root, merged);
     }
 
-    fn constant(&mut self, index: usize, id: i64) -> Option<()> {
+    fn constant(&mut self, index: usize, value: KeyValue) -> Option<()> {
         let root = self.root(index);
-        self.merge(root, Some(id));
+        self.merge(root, Some(value));
         Some(())
     }
 
-    fn keyspace_id(&mut self, index: usize) -> Option<i64> {
+    fn keyspace_id(&mut self, index: usize) -> Option<KeyValue> {
         let root = self.root(index);
         self.constants.get(&root).copied().flatten()
     }
@@ -527,7 +558,7 @@ impl KeyFacts {
                     if !same_key_types(pg_sys::exprType(left), pg_sys::exprType(right)) {
                         return;
                     }
-                    if let Some(id) = constant_keyspace_id(value) {
+                    if let Some(id) = key_value(value) {
                         self.constant(column, id);
                     }
                 }
@@ -546,6 +577,30 @@ unsafe fn key_column(query: *mut pg_sys::Query, node: *mut pg_sys::Node) -> Opti
         }
         let var = strip_relabel(node) as *mut pg_sys::Var;
         deterministic((*var).varcollid).then_some((*var).varno as usize)
+    }
+}
+
+/// What a distribution column is equal to: a constant's keyspace id, or
+/// an external parameter of a generic plan (its value known when the plan
+/// runs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum KeyValue {
+    Fixed(i64),
+    Parameter(i32, pg_sys::Oid),
+}
+
+/// The key value of an expression: a parameter (possibly relabelled), or
+/// an expression that folds to a non-null constant.
+unsafe fn key_value(expr: *mut pg_sys::Node) -> Option<KeyValue> {
+    // SAFETY: a valid expression.
+    unsafe {
+        let bare = strip_relabel(expr);
+        if !bare.is_null() && (*bare).type_ == pg_sys::NodeTag::T_Param {
+            let param = bare as *mut pg_sys::Param;
+            return ((*param).paramkind == pg_sys::ParamKind::PARAM_EXTERN)
+                .then(|| KeyValue::Parameter((*param).paramid, (*param).paramtype));
+        }
+        constant_keyspace_id(expr).map(KeyValue::Fixed)
     }
 }
 
@@ -577,131 +632,26 @@ unsafe fn constant_keyspace_id(expr: *mut pg_sys::Node) -> Option<i64> {
     }
 }
 
-/// A reference table's copy on `node_id`, quoted; None if it has none
-/// there that is active.
-fn reference_copy(relid: pg_sys::Oid, node_id: i32) -> Result<Option<String>> {
-    let key = (relid, node_id);
-    if let Some(known) = CACHE.with(|cache| cache.borrow().copies.get(&key).cloned()) {
-        return Ok(known);
+/// Whether every distributed table's key is the same parameter and all the
+/// tables are co-located (so the parameter's value picks one shard group,
+/// on one node, for all of them).
+fn one_parameter_one_group(keys: &[(*mut pg_sys::RangeTblEntry, KeyValue)]) -> Result<bool> {
+    let Some((_, first)) = keys.first() else {
+        return Ok(false);
+    };
+    if keys.iter().any(|(_, value)| value != first) {
+        return Ok(false);
     }
-    let copy = read_reference_copy(relid, node_id)?;
-    CACHE.with(|cache| cache.borrow_mut().copies.insert(key, copy.clone()));
-    Ok(copy)
-}
-
-fn read_reference_copy(relid: pg_sys::Oid, node_id: i32) -> Result<Option<String>> {
-    crate::spi::query_one::<String>(
-        "SELECT pg_catalog.quote_ident(s.shard_schema) || '.' || pg_catalog.quote_ident(s.shard_name) \
-         FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
-         WHERE s.table_rel = $1 AND p.node_id = $2 AND p.state = 'active' LIMIT 1",
-        &[relid.into(), node_id.into()],
-    )
-}
-
-/// One shard of a distributed table, where the router finds it.
-#[derive(Clone)]
-pub(crate) struct Shard {
-    pub(crate) node: Node,
-    /// Its table on the node, quoted.
-    pub(crate) qualified: String,
-    /// The metadata node's foreign partition standing for it.
-    pub(crate) partition: pg_sys::Oid,
-}
-
-/// The active shard of `relid` holding `keyspace_id`, with its foreign
-/// partition; None while its group is frozen or moving (the fdw path then
-/// waits or fails as before).
-fn shard_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<Shard>> {
-    let cached = CACHE.with(|cache| cache.borrow().shards.contains_key(&relid));
-    if !cached {
-        let shards = active_shards(relid)?;
-        CACHE.with(|cache| cache.borrow_mut().shards.insert(relid, shards));
-    }
-    Ok(CACHE.with(|cache| {
-        let cache = cache.borrow();
-        let shards = cache.shards.get(&relid)?;
-        let mut holding = shards
-            .iter()
-            .filter(|(start, end, _)| (*start..=*end).contains(&keyspace_id));
-        match (holding.next(), holding.next()) {
-            (Some((_, _, shard)), None) => Some(shard.clone()),
-            // None, or two placements (a move between its phases).
-            _ => None,
-        }
-    }))
-}
-
-/// Every active placement of `relid`'s shards: range, node, table, foreign
-/// partition.
-fn active_shards(relid: pg_sys::Oid) -> Result<Vec<(i64, i64, Shard)>> {
-    crate::spi::connect(|client| {
-        let rows = client.select(
-            "SELECT n.node_id, n.host, n.port, \
-                    pg_catalog.quote_ident(s.shard_schema) || '.' || pg_catalog.quote_ident(s.shard_name), \
-                    (SELECT i.inhrelid FROM pg_catalog.pg_inherits i \
-                       JOIN pg_catalog.pg_foreign_table f ON f.ftrelid = i.inhrelid \
-                      WHERE i.inhparent = s.table_rel \
-                        AND ('table_name=' || s.shard_name) = ANY (f.ftoptions) \
-                        AND ('schema_name=' || s.shard_schema) = ANY (f.ftoptions) \
-                      LIMIT 1), \
-                    g.range_start, g.range_end \
-             FROM pg_shard.shard s JOIN pg_shard.shard_group g USING (shard_group_id) \
-             JOIN pg_shard.placement p USING (shard_group_id) JOIN pg_shard.node n USING (node_id) \
-             WHERE s.table_rel = $1 AND p.state = 'active'",
-            None,
-            &[relid.into()],
-        )?;
-        let mut shards = Vec::new();
-        for row in rows {
-            let (Some(qualified), Some(partition), Some(start), Some(end)) = (
-                row.get::<String>(4)?,
-                row.get::<pg_sys::Oid>(5)?,
-                row.get::<i64>(6)?,
-                row.get::<i64>(7)?,
-            ) else {
-                continue;
-            };
-            shards.push((
-                start,
-                end,
-                Shard {
-                    node: Node::from_row(&row, 1)?,
-                    qualified,
-                    partition,
-                },
-            ));
-        }
-        Ok::<_, ShardError>(shards)
-    })
-}
-
-/// What the router read from the catalog, for the map version it read it
-/// at; emptied on every relcache invalidation too ([`forget`]).
-#[derive(Default)]
-struct RouterCache {
-    version: Option<i64>,
-    references: HashMap<pg_sys::Oid, bool>,
-    copies: HashMap<(pg_sys::Oid, i32), Option<String>>,
-    shards: HashMap<pg_sys::Oid, Vec<(i64, i64, Shard)>>,
-}
-
-impl RouterCache {
-    fn at_version(&mut self, version: i64) {
-        if self.version != Some(version) {
-            *self = RouterCache {
-                version: Some(version),
-                ..RouterCache::default()
-            };
-        }
-    }
-}
-
-thread_local! {
-    static CACHE: std::cell::RefCell<RouterCache> = std::cell::RefCell::new(RouterCache::default());
-}
-
-/// Forget what the router read (called on every relcache invalidation:
-/// tables distributed, dropped or altered, partitions replaced).
-pub(crate) fn forget() {
-    CACHE.with(|cache| *cache.borrow_mut() = RouterCache::default());
+    // SAFETY: valid range table entries.
+    let relids: Vec<pg_sys::Oid> = keys
+        .iter()
+        .map(|(rte, _)| unsafe { (**rte).relid })
+        .collect();
+    Ok(crate::spi::query_one::<bool>(
+        "SELECT count(DISTINCT colocation_id) = 1 AND count(*) = \
+                (SELECT count(DISTINCT r) FROM unnest($1::oid[]) r) \
+         FROM pg_shard.logical_table WHERE table_rel::oid = ANY ($1::oid[])",
+        &[relids.into()],
+    )?
+    .unwrap_or(false))
 }

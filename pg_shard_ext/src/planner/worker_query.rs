@@ -11,15 +11,17 @@
 //! Partitions whose columns do not line up with the table's (a dropped
 //! column) are not used: the statement takes the postgres_fdw path.
 
-use super::router::Shard;
 use crate::error::Result;
 use crate::guc::GucScope;
+use crate::metadata::shard_lookup::Shard;
 use pgrx::pg_sys;
 use std::ffi::CStr;
 
 /// A distributed table's entry in the statement and the shard it reads.
 pub(crate) struct ShardRelation {
     pub(crate) rte: *mut pg_sys::RangeTblEntry,
+    /// The distributed table (the entry is pointed at a partition later).
+    pub(crate) logical: pg_sys::Oid,
     pub(crate) shard: Shard,
 }
 
@@ -60,7 +62,7 @@ pub(super) unsafe fn worker_query(
         .to_string_lossy()
         .trim()
         .to_string();
-    Ok(Some(replace_names(&text, &replacements)))
+    Ok(Some(crate::quote::replace_names(&text, &replacements)))
 }
 
 /// Whether two relations have the same column names at the same numbers.
@@ -97,135 +99,5 @@ pub(super) unsafe fn qualified_name(relid: pg_sys::Oid) -> String {
         CStr::from_ptr(pg_sys::quote_qualified_identifier(schema, name))
             .to_string_lossy()
             .into_owned()
-    }
-}
-
-/// `text` with every occurrence of each `from` outside string literals and
-/// quoted identifiers replaced by its `to`.
-fn replace_names(text: &str, replacements: &[(String, String)]) -> String {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len() + 64);
-    let mut i = 0;
-    let mut copied = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\'' => {
-                // E'…' strings escape with backslashes; others double quotes.
-                let escaped = i > 0 && matches!(bytes[i - 1], b'E' | b'e');
-                i += 1;
-                while i < bytes.len() {
-                    if escaped && bytes[i] == b'\\' {
-                        i += 2;
-                        continue;
-                    }
-                    if bytes[i] == b'\'' {
-                        if bytes.get(i + 1) == Some(&b'\'') {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-                i += 1;
-            }
-            b'"' => {
-                // A replaced name may itself start with a quoted part.
-                if let Some((from, to)) = replacements
-                    .iter()
-                    .find(|(f, _)| text[i..].starts_with(f.as_str()))
-                {
-                    out.push_str(&text[copied..i]);
-                    out.push_str(to);
-                    i += from.len();
-                    copied = i;
-                    continue;
-                }
-                i += 1;
-                while i < bytes.len() {
-                    if bytes[i] == b'"' {
-                        if bytes.get(i + 1) == Some(&b'"') {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-                i += 1;
-            }
-            _ => {
-                let at_word_start = i == 0 || !is_identifier_byte(bytes[i - 1]);
-                let found = at_word_start
-                    .then(|| {
-                        replacements.iter().find(|(from, _)| {
-                            text[i..].starts_with(from.as_str())
-                                && !bytes
-                                    .get(i + from.len())
-                                    .is_some_and(|b| is_identifier_byte(*b))
-                        })
-                    })
-                    .flatten();
-                match found {
-                    Some((from, to)) => {
-                        out.push_str(&text[copied..i]);
-                        out.push_str(to);
-                        i += from.len();
-                        copied = i;
-                    }
-                    None => i += 1,
-                }
-            }
-        }
-    }
-    out.push_str(&text[copied.min(text.len())..]);
-    out
-}
-
-fn is_identifier_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
-}
-
-#[cfg(test)]
-mod tests {
-    use super::replace_names;
-
-    #[test]
-    fn names_are_replaced_outside_literals() {
-        let map = vec![(
-            "pg_shard_partitions.orders_1_node_2".to_string(),
-            "public.orders_1".to_string(),
-        )];
-        assert_eq!(
-            replace_names(
-                "SELECT o.id FROM pg_shard_partitions.orders_1_node_2 o WHERE o.note = 'pg_shard_partitions.orders_1_node_2'",
-                &map
-            ),
-            "SELECT o.id FROM public.orders_1 o WHERE o.note = 'pg_shard_partitions.orders_1_node_2'"
-        );
-        assert_eq!(
-            replace_names("SELECT 'it''s pg_shard_partitions.orders_1_node_2' AS \"pg_shard_partitions.orders_1_node_2\"", &map),
-            "SELECT 'it''s pg_shard_partitions.orders_1_node_2' AS \"pg_shard_partitions.orders_1_node_2\""
-        );
-        // Only whole names: a longer partition name is another partition.
-        assert_eq!(
-            replace_names("FROM pg_shard_partitions.orders_1_node_22 x", &map),
-            "FROM pg_shard_partitions.orders_1_node_22 x"
-        );
-        let quoted = vec![(
-            "pg_shard_partitions.\"Orders_1_node_2\"".to_string(),
-            "public.\"Orders_1\"".to_string(),
-        )];
-        assert_eq!(
-            replace_names(
-                "UPDATE pg_shard_partitions.\"Orders_1_node_2\" \"Orders\" SET",
-                &quoted
-            ),
-            "UPDATE public.\"Orders_1\" \"Orders\" SET"
-        );
-        assert_eq!(
-            replace_names("SELECT E'\\' pg_shard_partitions.orders_1_node_2' FROM pg_shard_partitions.orders_1_node_2", &map),
-            "SELECT E'\\' pg_shard_partitions.orders_1_node_2' FROM public.orders_1"
-        );
     }
 }

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Statements a connection keeps prepared on its node.
+pub(crate) const PREPARED_LIMIT: usize = 64;
+
 /// Settings of every node connection: generated SQL is fully qualified (an
 /// empty path keeps the worker's own search_path from changing what it
 /// means), and values travel as text that reads back exactly, whatever the
@@ -38,6 +41,9 @@ pub(crate) struct NodeConnection {
     /// The map version declared for the session (`SET`), for autocommit
     /// statements.
     session_version: Option<i64>,
+    /// Statements prepared on the node: their text and name, oldest first.
+    prepared: Vec<(String, String)>,
+    statements_prepared: u64,
     /// The TimeZone this session set on the node ("" for the node's own).
     timezone: String,
 }
@@ -153,6 +159,8 @@ impl NodeConnection {
             node: node.clone(),
             declared_version: None,
             session_version: None,
+            prepared: Vec::new(),
+            statements_prepared: 0,
             timezone: String::new(),
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
@@ -352,6 +360,87 @@ impl NodeConnection {
                 sql.as_ptr(),
                 params.len() as c_int,
                 types.as_ptr(),
+                values.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+            )
+        };
+        self.sent(sent)?;
+        // SAFETY: right after sending, before any result is read.
+        unsafe { PQsetSingleRowMode(self.conn) };
+        self.results(|result| {
+            // SAFETY: a live result.
+            let rows = unsafe { PQntuples(result.0) };
+            for row in 0..rows {
+                each(&TextRow { result, row })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`NodeConnection::for_each_row`] of a statement this session
+    /// prepares on the node the first time it runs it (up to
+    /// [`PREPARED_LIMIT`] of them; the oldest is deallocated): later runs
+    /// skip the node's parsing and planning.
+    pub(crate) fn for_each_row_prepared(
+        &mut self,
+        sql: &str,
+        types: &[pg_sys::Oid],
+        params: &[Option<&str>],
+        mut each: impl FnMut(&TextRow<'_>) -> Result<()>,
+    ) -> Result<Outcome> {
+        let name = match self.prepared.iter().position(|(text, _)| text == sql) {
+            Some(i) => {
+                let entry = self.prepared.remove(i);
+                let name = entry.1.clone();
+                self.prepared.push(entry);
+                name
+            }
+            None => {
+                if self.prepared.len() >= PREPARED_LIMIT {
+                    let (_, oldest) = self.prepared.remove(0);
+                    self.execute(&format!("DEALLOCATE {oldest}"))?;
+                }
+                self.statements_prepared += 1;
+                let name = format!("pg_shard_{}", self.statements_prepared);
+                let c_name = self.c_string(&name)?;
+                let c_sql = self.c_string(sql)?;
+                let types: Vec<u32> = types.iter().map(|t| t.to_u32()).collect();
+                // SAFETY: C strings and an array of types that outlive the call.
+                let sent = unsafe {
+                    PQsendPrepare(
+                        self.conn,
+                        c_name.as_ptr(),
+                        c_sql.as_ptr(),
+                        types.len() as c_int,
+                        types.as_ptr(),
+                    )
+                };
+                self.sent(sent)?;
+                self.results(|_| Ok(()))?;
+                self.prepared.push((sql.to_string(), name.clone()));
+                name
+            }
+        };
+        let c_name = self.c_string(&name)?;
+        let mut owned = Vec::with_capacity(params.len());
+        for param in params {
+            owned.push(match param {
+                Some(text) => Some(self.c_string(text)?),
+                None => None,
+            });
+        }
+        let values: Vec<*const c_char> = owned
+            .iter()
+            .map(|p| p.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()))
+            .collect();
+        // SAFETY: as in for_each_row.
+        let sent = unsafe {
+            PQsendQueryPrepared(
+                self.conn,
+                c_name.as_ptr(),
+                params.len() as c_int,
                 values.as_ptr(),
                 std::ptr::null(),
                 std::ptr::null(),

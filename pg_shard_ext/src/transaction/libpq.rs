@@ -84,6 +84,22 @@ unsafe extern "C" {
         param_formats: *const c_int,
         result_format: c_int,
     ) -> c_int;
+    pub(super) fn PQsendPrepare(
+        conn: *mut PGconn,
+        stmt_name: *const c_char,
+        query: *const c_char,
+        n_params: c_int,
+        param_types: *const u32,
+    ) -> c_int;
+    pub(super) fn PQsendQueryPrepared(
+        conn: *mut PGconn,
+        stmt_name: *const c_char,
+        n_params: c_int,
+        param_values: *const *const c_char,
+        param_lengths: *const c_int,
+        param_formats: *const c_int,
+        result_format: c_int,
+    ) -> c_int;
     pub(super) fn PQsetSingleRowMode(conn: *mut PGconn) -> c_int;
     pub(super) fn PQflush(conn: *mut PGconn) -> c_int;
     pub(super) fn PQconsumeInput(conn: *mut PGconn) -> c_int;

@@ -7,4 +7,5 @@ pub(crate) mod client;
 pub(crate) mod connection;
 pub(crate) mod fan_out;
 mod libpq;
+pub(crate) mod paths;
 pub(crate) mod remote;

@@ -44,22 +44,22 @@ unsafe extern "C-unwind" {
 
 /// Everything a parse tree holds that decides where it may run.
 #[derive(Default)]
-pub(super) struct TreeContents {
+pub(crate) struct TreeContents {
     /// Every query level, the top one first.
-    pub(super) queries: Vec<*mut pg_sys::Query>,
+    pub(crate) queries: Vec<*mut pg_sys::Query>,
     /// Every range table entry of every level.
-    pub(super) range_entries: Vec<*mut pg_sys::RangeTblEntry>,
+    pub(crate) range_entries: Vec<*mut pg_sys::RangeTblEntry>,
     /// Every expression node that calls a function or operator, or stands
     /// for a value the node must not compute itself (parameters, SQL value
     /// functions, sequences, cursors).
-    pub(super) calls: Vec<*mut pg_sys::Node>,
+    pub(crate) calls: Vec<*mut pg_sys::Node>,
 }
 
 /// Collect [`TreeContents`] of `query`.
 ///
 /// # Safety
 /// `query` is a valid parse tree (after rewriting).
-pub(super) unsafe fn contents(query: *mut pg_sys::Query) -> TreeContents {
+pub(crate) unsafe fn contents(query: *mut pg_sys::Query) -> TreeContents {
     let mut found = TreeContents::default();
     // SAFETY: the walker gets our context back and only pushes pointers.
     unsafe {
@@ -111,7 +111,7 @@ unsafe extern "C-unwind" fn collect(node: *mut pg_sys::Node, context: *mut c_voi
 ///
 /// # Safety
 /// `query` is a valid parse tree; `params` is NULL or a valid list.
-pub(super) unsafe fn with_parameter_values(
+pub(crate) unsafe fn with_parameter_values(
     query: *mut pg_sys::Query,
     params: pg_sys::ParamListInfo,
 ) -> Option<*mut pg_sys::Query> {

@@ -1,0 +1,181 @@
+//! What the router reads from the catalog, cached per map version (and
+//! emptied on every relcache invalidation: tables distributed, dropped or
+//! altered, partitions replaced): which tables are reference tables and
+//! where their copies are, and each distributed table's active shards with
+//! their ranges, nodes, tables and foreign partitions.
+
+use super::Node;
+use crate::error::{Result, ShardError};
+use pgrx::prelude::*;
+use std::collections::HashMap;
+
+/// One shard of a distributed table, where the router finds it.
+#[derive(Clone)]
+pub(crate) struct Shard {
+    pub(crate) node: Node,
+    /// Its table on the node, quoted.
+    pub(crate) qualified: String,
+    /// The metadata node's foreign partition standing for it.
+    pub(crate) partition: pg_sys::Oid,
+}
+
+/// Catalog reads from now on are for map `version` (a newer one empties
+/// the cache).
+pub(crate) fn at_version(version: i64) {
+    CACHE.with(|cache| cache.borrow_mut().at_version(version));
+}
+
+pub(crate) fn is_reference_table(relid: pg_sys::Oid) -> Result<bool> {
+    if let Some(known) = CACHE.with(|cache| cache.borrow().references.get(&relid).copied()) {
+        return Ok(known);
+    }
+    let reference = read_is_reference_table(relid)?;
+    CACHE.with(|cache| cache.borrow_mut().references.insert(relid, reference));
+    Ok(reference)
+}
+
+fn read_is_reference_table(relid: pg_sys::Oid) -> Result<bool> {
+    Ok(crate::spi::query_one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_shard.logical_table \
+                        WHERE table_rel = $1 AND kind = 'reference')",
+        &[relid.into()],
+    )?
+    .unwrap_or(false))
+}
+
+/// One of `relid`'s active shards, standing in for the one a parameter
+/// picks.
+pub(crate) fn any_shard(relid: pg_sys::Oid) -> Result<Option<Shard>> {
+    // (The lowest keyspace id: every co-located table's first group.)
+    shard_of(relid, i64::MIN)
+}
+
+/// The map version the router's catalog reads are for: read again after
+/// an invalidation emptied them (a plan may have been made at an older one).
+pub(crate) fn map_version_now() -> Result<i64> {
+    if let Some(version) = CACHE.with(|cache| cache.borrow().version) {
+        return Ok(version);
+    }
+    let version = crate::metadata::catalog::current_map_version()?;
+    CACHE.with(|cache| cache.borrow_mut().at_version(version));
+    Ok(version)
+}
+
+/// A reference table's copy on `node_id`, quoted; None if it has none
+/// there that is active.
+pub(crate) fn reference_copy(relid: pg_sys::Oid, node_id: i32) -> Result<Option<String>> {
+    let key = (relid, node_id);
+    if let Some(known) = CACHE.with(|cache| cache.borrow().copies.get(&key).cloned()) {
+        return Ok(known);
+    }
+    let copy = read_reference_copy(relid, node_id)?;
+    CACHE.with(|cache| cache.borrow_mut().copies.insert(key, copy.clone()));
+    Ok(copy)
+}
+
+fn read_reference_copy(relid: pg_sys::Oid, node_id: i32) -> Result<Option<String>> {
+    crate::spi::query_one::<String>(
+        "SELECT pg_catalog.quote_ident(s.shard_schema) || '.' || pg_catalog.quote_ident(s.shard_name) \
+         FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
+         WHERE s.table_rel = $1 AND p.node_id = $2 AND p.state = 'active' LIMIT 1",
+        &[relid.into(), node_id.into()],
+    )
+}
+
+/// The active shard of `relid` holding `keyspace_id`, with its foreign
+/// partition; None while its group is frozen or moving (the fdw path then
+/// waits or fails as before).
+pub(crate) fn shard_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<Shard>> {
+    let cached = CACHE.with(|cache| cache.borrow().shards.contains_key(&relid));
+    if !cached {
+        let shards = active_shards(relid)?;
+        CACHE.with(|cache| cache.borrow_mut().shards.insert(relid, shards));
+    }
+    Ok(CACHE.with(|cache| {
+        let cache = cache.borrow();
+        let shards = cache.shards.get(&relid)?;
+        let mut holding = shards
+            .iter()
+            .filter(|(start, end, _)| (*start..=*end).contains(&keyspace_id));
+        match (holding.next(), holding.next()) {
+            (Some((_, _, shard)), None) => Some(shard.clone()),
+            // None, or two placements (a move between its phases).
+            _ => None,
+        }
+    }))
+}
+
+/// Every active placement of `relid`'s shards: range, node, table, foreign
+/// partition.
+fn active_shards(relid: pg_sys::Oid) -> Result<Vec<(i64, i64, Shard)>> {
+    crate::spi::connect(|client| {
+        let rows = client.select(
+            "SELECT n.node_id, n.host, n.port, \
+                    pg_catalog.quote_ident(s.shard_schema) || '.' || pg_catalog.quote_ident(s.shard_name), \
+                    (SELECT i.inhrelid FROM pg_catalog.pg_inherits i \
+                       JOIN pg_catalog.pg_foreign_table f ON f.ftrelid = i.inhrelid \
+                      WHERE i.inhparent = s.table_rel \
+                        AND ('table_name=' || s.shard_name) = ANY (f.ftoptions) \
+                        AND ('schema_name=' || s.shard_schema) = ANY (f.ftoptions) \
+                      LIMIT 1), \
+                    g.range_start, g.range_end \
+             FROM pg_shard.shard s JOIN pg_shard.shard_group g USING (shard_group_id) \
+             JOIN pg_shard.placement p USING (shard_group_id) JOIN pg_shard.node n USING (node_id) \
+             WHERE s.table_rel = $1 AND p.state = 'active'",
+            None,
+            &[relid.into()],
+        )?;
+        let mut shards = Vec::new();
+        for row in rows {
+            let (Some(qualified), Some(partition), Some(start), Some(end)) = (
+                row.get::<String>(4)?,
+                row.get::<pg_sys::Oid>(5)?,
+                row.get::<i64>(6)?,
+                row.get::<i64>(7)?,
+            ) else {
+                continue;
+            };
+            shards.push((
+                start,
+                end,
+                Shard {
+                    node: Node::from_row(&row, 1)?,
+                    qualified,
+                    partition,
+                },
+            ));
+        }
+        Ok::<_, ShardError>(shards)
+    })
+}
+
+/// What the router read from the catalog, for the map version it read it
+/// at; emptied on every relcache invalidation too ([`forget`]).
+#[derive(Default)]
+struct RouterCache {
+    version: Option<i64>,
+    references: HashMap<pg_sys::Oid, bool>,
+    copies: HashMap<(pg_sys::Oid, i32), Option<String>>,
+    shards: HashMap<pg_sys::Oid, Vec<(i64, i64, Shard)>>,
+}
+
+impl RouterCache {
+    fn at_version(&mut self, version: i64) {
+        if self.version != Some(version) {
+            *self = RouterCache {
+                version: Some(version),
+                ..RouterCache::default()
+            };
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: std::cell::RefCell<RouterCache> = std::cell::RefCell::new(RouterCache::default());
+}
+
+/// Forget what the router read (called on every relcache invalidation:
+/// tables distributed, dropped or altered, partitions replaced).
+pub(crate) fn forget() {
+    CACHE.with(|cache| *cache.borrow_mut() = RouterCache::default());
+}
