@@ -106,7 +106,38 @@ unsafe extern "C-unwind" fn plan(
         // SAFETY: pops the nest level pushed by enable_partitionwise.
         unsafe { pg_sys::panic::pgrx_extern_c_guard(|| pg_sys::AtEOXact_GUC(true, level)) };
     }
+    // A generic plan over postgres_fdw of a statement with parameters: its
+    // custom plans may be router plans (the key's value known), and a plan
+    // cache that switched to this one would take another path in the
+    // middle of a pipeline's transaction. Priced out, it keeps them.
+    if rewrite.distributed && bound_params.is_null() && !planned.is_null() {
+        // SAFETY: the plan just made; its tree's cost fields are plain numbers.
+        unsafe {
+            let tree = (*planned).planTree;
+            if !tree.is_null() && has_parameters(parse) {
+                (*tree).total_cost += GENERIC_PLAN_PENALTY;
+            }
+        }
+    }
     planned
+}
+
+/// What a generic postgres_fdw plan of a statement with parameters costs
+/// more than its custom plans (see `plan`).
+const GENERIC_PLAN_PENALTY: f64 = 1.0e9;
+
+/// Whether the statement has external parameters.
+unsafe fn has_parameters(parse: *mut pg_sys::Query) -> bool {
+    // SAFETY: a valid parse tree.
+    unsafe {
+        crate::parse_tree::contents(parse)
+            .calls
+            .iter()
+            .any(|&node| {
+                (*node).type_ == pg_sys::NodeTag::T_Param
+                    && (*(node as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN
+            })
+    }
 }
 
 /// The router plan of `parse`, if it is a router statement.

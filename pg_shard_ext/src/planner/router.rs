@@ -594,13 +594,37 @@ enum KeyValue {
 unsafe fn key_value(expr: *mut pg_sys::Node) -> Option<KeyValue> {
     // SAFETY: a valid expression.
     unsafe {
-        let bare = strip_relabel(expr);
+        let bare = strip_widening(strip_relabel(expr));
         if !bare.is_null() && (*bare).type_ == pg_sys::NodeTag::T_Param {
             let param = bare as *mut pg_sys::Param;
             return ((*param).paramkind == pg_sys::ParamKind::PARAM_EXTERN)
                 .then(|| KeyValue::Parameter((*param).paramid, (*param).paramtype));
         }
         constant_keyspace_id(expr).map(KeyValue::Fixed)
+    }
+}
+
+/// The argument of an integer widening cast (`int8($1::int2)`, as a
+/// driver's small integer parameter meets a bigint column): integers of
+/// every width hash alike, so the argument's value is the key's.
+unsafe fn strip_widening(node: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // int2 → int4 (313), int2 → int8 (754), int4 → int8 (481).
+    const WIDENING_CASTS: [u32; 3] = [313, 754, 481];
+    // SAFETY: a valid expression node.
+    unsafe {
+        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_FuncExpr {
+            return node;
+        }
+        let call = node as *mut pg_sys::FuncExpr;
+        let args = PgList::<pg_sys::Node>::from_pg((*call).args);
+        match (
+            WIDENING_CASTS.contains(&(*call).funcid.to_u32()),
+            args.len(),
+            args.get_ptr(0),
+        ) {
+            (true, 1, Some(arg)) => strip_widening(strip_relabel(arg)),
+            _ => node,
+        }
     }
 }
 
