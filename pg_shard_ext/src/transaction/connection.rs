@@ -335,20 +335,11 @@ impl NodeConnection {
         sql: &str,
         types: &[pg_sys::Oid],
         params: &[Option<&str>],
-        mut each: impl FnMut(&TextRow<'_>) -> Result<()>,
+        each: impl FnMut(&TextRow<'_>) -> Result<()>,
     ) -> Result<Outcome> {
         let sql = self.c_string(sql)?;
-        let mut owned = Vec::with_capacity(params.len());
-        for param in params {
-            owned.push(match param {
-                Some(text) => Some(self.c_string(text)?),
-                None => None,
-            });
-        }
-        let values: Vec<*const c_char> = owned
-            .iter()
-            .map(|p| p.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()))
-            .collect();
+        let owned = self.c_params(params)?;
+        let values = value_pointers(&owned);
         let types: Vec<u32> = (0..params.len())
             .map(|i| types.get(i).map_or(0, |t| t.to_u32()))
             .collect();
@@ -367,16 +358,7 @@ impl NodeConnection {
             )
         };
         self.sent(sent)?;
-        // SAFETY: right after sending, before any result is read.
-        unsafe { PQsetSingleRowMode(self.conn) };
-        self.results(|result| {
-            // SAFETY: a live result.
-            let rows = unsafe { PQntuples(result.0) };
-            for row in 0..rows {
-                each(&TextRow { result, row })?;
-            }
-            Ok(())
-        })
+        self.single_rows(each)
     }
 
     /// [`NodeConnection::for_each_row`] of a statement this session
@@ -388,7 +370,7 @@ impl NodeConnection {
         sql: &str,
         types: &[pg_sys::Oid],
         params: &[Option<&str>],
-        mut each: impl FnMut(&TextRow<'_>) -> Result<()>,
+        each: impl FnMut(&TextRow<'_>) -> Result<()>,
     ) -> Result<Outcome> {
         let name = match self.prepared.iter().position(|(text, _)| text == sql) {
             Some(i) => {
@@ -424,17 +406,8 @@ impl NodeConnection {
             }
         };
         let c_name = self.c_string(&name)?;
-        let mut owned = Vec::with_capacity(params.len());
-        for param in params {
-            owned.push(match param {
-                Some(text) => Some(self.c_string(text)?),
-                None => None,
-            });
-        }
-        let values: Vec<*const c_char> = owned
-            .iter()
-            .map(|p| p.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()))
-            .collect();
+        let owned = self.c_params(params)?;
+        let values = value_pointers(&owned);
         // SAFETY: as in for_each_row.
         let sent = unsafe {
             PQsendQueryPrepared(
@@ -448,16 +421,7 @@ impl NodeConnection {
             )
         };
         self.sent(sent)?;
-        // SAFETY: right after sending, before any result is read.
-        unsafe { PQsetSingleRowMode(self.conn) };
-        self.results(|result| {
-            // SAFETY: a live result.
-            let rows = unsafe { PQntuples(result.0) };
-            for row in 0..rows {
-                each(&TextRow { result, row })?;
-            }
-            Ok(())
-        })
+        self.single_rows(each)
     }
 
     /// `COPY … FROM STDIN` of `data` (COPY text format).
@@ -509,6 +473,28 @@ impl NodeConnection {
         }
         self.flush()?;
         self.results(|_| Ok(()))
+    }
+
+    /// Read a sent statement's rows one at a time (libpq's single-row mode).
+    fn single_rows(&mut self, mut each: impl FnMut(&TextRow<'_>) -> Result<()>) -> Result<Outcome> {
+        // SAFETY: right after sending, before any result is read.
+        unsafe { PQsetSingleRowMode(self.conn) };
+        self.results(|result| {
+            // SAFETY: a live result.
+            let rows = unsafe { PQntuples(result.0) };
+            for row in 0..rows {
+                each(&TextRow { result, row })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Text parameters as C strings (None for NULL).
+    fn c_params(&self, params: &[Option<&str>]) -> Result<Vec<Option<CString>>> {
+        params
+            .iter()
+            .map(|param| param.map(|text| self.c_string(text)).transpose())
+            .collect()
     }
 
     fn c_string(&self, text: &str) -> Result<CString> {
@@ -740,6 +726,14 @@ fn connection_failure(message: &str) -> String {
         _ => first,
     };
     reason.trim().to_string()
+}
+
+/// Pointers to parameter C strings (NULL for NULL), valid while `owned` is.
+fn value_pointers(owned: &[Option<CString>]) -> Vec<*const c_char> {
+    owned
+        .iter()
+        .map(|p| p.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()))
+        .collect()
 }
 
 /// The count in a result's command tag (0 for commands without one).
