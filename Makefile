@@ -6,13 +6,13 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move tpch-test bench-tpch
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
 	scripts/demo.sh
 
-test: install lint unit regress coordinator-test client-suites ## every test
+test: install lint unit regress tpch-test coordinator-test client-suites ## every test
 
 bootstrap: ## install what is missing: PostgreSQL dev headers, libclang, cargo-pgrx
 	scripts/bootstrap.sh
@@ -39,6 +39,9 @@ unit: ## Rust unit and property tests
 regress: ## pg_regress suites against a throwaway 3-node cluster
 	tests/run_regress.sh
 
+tpch-test: ## TPC-H's 22 queries at scale factor 0.01 through pg_shard against one PostgreSQL
+	tests/tpch/run.sh
+
 coordinator-test: ## the coordinator with psql, pgbench, psycopg, node-postgres, tokio-postgres, faults
 	tests/coordinator/run.sh
 
@@ -54,6 +57,9 @@ bench: ## criterion benchmarks of the core crate
 
 bench-triggers: install ## COPY of 1M rows into a shard with and without the guard triggers
 	benches/shard_guard.sh
+
+bench-tpch: install ## TPC-H at scale factor 1 (PGSHARD_TPCH_SCALE): the cluster against one PostgreSQL
+	benches/tpch.sh
 
 bench-metadata: install ## SQL through the metadata node vs direct / one PostgreSQL
 	benches/metadata_sql.sh

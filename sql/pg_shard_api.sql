@@ -501,3 +501,13 @@ REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 -- sessions' prepared transactions.
 REVOKE ALL ON FUNCTION pg_shard.start_job_runner() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.recover_prepared_transactions() FROM PUBLIC;
+
+-- Stands for the workers' rows in the final query of a pushed-down
+-- statement (pg_shard_ext/src/executor/pushdown_scan.rs); its scan is
+-- replaced by pg_shard's own, so it never runs.
+CREATE FUNCTION pg_shard.worker_results() RETURNS SETOF record
+LANGUAGE plpgsql PARALLEL UNSAFE ROWS 1000 SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'pg_shard.worker_results() only runs inside pg_shard''s plans';
+END
+$$;

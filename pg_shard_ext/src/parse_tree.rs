@@ -53,6 +53,9 @@ pub(crate) struct TreeContents {
     /// for a value the node must not compute itself (parameters, SQL value
     /// functions, sequences, cursors).
     pub(crate) calls: Vec<*mut pg_sys::Node>,
+    /// Whether a system column (`tableoid`, `ctid`, …) is referenced: its
+    /// value differs between the metadata node and a worker.
+    pub(crate) system_columns: bool,
 }
 
 /// Collect [`TreeContents`] of `query`.
@@ -94,6 +97,9 @@ unsafe extern "C-unwind" fn collect(node: *mut pg_sys::Node, context: *mut c_voi
             T_RangeTblEntry => {
                 found.range_entries.push(node as *mut pg_sys::RangeTblEntry);
                 return false;
+            }
+            T_Var if (*(node as *mut pg_sys::Var)).varattno < 0 => {
+                found.system_columns = true;
             }
             T_FuncExpr | T_OpExpr | T_DistinctExpr | T_NullIfExpr | T_ScalarArrayOpExpr
             | T_Aggref | T_WindowFunc | T_RowCompareExpr | T_SQLValueFunction | T_NextValueExpr
@@ -206,5 +212,182 @@ unsafe fn parameter_constant(
             (*value).isnull,
             by_value,
         ) as *mut pg_sys::Node)
+    }
+}
+
+/// The aggregate calls of this query level in `node` (not those of
+/// sublinks' levels), each once.
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree.
+pub(crate) unsafe fn level_aggregates(node: *mut pg_sys::Node) -> Vec<*mut pg_sys::Aggref> {
+    let mut found: Vec<*mut pg_sys::Aggref> = Vec::new();
+    // SAFETY: the walker gets our vector back and only pushes pointers.
+    unsafe {
+        collect_aggregates(
+            node,
+            &mut found as *mut Vec<*mut pg_sys::Aggref> as *mut c_void,
+        );
+    }
+    found
+}
+
+unsafe extern "C-unwind" fn collect_aggregates(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: context is the vector passed to `level_aggregates`; `equal`
+    // compares valid nodes.
+    unsafe {
+        let found = &mut *(context as *mut Vec<*mut pg_sys::Aggref>);
+        if (*node).type_ == pg_sys::NodeTag::T_Aggref {
+            let aggregate = node as *mut pg_sys::Aggref;
+            if (*aggregate).agglevelsup == 0 {
+                let known = found
+                    .iter()
+                    .any(|&a| pg_sys::equal(a as *const c_void, node as *const c_void));
+                if !known {
+                    found.push(aggregate);
+                }
+                // (No aggregate of this level nests in another.)
+                return false;
+            }
+        }
+        // Sublinks' queries are other levels; their outer references are
+        // this level's columns, which the caller checks separately.
+        if (*node).type_ == pg_sys::NodeTag::T_Query {
+            return false;
+        }
+        expression_tree_walker(node, collect_aggregates, context)
+    }
+}
+
+/// A copy of `node` with every subexpression equal to one of `pairs`'
+/// first members replaced by a copy of the second (the first match, from
+/// the top down). The flag says whether a column of this level, or a
+/// sublink, remains outside the replaced parts.
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree; the pairs are valid nodes.
+pub(crate) unsafe fn replace_subexpressions(
+    node: *mut pg_sys::Node,
+    pairs: &[(*mut pg_sys::Node, *mut pg_sys::Node)],
+) -> (*mut pg_sys::Node, bool) {
+    let mut context = Replacement {
+        pairs,
+        left_over: false,
+    };
+    // SAFETY: the mutator copies what it does not replace and reads our
+    // context back.
+    let copy = unsafe { replace_matching(node, &mut context as *mut Replacement as *mut c_void) };
+    (copy, context.left_over)
+}
+
+struct Replacement<'a> {
+    pairs: &'a [(*mut pg_sys::Node, *mut pg_sys::Node)],
+    left_over: bool,
+}
+
+unsafe extern "C-unwind" fn replace_matching(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> *mut pg_sys::Node {
+    if node.is_null() {
+        return node;
+    }
+    // SAFETY: context is the Replacement above; nodes are valid.
+    unsafe {
+        let replacement = &mut *(context as *mut Replacement);
+        for &(from, to) in replacement.pairs {
+            if pg_sys::equal(from as *const c_void, node as *const c_void) {
+                return pg_sys::copyObjectImpl(to as *const c_void) as *mut pg_sys::Node;
+            }
+        }
+        match (*node).type_ {
+            pg_sys::NodeTag::T_Var if (*(node as *mut pg_sys::Var)).varlevelsup == 0 => {
+                replacement.left_over = true;
+                return node;
+            }
+            pg_sys::NodeTag::T_SubLink | pg_sys::NodeTag::T_Query | pg_sys::NodeTag::T_Aggref => {
+                replacement.left_over = true;
+                return node;
+            }
+            _ => {}
+        }
+        expression_tree_mutator(node, replace_matching, context)
+    }
+}
+
+/// Point every Var of this level in `node` at range table index `from`
+/// to index `to` instead (in place).
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree of plan or parse nodes.
+pub(crate) unsafe fn renumber_vars(node: *mut pg_sys::Node, from: i32, to: i32) {
+    let mut context = (from, to);
+    // SAFETY: the walker gets our pair back and only changes Var numbers.
+    unsafe {
+        renumber(node, &mut context as *mut (i32, i32) as *mut c_void);
+    }
+}
+
+unsafe extern "C-unwind" fn renumber(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: context is the pair passed to `renumber_vars`.
+    unsafe {
+        let (from, to) = *(context as *mut (i32, i32));
+        if (*node).type_ == pg_sys::NodeTag::T_Var {
+            let var = node as *mut pg_sys::Var;
+            if (*var).varlevelsup == 0 && (*var).varno == from {
+                (*var).varno = to;
+            }
+            return false;
+        }
+        expression_tree_walker(node, renumber, context)
+    }
+}
+
+/// The sublinks of this query level in `node` (not those inside them).
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree.
+pub(crate) unsafe fn level_sublinks(node: *mut pg_sys::Node) -> Vec<*mut pg_sys::SubLink> {
+    let mut found: Vec<*mut pg_sys::SubLink> = Vec::new();
+    // SAFETY: the walker gets our vector back and only pushes pointers.
+    unsafe {
+        collect_sublinks(
+            node,
+            &mut found as *mut Vec<*mut pg_sys::SubLink> as *mut c_void,
+        );
+    }
+    found
+}
+
+unsafe extern "C-unwind" fn collect_sublinks(
+    node: *mut pg_sys::Node,
+    context: *mut c_void,
+) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: context is the vector passed to `level_sublinks`.
+    unsafe {
+        let found = &mut *(context as *mut Vec<*mut pg_sys::SubLink>);
+        match (*node).type_ {
+            pg_sys::NodeTag::T_SubLink => {
+                let sublink = node as *mut pg_sys::SubLink;
+                found.push(sublink);
+                // Its test expression is of this level; its query is not.
+                return collect_sublinks((*sublink).testexpr, context);
+            }
+            pg_sys::NodeTag::T_Query => return false,
+            _ => {}
+        }
+        expression_tree_walker(node, collect_sublinks, context)
     }
 }

@@ -372,3 +372,96 @@ SELECT * FROM orders WHERE customer_id = 'abc';
 INSERT INTO orders (customer_id, order_id, total, status, ordered_at) VALUES (NULL, 1, 1, 'x', now());
 
 SELECT count(*) FROM orders;
+
+-- Pushdown shapes (issue 16): each aggregate merged from partial results,
+-- grouping, HAVING, DISTINCT, ORDER BY and LIMIT across shard groups.
+SELECT count(*), count(status), sum(total), avg(total), min(total), max(total) FROM orders;
+
+SELECT avg(qty), avg(item_no::int2), avg(order_id), sum(qty), sum(qty::int2), sum(qty::int8 * 1000000000000) FROM order_items;
+
+SELECT round(avg(price::float8)::numeric, 6), round(avg(qty::float4)::numeric, 6), round(sum(price::float8)::numeric, 4) FROM order_items;
+
+SELECT avg(total), avg(total * 3 / 7), sum(total / 3) FROM orders;
+
+SELECT status, bool_and(total > 10), bool_or(total > 240), every(total >= 0) FROM orders GROUP BY status ORDER BY status;
+
+SELECT status, round(stddev(total), 6), round(variance(total), 6), round(stddev_pop(total), 6), round(var_samp(total), 6) FROM orders GROUP BY status ORDER BY status;
+
+SELECT status, string_agg(order_id::text, ',' ORDER BY order_id) FROM orders WHERE customer_id < 5 GROUP BY status ORDER BY status;
+
+SELECT customer_id % 3 AS r, array_agg(order_id ORDER BY order_id DESC) FROM orders WHERE customer_id BETWEEN 10 AND 14 GROUP BY 1 ORDER BY 1;
+
+SELECT count(DISTINCT status), count(DISTINCT customer_id), count(*) FROM orders;
+
+SELECT status, count(DISTINCT customer_id), sum(total), count(*) FROM orders GROUP BY status ORDER BY 1;
+
+SELECT count(DISTINCT status) FILTER (WHERE total > 100), count(DISTINCT customer_id % 7) FROM orders;
+
+SELECT count(*) FILTER (WHERE status = 'paid'), sum(total) FILTER (WHERE status <> 'new'), avg(total) FILTER (WHERE total > 100), max(total) FILTER (WHERE status = 'nope') FROM orders;
+
+SELECT sku, count(*), array_agg(DISTINCT qty ORDER BY qty) FROM order_items GROUP BY sku ORDER BY 1 LIMIT 5;
+
+SELECT customer_id, order_id, total FROM orders ORDER BY total DESC, order_id LIMIT 7;
+
+SELECT customer_id, order_id, total FROM orders ORDER BY total DESC, order_id LIMIT 5 OFFSET 3;
+
+SELECT total FROM orders ORDER BY total DESC FETCH FIRST 5 ROWS WITH TIES;
+
+SELECT order_id FROM orders ORDER BY total DESC, order_id LIMIT 4;
+
+SELECT customer_id, sum(total) AS s FROM orders GROUP BY customer_id ORDER BY s DESC, customer_id LIMIT 5;
+
+SELECT customer_id FROM orders GROUP BY customer_id HAVING sum(total) > 1000 ORDER BY 1;
+
+SELECT status, count(*) FROM orders GROUP BY status HAVING count(*) > 200 ORDER BY 1;
+
+SELECT status FROM orders GROUP BY status HAVING avg(total) > 120 ORDER BY 1;
+
+SELECT DISTINCT status FROM orders ORDER BY 1;
+
+SELECT DISTINCT ON (status) status, order_id, total FROM orders ORDER BY status, total DESC, order_id;
+
+SELECT DISTINCT count(*) FROM orders GROUP BY customer_id ORDER BY 1;
+
+SELECT customer_id, order_id, rank() OVER (PARTITION BY customer_id ORDER BY total DESC, order_id), sum(total) OVER (PARTITION BY customer_id) FROM orders WHERE customer_id < 20 ORDER BY 1, 2;
+
+SELECT status, rank() OVER (ORDER BY count(*) DESC, status) FROM orders GROUP BY status ORDER BY 1;
+
+SELECT k.region, count(*), sum(o.total) FROM orders o JOIN customers cu USING (customer_id) JOIN countries k ON k.code = cu.country GROUP BY k.region ORDER BY 1;
+
+SELECT o.status, count(*), sum(i.qty * i.price) FROM orders o JOIN order_items i ON i.customer_id = o.customer_id AND i.order_id = o.order_id GROUP BY o.status ORDER BY 1;
+
+SELECT count(*), count(o.order_id) FROM customers c LEFT JOIN orders o ON o.customer_id = c.customer_id AND o.total > 200;
+
+SELECT k.code, count(cu.customer_id) FROM countries k LEFT JOIN customers cu ON cu.country = k.code GROUP BY k.code ORDER BY 1;
+
+SELECT count(*) FROM orders o JOIN order_items i ON i.order_id = o.order_id;
+
+SELECT status, count(*) FROM (SELECT o.status, o.total FROM orders o JOIN customers c ON c.customer_id = o.customer_id WHERE c.country = 'DE') s GROUP BY status ORDER BY 1;
+
+SELECT count(*), max(n), min(n) FROM (SELECT customer_id, count(*) AS n FROM orders GROUP BY customer_id) s;
+
+SELECT status, sum(total) / count(*) AS mean, max(total) - min(total) AS spread FROM orders GROUP BY status ORDER BY 1;
+
+SELECT date_trunc('month', ordered_at) AS m, count(*), sum(total) FROM orders GROUP BY 1 ORDER BY 1;
+
+SELECT count(*), sum(total), avg(total), max(total), bool_and(true) FROM orders WHERE total < 0;
+
+SELECT status, count(*) FROM orders WHERE total < 0 GROUP BY status;
+
+SELECT country, count(*) FROM customers GROUP BY country ORDER BY country NULLS FIRST;
+
+SELECT min(name), max(name), min(created), max(created) FROM customers;
+
+SELECT count(*) FROM customers WHERE country IN (SELECT code FROM countries WHERE region = 'EU');
+
+SELECT count(*) FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id AND o.total > 240);
+
+SELECT s.category, sum(i.qty) FROM order_items i JOIN skus s USING (sku) GROUP BY 1 ORDER BY 1;
+
+SELECT c.country, count(DISTINCT o.status), sum(o.total) FILTER (WHERE o.status = 'paid') FROM customers c JOIN orders o ON o.customer_id = c.customer_id GROUP BY c.country ORDER BY 1 NULLS LAST;
+
+SELECT o.customer_id, count(*) FROM orders o JOIN order_items i USING (customer_id, order_id) GROUP BY o.customer_id ORDER BY 2 DESC, 1 LIMIT 3;
+
+-- error: division by zero in the final query (same SQLSTATE expected)
+SELECT status, 1 / (count(*) - count(*)) FROM orders GROUP BY status;

@@ -3,6 +3,14 @@
 //! transaction's remote transactions.
 //!
 //! * [`router_scan`]: a statement planned whole for one node (the router
-//!   class).
+//!   class);
+//! * [`pushdown_scan`]: the worker queries of a pushed-down statement, one
+//!   per node, all at once, under the final query's plan;
+//! * [`stored_scan`]: what both share: rows stored on the first fetch,
+//!   then handed out one at a time;
+//! * [`row_store`]: the rows nodes send, as the scans' tuples.
 
+pub(crate) mod pushdown_scan;
 pub(crate) mod router_scan;
+mod row_store;
+mod stored_scan;

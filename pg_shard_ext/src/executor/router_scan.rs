@@ -8,6 +8,8 @@
 //! free again as soon as the statement ends, and nothing a result holds
 //! is kept in memory.
 
+use super::row_store::RowStore;
+use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::transaction::connection::NodeConnection;
@@ -15,8 +17,8 @@ use crate::transaction::remote::{
     autocommit, has_transaction_on, with_declared_transaction, Access,
 };
 use pgrx::prelude::*;
-use pgrx::{PgList, PgMemoryContexts};
-use std::ffi::{c_char, c_int, CStr, CString};
+use pgrx::PgList;
+use std::ffi::{c_char, CStr, CString};
 use std::time::Instant;
 
 /// What the planner decided: the worker's query, where it runs, and what
@@ -45,48 +47,10 @@ pub(crate) struct ByParameter {
     pub(crate) tables: Vec<(String, pg_sys::Oid)>,
 }
 
-// Declared here rather than taken from pgrx::pg_sys (see exec).
-unsafe extern "C-unwind" {
-    #[link_name = "ExecScan"]
-    fn postgres_exec_scan(
-        node: *mut pg_sys::ScanState,
-        access: pg_sys::ExecScanAccessMtd,
-        recheck: pg_sys::ExecScanRecheckMtd,
-    ) -> *mut pg_sys::TupleTableSlot;
-}
-
-#[repr(transparent)]
-struct ScanMethods(pg_sys::CustomScanMethods);
-// SAFETY: immutable after initialisation, and backends are single-threaded.
-unsafe impl Sync for ScanMethods {}
-
-#[repr(transparent)]
-struct ExecMethods(pg_sys::CustomExecMethods);
-// SAFETY: as above.
-unsafe impl Sync for ExecMethods {}
-
 const NAME: &CStr = c"pg_shard Router";
 
-static SCAN_METHODS: ScanMethods = ScanMethods(pg_sys::CustomScanMethods {
-    CustomName: NAME.as_ptr(),
-    CreateCustomScanState: Some(create_state),
-});
-
-static EXEC_METHODS: ExecMethods = ExecMethods(pg_sys::CustomExecMethods {
-    CustomName: NAME.as_ptr(),
-    BeginCustomScan: Some(begin),
-    ExecCustomScan: Some(exec),
-    EndCustomScan: Some(end),
-    ReScanCustomScan: Some(rescan),
-    MarkPosCustomScan: None,
-    RestrPosCustomScan: None,
-    EstimateDSMCustomScan: None,
-    InitializeDSMCustomScan: None,
-    ReInitializeDSMCustomScan: None,
-    InitializeWorkerCustomScan: None,
-    ShutdownCustomScan: None,
-    ExplainCustomScan: Some(explain),
-});
+static SCAN_METHODS: ScanMethods = ScanMethods::new(NAME, create_state);
+static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, end, explain);
 
 /// Make the scan known by name (plans are copied and read back by name).
 pub(crate) fn register() {
@@ -230,7 +194,9 @@ pub(crate) unsafe fn planned_statement(
 /// Copies of the tables every level of `parse` names, with the privileges
 /// they need: the executor checks those and takes their locks, as for any
 /// statement (the worker checks again, as the same role).
-unsafe fn flat_range_table(parse: *mut pg_sys::Query) -> Vec<*mut pg_sys::RangeTblEntry> {
+pub(crate) unsafe fn flat_range_table(
+    parse: *mut pg_sys::Query,
+) -> Vec<*mut pg_sys::RangeTblEntry> {
     // SAFETY: walking and copying entries of a valid parse tree.
     unsafe {
         crate::parse_tree::contents(parse)
@@ -256,92 +222,37 @@ fn palloc_string(text: &str) -> *mut c_char {
 /// The scan's state: PostgreSQL's part first, as it expects.
 #[repr(C)]
 struct RouterState {
-    css: pg_sys::CustomScanState,
-    store: *mut pg_sys::Tuplestorestate,
-    /// Rows come out of the tuplestore as minimal tuples; PostgreSQL 15
-    /// gives custom scans a virtual scan slot.
-    fetch_slot: *mut pg_sys::TupleTableSlot,
-    ran: bool,
+    scan: StoredScan,
     rows: u64,
     elapsed_ms: f64,
 }
 
 unsafe extern "C-unwind" fn create_state(_plan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
-    // SAFETY: a zeroed node of our size in the executor's context.
-    unsafe {
-        let state = pg_sys::palloc0(std::mem::size_of::<RouterState>()) as *mut RouterState;
-        (*state).css.ss.ps.type_ = pg_sys::NodeTag::T_CustomScanState;
-        (*state).css.methods = &EXEC_METHODS.0;
-        state as *mut pg_sys::Node
-    }
-}
-
-unsafe extern "C-unwind" fn begin(
-    node: *mut pg_sys::CustomScanState,
-    _estate: *mut pg_sys::EState,
-    _eflags: c_int,
-) {
-    // SAFETY: our state, with its scan slot made by ExecInitCustomScan.
-    unsafe {
-        pg_sys::panic::pgrx_extern_c_guard(|| {
-            let state = node as *mut RouterState;
-            let descriptor = (*(*node).ss.ss_ScanTupleSlot).tts_tupleDescriptor;
-            (*state).fetch_slot =
-                pg_sys::MakeSingleTupleTableSlot(descriptor, &pg_sys::TTSOpsMinimalTuple);
-        })
-    }
+    // SAFETY: RouterState is repr(C) and starts with a StoredScan.
+    unsafe { stored_scan::create_state::<RouterState>(&EXEC_METHODS.0) }
 }
 
 unsafe extern "C-unwind" fn exec(
     node: *mut pg_sys::CustomScanState,
 ) -> *mut pg_sys::TupleTableSlot {
-    // SAFETY: node is our RouterState; ExecScan calls back with it. This
-    // frame owns nothing, so an error may longjmp through it as it is
-    // (through pgrx's wrapper it would lose a node's own SQLSTATE).
-    unsafe { postgres_exec_scan(&mut (*node).ss, Some(next_row), Some(recheck)) }
-}
-
-unsafe extern "C-unwind" fn recheck(
-    _node: *mut pg_sys::ScanState,
-    _slot: *mut pg_sys::TupleTableSlot,
-) -> bool {
-    true
+    // SAFETY: node is our state.
+    unsafe { stored_scan::exec(node, next_row) }
 }
 
 unsafe extern "C-unwind" fn next_row(node: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
-    // SAFETY: node is the first field of our RouterState.
-    unsafe {
-        let state = node as *mut RouterState;
-        if !(*state).ran {
-            (*state).ran = true;
-            // The error is raised outside the guard, where nothing owns
-            // memory, with the node's SQLSTATE.
-            if let Some(error) = pg_sys::panic::pgrx_extern_c_guard(|| run(state).err()) {
-                error.raise();
-            }
-        }
-        pg_sys::panic::pgrx_extern_c_guard(|| {
-            let slot = (*state).fetch_slot;
-            if (*state).store.is_null()
-                || !pg_sys::tuplestore_gettupleslot((*state).store, true, false, slot)
-            {
-                pg_sys::ExecClearTuple(slot);
-            }
-            slot
-        })
-    }
+    // SAFETY: node is our state, and run its own.
+    unsafe { stored_scan::next_row(node, run_scan) }
 }
 
-/// The plan's strings.
+/// [`run`] for the scan's node.
+unsafe fn run_scan(node: *mut pg_sys::ScanState) -> Result<()> {
+    // SAFETY: node is our state.
+    unsafe { run(node as *mut RouterState) }
+}
+
 unsafe fn private_strings(state: *mut RouterState) -> Vec<String> {
-    // SAFETY: our plan's private list, a list of String nodes.
-    unsafe {
-        let plan = (*state).css.ss.ps.plan as *mut pg_sys::CustomScan;
-        PgList::<pg_sys::String>::from_pg((*plan).custom_private)
-            .iter_ptr()
-            .map(|s| CStr::from_ptr((*s).sval).to_string_lossy().into_owned())
-            .collect()
-    }
+    // SAFETY: a running scan of ours.
+    unsafe { stored_scan::private_strings(&mut (*state).scan.css) }
 }
 
 /// Run the worker query and store its rows.
@@ -367,7 +278,7 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let map_version =
             crate::metadata::shard_lookup::map_version_now()?.max(number(MAP_VERSION)?);
         let mut query = field(QUERY);
-        let estate = (*state).css.ss.ps.state;
+        let estate = (*state).scan.css.ss.ps.state;
         let params = (*estate).es_param_list_info;
         let (types, texts) = parameter_texts(params);
         let prepared = strings.len() > PARAMETER;
@@ -383,65 +294,14 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
             pg_sys::ResetPlanCache();
             return Err(ShardError::RouterPlanInTransaction);
         }
-        let slot = (*state).css.ss.ss_ScanTupleSlot;
-        let descriptor = (*slot).tts_tupleDescriptor;
-        let columns = (*descriptor).natts as usize;
-        let mut inputs: Vec<(pg_sys::FmgrInfo, pg_sys::Oid, i32)> = Vec::with_capacity(columns);
-        for i in 0..columns {
-            let attribute = (*descriptor).attrs.as_ptr().add(i);
-            let mut function = pg_sys::InvalidOid;
-            let mut io_param = pg_sys::InvalidOid;
-            pg_sys::getTypeInputInfo((*attribute).atttypid, &mut function, &mut io_param);
-            let mut info = pg_sys::FmgrInfo::default();
-            pg_sys::fmgr_info(function, &mut info);
-            inputs.push((info, io_param, (*attribute).atttypmod));
-        }
-        let store = pg_sys::tuplestore_begin_heap(false, false, pg_sys::work_mem);
-        (*state).store = store;
-        let mut row_context = PgMemoryContexts::new("pg_shard router row");
-        let mut values = vec![pg_sys::Datum::from(0usize); columns];
-        let mut nulls = vec![false; columns];
+        let slot = (*state).scan.css.ss.ss_ScanTupleSlot;
+        let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
         let timezone = current_timezone();
         let started = Instant::now();
         let access = if writes { Access::Write } else { Access::Read };
         let texts: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
         let mut statement = |connection: &mut NodeConnection| {
-            let each = |row: &crate::transaction::connection::TextRow<'_>| {
-                if row.len() != columns {
-                    return Err(ShardError::Internal(format!(
-                        "node {} returned {} columns for a statement of {columns}",
-                        node.label(),
-                        row.len()
-                    )));
-                }
-                row_context.reset();
-                row_context.switch_to(|_| {
-                    for (i, (info, io_param, typmod)) in inputs.iter_mut().enumerate() {
-                        match row.c_str(i) {
-                            None => {
-                                nulls[i] = true;
-                                values[i] = pg_sys::Datum::from(0usize);
-                            }
-                            Some(text) => {
-                                nulls[i] = false;
-                                values[i] = pg_sys::InputFunctionCall(
-                                    info,
-                                    text.as_ptr() as *mut c_char,
-                                    *io_param,
-                                    *typmod,
-                                );
-                            }
-                        }
-                    }
-                    pg_sys::tuplestore_putvalues(
-                        store,
-                        descriptor,
-                        values.as_mut_ptr(),
-                        nulls.as_mut_ptr(),
-                    );
-                });
-                Ok(())
-            };
+            let each = |row: &crate::transaction::connection::TextRow<'_>| rows.put(row, &node);
             if prepared {
                 connection.for_each_row_prepared(&query, &types, &texts, each)
             } else {
@@ -466,6 +326,7 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
                 statement(connection)
             })?
         };
+        (*state).scan.store = rows.into_tuplestore();
         (*state).elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         (*state).rows = outcome.rows;
         if (*estate).es_plannedstmt.is_null()
@@ -584,7 +445,7 @@ unsafe fn pick_shards(
 
 /// The session's TimeZone, which the worker's session gets too (stable
 /// functions of timestamps read it).
-fn current_timezone() -> String {
+pub(crate) fn current_timezone() -> String {
     // SAFETY: GetConfigOption returns the current value of a known setting.
     unsafe {
         let value = pg_sys::GetConfigOption(c"TimeZone".as_ptr(), true, false);
@@ -597,28 +458,8 @@ fn current_timezone() -> String {
 }
 
 unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
-    // SAFETY: our state; the store is freed once.
-    unsafe {
-        let state = node as *mut RouterState;
-        if !(*state).store.is_null() {
-            pg_sys::tuplestore_end((*state).store);
-            (*state).store = std::ptr::null_mut();
-        }
-        if !(*state).fetch_slot.is_null() {
-            pg_sys::ExecDropSingleTupleTableSlot((*state).fetch_slot);
-            (*state).fetch_slot = std::ptr::null_mut();
-        }
-    }
-}
-
-unsafe extern "C-unwind" fn rescan(node: *mut pg_sys::CustomScanState) {
-    // SAFETY: our state; reading the stored rows again from the start.
-    unsafe {
-        let state = node as *mut RouterState;
-        if !(*state).store.is_null() {
-            pg_sys::tuplestore_rescan((*state).store);
-        }
-    }
+    // SAFETY: our state, ended once.
+    unsafe { stored_scan::end(node) }
 }
 
 unsafe extern "C-unwind" fn explain(

@@ -105,6 +105,37 @@ pub(crate) fn shard_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<Sh
     }))
 }
 
+/// The start of every range of `relid`'s shard groups with its active
+/// shard, in keyspace order; None while a group has no single active
+/// placement (frozen or moving: the postgres_fdw path then waits or fails
+/// as before).
+pub(crate) fn shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)>>> {
+    let cached = CACHE.with(|cache| cache.borrow().shards.contains_key(&relid));
+    if !cached {
+        let shards = active_shards(relid)?;
+        CACHE.with(|cache| cache.borrow_mut().shards.insert(relid, shards));
+    }
+    Ok(CACHE.with(|cache| {
+        let cache = cache.borrow();
+        let mut shards: Vec<(i64, i64, Shard)> = cache.shards.get(&relid)?.clone();
+        shards.sort_by_key(|(start, _, _)| *start);
+        // The ranges must tile the keyspace, one placement each.
+        let mut next = i64::MIN;
+        let mut ranges = Vec::with_capacity(shards.len());
+        for (start, end, shard) in shards {
+            if start != next {
+                return None;
+            }
+            ranges.push((start, shard));
+            if end == i64::MAX {
+                return Some(ranges);
+            }
+            next = end.checked_add(1)?;
+        }
+        None
+    }))
+}
+
 /// Every active placement of `relid`'s shards: range, node, table, foreign
 /// partition.
 fn active_shards(relid: pg_sys::Oid) -> Result<Vec<(i64, i64, Shard)>> {

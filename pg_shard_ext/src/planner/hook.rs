@@ -8,6 +8,7 @@ use super::partition_key::{
     column_keyspace_call, is_distribution_column, partition_key, reading_catalog,
 };
 use crate::error::OrReport;
+use crate::executor::pushdown_scan::PushdownPlan;
 use pgrx::prelude::*;
 use pgrx::PgList;
 
@@ -50,8 +51,28 @@ unsafe extern "C-unwind" fn plan(
                 route(parse, query_string, cursor_options, bound_params)
             })
         };
-        if let Some(planned) = routed {
-            return planned;
+        match routed {
+            Some(Routed::Router(planned)) => return planned,
+            Some(Routed::Pushdown(pushdown)) => {
+                // The final query reads no distributed table: PostgreSQL
+                // plans it as it is (outside the guard: its errors travel
+                // as themselves).
+                // SAFETY: a valid Query built for this; the plan is then
+                // completed in the planner's context.
+                unsafe {
+                    let master = pushdown.master;
+                    let planned = postgres_standard_planner(
+                        master,
+                        query_string,
+                        cursor_options,
+                        bound_params,
+                    );
+                    return pg_sys::panic::pgrx_extern_c_guard(|| {
+                        crate::executor::pushdown_scan::attach(planned, parse, pushdown).or_report()
+                    });
+                }
+            }
+            None => {}
         }
     }
     let rewrite = if reading_catalog() {
@@ -140,22 +161,37 @@ unsafe fn has_parameters(parse: *mut pg_sys::Query) -> bool {
     }
 }
 
-/// The router plan of `parse`, if it is a router statement.
+/// The router or pushdown plan of `parse`, if it is one of those.
 unsafe fn route(
     parse: *mut pg_sys::Query,
     query_string: *const std::ffi::c_char,
     cursor_options: i32,
     bound_params: pg_sys::ParamListInfo,
-) -> Option<*mut pg_sys::PlannedStmt> {
+) -> Option<Routed> {
     // SAFETY: a valid parse tree; the checks read it.
     unsafe {
         if !has_partitioned_relation(parse) || !extension_installed() {
             return None;
         }
-        let task =
-            super::router::plan(parse, query_string, cursor_options, bound_params).or_report()?;
-        Some(crate::executor::router_scan::planned_statement(parse, task))
+        if let Some(task) =
+            super::router::plan(parse, query_string, cursor_options, bound_params).or_report()
+        {
+            return Some(Routed::Router(
+                crate::executor::router_scan::planned_statement(parse, task),
+            ));
+        }
+        crate::executor::pushdown_scan::results_function()?;
+        super::pushdown::plan(parse, query_string, cursor_options, bound_params)
+            .or_report()
+            .map(Routed::Pushdown)
     }
+}
+
+/// What routing made of a statement.
+enum Routed {
+    Router(*mut pg_sys::PlannedStmt),
+    /// A pushdown plan, whose final query PostgreSQL plans next.
+    Pushdown(PushdownPlan),
 }
 
 fn extension_installed() -> bool {

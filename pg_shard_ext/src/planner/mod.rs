@@ -1,7 +1,10 @@
 //! The metadata node's planner hook. A statement whose distributed tables
 //! come down to one shard group on one node is planned as a router
-//! statement ([`router`]): the whole statement runs on that node. Others
-//! run over postgres_fdw, with shard pruning for keys:
+//! statement ([`router`]): the whole statement runs on that node. A SELECT
+//! on co-located tables joined on their distribution columns is pushed
+//! down ([`pushdown`], split by [`combine`]): one query per shard group on
+//! the workers, and a final one over their rows. Others run over
+//! postgres_fdw, with shard pruning for keys:
 //!
 //! A distributed table is partitioned by `pg_shard.keyspace_id(key)`, so
 //! PostgreSQL prunes partitions only for conditions on that expression. The
@@ -21,14 +24,20 @@
 //! Conditions in WHERE and in every JOIN … ON are handled, in subqueries in
 //! FROM and in CTEs too.
 
+mod combine;
 mod conditions;
 mod hook;
 mod partition_key;
+mod pushdown;
 mod router;
 mod worker_query;
 
 pub(crate) use hook::install;
-pub(crate) use router::register_gucs;
+
+pub(crate) fn register_gucs() {
+    router::register_gucs();
+    pushdown::register_gucs();
+}
 
 /// Forget cached catalog facts (called on every relcache invalidation).
 pub(crate) fn forget_cache() {

@@ -181,7 +181,7 @@ pub(super) unsafe fn plan(
 /// statements of the transaction may run over postgres_fdw, whose
 /// connections would not see what the router's connection did, nor it
 /// theirs; so those statements all take the postgres_fdw path for now.
-unsafe fn outside_transaction_block(query_string: *const std::ffi::c_char) -> bool {
+pub(super) unsafe fn outside_transaction_block(query_string: *const std::ffi::c_char) -> bool {
     // SAFETY: both strings are NUL-terminated when not NULL.
     unsafe {
         let top = pg_sys::debug_query_string;
@@ -193,7 +193,7 @@ unsafe fn outside_transaction_block(query_string: *const std::ffi::c_char) -> bo
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub(super) enum Kind {
     Distributed,
     Reference,
 }
@@ -201,7 +201,9 @@ enum Kind {
 /// The kind of every table the statement names; None if one is neither a
 /// distributed nor a reference table (a local table, a catalog), or an
 /// entry the node cannot read the same way.
-unsafe fn relation_kinds(found: &TreeContents) -> Result<Option<HashMap<pg_sys::Oid, Kind>>> {
+pub(super) unsafe fn relation_kinds(
+    found: &TreeContents,
+) -> Result<Option<HashMap<pg_sys::Oid, Kind>>> {
     let mut kinds = HashMap::new();
     for &rte in &found.range_entries {
         // SAFETY: valid range table entries.
@@ -264,7 +266,7 @@ const SESSION_FUNCTIONS: [&str; 20] = [
 ];
 
 /// Whether every call means the same on the worker.
-unsafe fn calls_are_portable(found: &TreeContents) -> bool {
+pub(super) unsafe fn calls_are_portable(found: &TreeContents) -> bool {
     found.calls.iter().all(|&node| {
         // SAFETY: valid expression nodes of the tree.
         unsafe {
@@ -630,7 +632,7 @@ unsafe fn strip_widening(node: *mut pg_sys::Node) -> *mut pg_sys::Node {
 
 /// The keyspace id (signed form) of an expression that folds to a non-null
 /// constant.
-unsafe fn constant_keyspace_id(expr: *mut pg_sys::Node) -> Option<i64> {
+pub(super) unsafe fn constant_keyspace_id(expr: *mut pg_sys::Node) -> Option<i64> {
     // SAFETY: a valid expression; folding works on a copy and evaluates
     // only immutable functions of constants.
     unsafe {

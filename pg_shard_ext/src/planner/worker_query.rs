@@ -55,6 +55,17 @@ pub(super) unsafe fn worker_query(
             }
         }
     }
+    // Every table keeps its own name as its alias, so that column
+    // references still name it once the table's name is replaced (a
+    // reference table's by its copy's).
+    // SAFETY: entries of the caller's tree.
+    unsafe {
+        for rte in crate::parse_tree::contents(query).range_entries {
+            if (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION && (*rte).alias.is_null() {
+                (*rte).alias = pg_sys::makeAlias((*(*rte).eref).aliasname, std::ptr::null_mut());
+            }
+        }
+    }
     replacements.extend(renames);
     let _path = GucScope::set_one("search_path", "pg_catalog");
     // SAFETY: deparsing a valid Query into a palloc'd string.

@@ -475,10 +475,47 @@ impl NodeConnection {
         self.results(|_| Ok(()))
     }
 
-    /// Read a sent statement's rows one at a time (libpq's single-row mode).
-    fn single_rows(&mut self, mut each: impl FnMut(&TextRow<'_>) -> Result<()>) -> Result<Outcome> {
+    /// Send one statement without waiting for it: several nodes work at
+    /// once, and [`NodeConnection::receive_rows`] reads each one's rows.
+    pub(crate) fn send_query(&mut self, sql: &str) -> Result<()> {
+        let sql = self.c_string(sql)?;
+        // SAFETY: a valid connection and a C string that outlives the call;
+        // no parameters.
+        let sent = unsafe {
+            PQsendQueryParams(
+                self.conn,
+                sql.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+            )
+        };
+        self.sent(sent)?;
         // SAFETY: right after sending, before any result is read.
         unsafe { PQsetSingleRowMode(self.conn) };
+        Ok(())
+    }
+
+    /// The rows of the statement [`NodeConnection::send_query`] sent, one
+    /// at a time.
+    pub(crate) fn receive_rows(
+        &mut self,
+        each: impl FnMut(&TextRow<'_>) -> Result<()>,
+    ) -> Result<Outcome> {
+        self.rows(each)
+    }
+
+    /// Read a sent statement's rows one at a time (libpq's single-row mode).
+    fn single_rows(&mut self, each: impl FnMut(&TextRow<'_>) -> Result<()>) -> Result<Outcome> {
+        // SAFETY: right after sending, before any result is read.
+        unsafe { PQsetSingleRowMode(self.conn) };
+        self.rows(each)
+    }
+
+    fn rows(&mut self, mut each: impl FnMut(&TextRow<'_>) -> Result<()>) -> Result<Outcome> {
         self.results(|result| {
             // SAFETY: a live result.
             let rows = unsafe { PQntuples(result.0) };

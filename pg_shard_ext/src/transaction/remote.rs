@@ -151,14 +151,32 @@ pub(crate) fn autocommit<T>(
     node: &Node,
     work: impl FnOnce(&mut NodeConnection) -> Result<T>,
 ) -> Result<T> {
+    autocommit_each(std::slice::from_ref(node), |connections| {
+        work(&mut connections[0])
+    })
+}
+
+/// [`autocommit`] on several nodes at once: one connection to each of
+/// `nodes`, in their order.
+pub(crate) fn autocommit_each<T>(
+    nodes: &[Node],
+    work: impl FnOnce(&mut [NodeConnection]) -> Result<T>,
+) -> Result<T> {
     let user = crate::metadata::catalog::acting_user()?;
-    let mut connection = match take_idle(node, &user) {
-        Some(connection) => connection,
-        None => NodeConnection::open(node)?,
-    };
-    let result = work(&mut connection);
-    if connection.is_idle() {
-        put_idle(user, connection);
+    let mut connections = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        connections.push(match take_idle(node, &user) {
+            Some(connection) => connection,
+            None => NodeConnection::open(node)?,
+        });
+    }
+    let result = work(&mut connections);
+    for connection in connections {
+        // (A connection left busy by an error is dropped: its query is
+        // cancelled.)
+        if connection.is_idle() {
+            put_idle(user.clone(), connection);
+        }
     }
     result
 }

@@ -2,9 +2,11 @@
 -- partitioned by keyspace id and its partitions are foreign tables on the
 -- shards; the planner hook adds keyspace conditions beside conditions on
 -- the distribution column so that only the owning shards are touched.
--- (Statements on one shard run whole on their worker: tests/pg_regress/sql/router.sql.
--- These are about the postgres_fdw path, which the rest take.)
+-- (Statements on one shard run whole on their worker: tests/pg_regress/sql/router.sql;
+-- SELECTs on co-located tables are pushed down: pushdown.sql. These are about
+-- the postgres_fdw path, which the rest take.)
 SET pg_shard.enable_router_executor = off;
+SET pg_shard.enable_pushdown_executor = off;
 SELECT count(*), sum(total) FROM orders;
 
 -- one key: one shard, at plan time

@@ -85,8 +85,8 @@ SELECT count(*) AS still_running FROM pg_stat_activity
  WHERE query LIKE '%generate_series(1, 500000000)%' AND pid <> pg_backend_pid();
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
--- what does not qualify takes the postgres_fdw path, as before
--- several shards
+-- what does not qualify takes another path: several shards (a SELECT is
+-- pushed down: pushdown.sql)
 EXPLAIN (COSTS OFF) SELECT count(*) FROM rt_orders WHERE customer_id IN (1, 2, 3, 4, 5);
 -- a transaction block (its other statements may need postgres_fdw)
 BEGIN;

@@ -1,0 +1,466 @@
+//! `Custom Scan (pg_shard Pushdown)`: runs a pushed-down statement's worker
+//! queries, one per node (its shard groups' queries joined by UNION ALL),
+//! on every node at once, and returns their rows to the final query above
+//! it ([`crate::planner`]'s pushdown class plans both).
+//!
+//! The final query is planned by PostgreSQL as a query over a function
+//! (`pg_shard.worker_results()`, which only stands in for the rows); the
+//! function's scan in that plan is then replaced by this scan, so
+//! aggregation, sorting and limits above it are PostgreSQL's own.
+
+use super::row_store::RowStore;
+use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
+use crate::error::{Result, ShardError};
+use crate::metadata::Node;
+use crate::transaction::connection::NodeConnection;
+use crate::transaction::remote::{
+    autocommit_each, has_transaction_on, with_declared_transaction, Access,
+};
+use pgrx::prelude::*;
+use pgrx::PgList;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::time::Instant;
+
+/// What the planner decided.
+pub(crate) struct PushdownPlan {
+    /// The final query (over [`results_entry`]).
+    pub(crate) master: *mut pg_sys::Query,
+    /// The workers' output columns.
+    pub(crate) columns: Vec<(pg_sys::Oid, i32, pg_sys::Oid)>,
+    pub(crate) tasks: Vec<NodeTask>,
+    pub(crate) map_version: i64,
+    /// Whether the statement runs whole per shard group (for EXPLAIN).
+    pub(crate) whole: bool,
+    /// Relations whose changes invalidate the plan.
+    pub(crate) relation_oids: Vec<pg_sys::Oid>,
+}
+
+/// One node's part: the queries of its shard groups.
+pub(crate) struct NodeTask {
+    pub(crate) node: Node,
+    pub(crate) queries: Vec<String>,
+    pub(crate) partitions: Vec<pg_sys::Oid>,
+    pub(crate) shards: Vec<String>,
+}
+
+impl NodeTask {
+    fn query(&self) -> String {
+        if self.queries.len() == 1 {
+            return self.queries[0].clone();
+        }
+        self.queries
+            .iter()
+            .map(|q| format!("({q})"))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
+    }
+}
+
+const NAME: &CStr = c"pg_shard Pushdown";
+
+static SCAN_METHODS: ScanMethods = ScanMethods::new(NAME, create_state);
+static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, end, explain);
+
+/// Make the scan known by name (plans are copied and read back by name).
+pub(crate) fn register() {
+    // SAFETY: a static that lives as long as the backend.
+    unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
+}
+
+/// `pg_shard.worker_results()`, the function standing for the workers'
+/// rows in the final query; None where the extension's objects predate it.
+pub(crate) fn results_function() -> Option<pg_sys::Oid> {
+    // SAFETY: a catalog lookup of a qualified name without arguments.
+    unsafe {
+        let mut names = PgList::<pg_sys::Node>::new();
+        names.push(pg_sys::makeString(pg_sys::pstrdup(c"pg_shard".as_ptr())) as *mut pg_sys::Node);
+        names.push(
+            pg_sys::makeString(pg_sys::pstrdup(c"worker_results".as_ptr())) as *mut pg_sys::Node,
+        );
+        let oid = pg_sys::LookupFuncName(names.into_pg(), 0, std::ptr::null(), true);
+        (oid != pg_sys::InvalidOid).then_some(oid)
+    }
+}
+
+/// The final query's range table: one function entry with the workers'
+/// columns (c1, c2, …).
+pub(crate) fn results_entry(columns: &[(pg_sys::Oid, i32, pg_sys::Oid)]) -> *mut pg_sys::List {
+    // SAFETY: new nodes in the current memory context.
+    unsafe {
+        let function = results_function().unwrap_or(pg_sys::InvalidOid);
+        let call = pg_sys::makeFuncExpr(
+            function,
+            pg_sys::RECORDOID,
+            std::ptr::null_mut(),
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        );
+        (*call).funcretset = true;
+        let mut names = PgList::<pg_sys::Node>::new();
+        let mut types = std::ptr::null_mut();
+        let mut typmods = std::ptr::null_mut();
+        let mut collations = std::ptr::null_mut();
+        for (i, (ty, typmod, collation)) in columns.iter().enumerate() {
+            let name = CString::new(format!("c{}", i + 1)).unwrap_or_default();
+            names.push(pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())) as *mut pg_sys::Node);
+            types = pg_sys::lappend_oid(types, *ty);
+            typmods = pg_sys::lappend_int(typmods, *typmod);
+            collations = pg_sys::lappend_oid(collations, *collation);
+        }
+        let names = names.into_pg();
+        let mut function_entry =
+            PgBox::<pg_sys::RangeTblFunction>::alloc_node(pg_sys::NodeTag::T_RangeTblFunction);
+        function_entry.funcexpr = call as *mut pg_sys::Node;
+        function_entry.funccolcount = columns.len() as c_int;
+        function_entry.funccolnames = names;
+        function_entry.funccoltypes = types;
+        function_entry.funccoltypmods = typmods;
+        function_entry.funccolcollations = collations;
+        let mut functions = PgList::<pg_sys::RangeTblFunction>::new();
+        functions.push(function_entry.into_pg());
+        let mut entry =
+            PgBox::<pg_sys::RangeTblEntry>::alloc_node(pg_sys::NodeTag::T_RangeTblEntry);
+        entry.rtekind = pg_sys::RTEKind::RTE_FUNCTION;
+        entry.functions = functions.into_pg();
+        entry.eref = pg_sys::makeAlias(c"worker_results".as_ptr(), names);
+        entry.inFromCl = true;
+        let mut rtable = PgList::<pg_sys::RangeTblEntry>::new();
+        rtable.push(entry.into_pg());
+        rtable.into_pg()
+    }
+}
+
+/// The order of `custom_private`'s strings: the map version, whether the
+/// statement runs whole, then five per node.
+const MAP_VERSION: usize = 0;
+const WHOLE: usize = 1;
+const FIRST_TASK: usize = 2;
+const TASK_FIELDS: usize = 5;
+
+/// Turn the final query's plan into the statement's: the function scan
+/// standing for the workers' rows becomes the pushdown scan, and the
+/// statement's tables join the range table (the executor checks their
+/// privileges and takes their locks, as for any statement; the workers
+/// check again, as the same role).
+///
+/// # Safety
+/// `planned` is the final query's plan, `parse` the statement's tree.
+pub(crate) unsafe fn attach(
+    planned: *mut pg_sys::PlannedStmt,
+    parse: *mut pg_sys::Query,
+    plan: PushdownPlan,
+) -> Result<*mut pg_sys::PlannedStmt> {
+    // SAFETY: a plan just made; nodes are replaced in the planner's context.
+    unsafe {
+        let mut rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*planned).rtable);
+        for entry in super::router_scan::flat_range_table(parse) {
+            rtable.push(entry);
+        }
+        (*planned).rtable = rtable.into_pg();
+        for oid in &plan.relation_oids {
+            (*planned).relationOids = pg_sys::lappend_oid((*planned).relationOids, *oid);
+        }
+        (*planned).queryId = (*parse).queryId;
+        (*planned).stmt_location = (*parse).stmt_location;
+        (*planned).stmt_len = (*parse).stmt_len;
+        // A final query PostgreSQL proved empty (HAVING false) reads no
+        // rows: its plan stands as it is.
+        let Some((parent, scan)) = find_results_scan(std::ptr::null_mut(), (*planned).planTree)
+        else {
+            return Ok(planned);
+        };
+        let relid = (*scan).scan.scanrelid as i32;
+        let mut custom = PgBox::<pg_sys::CustomScan>::alloc_node(pg_sys::NodeTag::T_CustomScan);
+        custom.scan.plan = (*scan).scan.plan;
+        custom.scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
+        custom.scan.scanrelid = 0;
+        // Its columns come from the scan's own tuple (INDEX_VAR), as
+        // custom_scan_tlist describes it.
+        crate::parse_tree::renumber_vars(
+            custom.scan.plan.targetlist as *mut pg_sys::Node,
+            relid,
+            pg_sys::INDEX_VAR,
+        );
+        crate::parse_tree::renumber_vars(
+            custom.scan.plan.qual as *mut pg_sys::Node,
+            relid,
+            pg_sys::INDEX_VAR,
+        );
+        let mut scan_targets = PgList::<pg_sys::TargetEntry>::new();
+        for (i, (ty, typmod, collation)) in plan.columns.iter().enumerate() {
+            let var = pg_sys::makeVar(relid, (i + 1) as i16, *ty, *typmod, *collation, 0);
+            let name = CString::new(format!("c{}", i + 1)).unwrap_or_default();
+            scan_targets.push(pg_sys::makeTargetEntry(
+                var as *mut pg_sys::Expr,
+                (i + 1) as i16,
+                pg_sys::pstrdup(name.as_ptr()),
+                false,
+            ));
+        }
+        custom.custom_scan_tlist = scan_targets.into_pg();
+        custom.methods = &SCAN_METHODS.0;
+        let mut private = PgList::<pg_sys::Node>::new();
+        let mut push = |text: &str| {
+            private.push(pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node);
+        };
+        push(&plan.map_version.to_string());
+        push(if plan.whole { "t" } else { "f" });
+        for task in &plan.tasks {
+            push(&task.node.node_id.to_string());
+            push(&task.node.host);
+            push(&task.node.port.to_string());
+            push(&task.shards.join(", "));
+            push(&task.query());
+        }
+        custom.custom_private = private.into_pg();
+        let custom = custom.into_pg() as *mut pg_sys::Plan;
+        if parent.is_null() {
+            (*planned).planTree = custom;
+        } else if (*parent).lefttree == scan as *mut pg_sys::Plan {
+            (*parent).lefttree = custom;
+        } else {
+            (*parent).righttree = custom;
+        }
+
+        Ok(planned)
+    }
+}
+
+/// The function scan of the workers' rows, with its parent plan (NULL at
+/// the top). The final query reads one relation, so the plan is a chain.
+unsafe fn find_results_scan(
+    parent: *mut pg_sys::Plan,
+    plan: *mut pg_sys::Plan,
+) -> Option<(*mut pg_sys::Plan, *mut pg_sys::FunctionScan)> {
+    // SAFETY: nodes of a valid plan tree.
+    unsafe {
+        if plan.is_null() {
+            return None;
+        }
+        if (*plan).type_ == pg_sys::NodeTag::T_FunctionScan {
+            return Some((parent, plan as *mut pg_sys::FunctionScan));
+        }
+        find_results_scan(plan, (*plan).lefttree)
+            .or_else(|| find_results_scan(plan, (*plan).righttree))
+    }
+}
+
+fn palloc_string(text: &str) -> *mut c_char {
+    let owned = CString::new(text.replace('\0', "")).unwrap_or_default();
+    // SAFETY: copies a NUL-terminated string into the current context.
+    unsafe { pg_sys::pstrdup(owned.as_ptr()) }
+}
+
+/// The scan's state: PostgreSQL's part first, as it expects.
+#[repr(C)]
+struct PushdownState {
+    scan: StoredScan,
+    /// Per node, for EXPLAIN ANALYZE: milliseconds until its last row,
+    /// and its rows (a Box owned by the state, freed at the end).
+    timings: *mut Vec<(f64, u64)>,
+}
+
+unsafe extern "C-unwind" fn create_state(_plan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    // SAFETY: PushdownState is repr(C) and starts with a StoredScan.
+    unsafe { stored_scan::create_state::<PushdownState>(&EXEC_METHODS.0) }
+}
+
+unsafe extern "C-unwind" fn exec(
+    node: *mut pg_sys::CustomScanState,
+) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: node is our state.
+    unsafe { stored_scan::exec(node, next_row) }
+}
+
+unsafe extern "C-unwind" fn next_row(node: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: node is our state, and run its own.
+    unsafe { stored_scan::next_row(node, run_scan) }
+}
+
+/// [`run`] for the scan's node.
+unsafe fn run_scan(node: *mut pg_sys::ScanState) -> Result<()> {
+    // SAFETY: node is our state.
+    unsafe { run(node as *mut PushdownState) }
+}
+
+unsafe fn private_strings(state: *mut PushdownState) -> Vec<String> {
+    // SAFETY: a running scan of ours.
+    unsafe { stored_scan::private_strings(&mut (*state).scan.css) }
+}
+
+/// A node and its query, read back from the plan.
+struct PlannedTask {
+    node: Node,
+    shards: String,
+    query: String,
+}
+
+fn planned_tasks(strings: &[String]) -> Result<Vec<PlannedTask>> {
+    let damaged = || ShardError::Internal("a pushdown plan with a damaged field".into());
+    let rest = strings.get(FIRST_TASK..).ok_or_else(damaged)?;
+    rest.chunks(TASK_FIELDS)
+        .map(|fields| {
+            let [id, host, port, shards, query] = fields else {
+                return Err(damaged());
+            };
+            Ok(PlannedTask {
+                node: Node {
+                    node_id: id.parse().map_err(|_| damaged())?,
+                    host: host.clone(),
+                    port: port.parse().map_err(|_| damaged())?,
+                },
+                shards: shards.clone(),
+                query: query.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Run every node's query and store the rows.
+unsafe fn run(state: *mut PushdownState) -> Result<()> {
+    // SAFETY: a running scan of our plan: its slot and descriptor are
+    // valid; the tuplestore lives in the query's context.
+    unsafe {
+        let strings = private_strings(state);
+        let tasks = planned_tasks(&strings)?;
+        let planned_version: i64 = strings
+            .get(MAP_VERSION)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| ShardError::Internal("a pushdown plan with a damaged field".into()))?;
+        // The newest map known (the plan's, unless it was cached across a
+        // change): the nodes' shards check it.
+        let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
+        if pg_sys::IsTransactionBlock() {
+            pg_sys::ResetPlanCache();
+            return Err(ShardError::RouterPlanInTransaction);
+        }
+        let slot = (*state).scan.css.ss.ss_ScanTupleSlot;
+        let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
+        let timezone = super::router_scan::current_timezone();
+        let started = Instant::now();
+        let mut timings = Vec::with_capacity(tasks.len());
+        let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
+        if nodes.iter().any(has_transaction_on) {
+            // Earlier statements of this transaction (a pipeline's) wrote
+            // through the router: read in their remote transactions, which
+            // see those writes.
+            for task in &tasks {
+                let outcome = with_declared_transaction(
+                    &task.node,
+                    Access::Read,
+                    Some(map_version),
+                    |connection| {
+                        connection.declare_session(map_version, &timezone)?;
+                        connection.send_query(&task.query)?;
+                        connection.receive_rows(|row| rows.put(row, &task.node))
+                    },
+                )?;
+                timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
+            }
+        } else {
+            autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
+                for connection in connections.iter_mut() {
+                    connection.declare_for_autocommit(map_version, &timezone)?;
+                }
+                // Every node starts before any is read.
+                for (connection, task) in connections.iter_mut().zip(&tasks) {
+                    connection.send_query(&task.query)?;
+                }
+                for (connection, task) in connections.iter_mut().zip(&tasks) {
+                    let outcome = connection.receive_rows(|row| rows.put(row, &task.node))?;
+                    timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
+                }
+                Ok(())
+            })?;
+        }
+        (*state).scan.store = rows.into_tuplestore();
+        (*state).timings = Box::into_raw(Box::new(timings));
+        Ok(())
+    }
+}
+
+unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+    // SAFETY: our state; each resource is freed once.
+    unsafe {
+        stored_scan::end(node);
+        let state = node as *mut PushdownState;
+        if !(*state).timings.is_null() {
+            drop(Box::from_raw((*state).timings));
+            (*state).timings = std::ptr::null_mut();
+        }
+    }
+}
+
+unsafe extern "C-unwind" fn explain(
+    node: *mut pg_sys::CustomScanState,
+    _ancestors: *mut pg_sys::List,
+    es: *mut pg_sys::ExplainState,
+) {
+    // SAFETY: our state and a valid ExplainState; strings are copied by
+    // the EXPLAIN functions.
+    unsafe { pg_sys::panic::pgrx_extern_c_guard(|| explain_tasks(node, es)) }
+}
+
+unsafe fn explain_tasks(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::ExplainState) {
+    // SAFETY: as in explain.
+    unsafe {
+        let state = node as *mut PushdownState;
+        let strings = private_strings(state);
+        let Ok(tasks) = planned_tasks(&strings) else {
+            return;
+        };
+        let property = |label: &CStr, value: String| {
+            let value = CString::new(value).unwrap_or_default();
+            pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
+        };
+        let whole = strings.get(WHOLE).is_some_and(|w| w == "t");
+        property(
+            c"Class",
+            if whole {
+                "pushdown (whole statement per shard group)".to_string()
+            } else {
+                "pushdown (partial results merged here)".to_string()
+            },
+        );
+        pg_sys::ExplainPropertyInteger(
+            c"Task Count".as_ptr(),
+            std::ptr::null(),
+            tasks.len() as i64,
+            es,
+        );
+        let timings = if (*state).timings.is_null() {
+            None
+        } else {
+            Some(&*(*state).timings)
+        };
+        for (i, task) in tasks.iter().enumerate() {
+            property(
+                c"Node",
+                format!(
+                    "{}:{} (node {})",
+                    task.node.host, task.node.port, task.node.node_id
+                ),
+            );
+            property(c"Shards", task.shards.clone());
+            property(c"Worker Query", task.query.clone());
+            if (*es).analyze {
+                if let Some((ms, rows)) = timings.and_then(|t| t.get(i)) {
+                    pg_sys::ExplainPropertyFloat(
+                        c"Worker Time".as_ptr(),
+                        c"ms".as_ptr(),
+                        *ms,
+                        3,
+                        es,
+                    );
+                    pg_sys::ExplainPropertyInteger(
+                        c"Worker Rows".as_ptr(),
+                        std::ptr::null(),
+                        *rows as i64,
+                        es,
+                    );
+                }
+            }
+        }
+    }
+}
