@@ -5,7 +5,8 @@
 //! [`crate::executor::pushdown_scan`] runs it).
 //!
 //! A query level is *separable* when running it on each shard group alone
-//! and appending the results gives its rows: every distributed item of
+//! (or, as the workers do, on all of a node's shard groups at once) and
+//! appending the results gives its rows: every distributed item of
 //! its FROM (a distributed table, or a separable subquery exposing its
 //! distribution column) is tied to the others by equalities of their
 //! distribution columns, an outer join keeps unmatched rows only of a side
@@ -470,9 +471,8 @@ unsafe fn separable_subquery(
             })
             .map(|t| (*t).resno)
             .collect();
-        if columns.is_empty() {
-            return None;
-        }
+        // (Without its distribution column among its outputs it can still
+        // be the level's only distributed item.)
         Some((columns, level.accounted))
     }
 }
@@ -842,9 +842,9 @@ unsafe fn condition_keyspace_ids(
     }
 }
 
-/// One query per node: the worker query of each shard group on it, joined
-/// by UNION ALL. None while a group is frozen or moving, or a partition's
-/// columns differ from its table's.
+/// One query per node: the worker query over the node's shards of the
+/// (picked) shard groups. None while a group is frozen or moving, or a
+/// partition's columns differ from its table's.
 unsafe fn node_tasks(
     worker: *mut pg_sys::Query,
     distributed: &[pg_sys::Oid],
@@ -877,7 +877,8 @@ unsafe fn node_tasks(
     if picked.is_empty() {
         picked.push(0);
     }
-    let mut tasks: Vec<NodeTask> = Vec::new();
+    // The picked groups by node, in keyspace order.
+    let mut by_node: Vec<(crate::metadata::Node, Vec<usize>)> = Vec::new();
     for group in picked {
         let node = per_table[0].1[group].1.node.clone();
         let start = per_table[0].1[group].0;
@@ -887,64 +888,85 @@ unsafe fn node_tasks(
         {
             return Ok(None);
         }
-        // SAFETY: a copy of the worker query for this group, whose
-        // distributed entries point at the group's partitions.
-        let text = unsafe {
+        match by_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, groups)) => groups.push(group),
+            None => by_node.push((node, vec![group])),
+        }
+    }
+    let mut tasks: Vec<NodeTask> = Vec::with_capacity(by_node.len());
+    for (node, groups) in by_node {
+        // Each distributed table reads all its shards on the node at once
+        // (their UNION ALL): rows tied by the distribution column are in one
+        // shard group, so on one node, and the node joins the reference
+        // tables once rather than once per shard group.
+        let on_node = |relid: pg_sys::Oid| -> Option<Vec<crate::metadata::shard_lookup::Shard>> {
+            let (_, ranges) = per_table.iter().find(|(r, _)| *r == relid)?;
+            Some(groups.iter().map(|&g| ranges[g].1.clone()).collect())
+        };
+        // SAFETY: a copy of the worker query for this node, whose
+        // distributed entries point at a partition of theirs there.
+        let task = unsafe {
             let copy =
                 pg_sys::copyObjectImpl(worker as *const std::ffi::c_void) as *mut pg_sys::Query;
             let mut shards = Vec::new();
+            let mut partitions = Vec::new();
             for rte in contents(copy).range_entries {
                 if !is_distributed_entry(rte) {
                     continue;
                 }
-                let Some((_, ranges)) = per_table.iter().find(|(relid, _)| *relid == (*rte).relid)
-                else {
+                let Some(tables) = on_node((*rte).relid) else {
                     return Ok(None);
                 };
+                partitions.extend(tables.iter().map(|t| t.partition));
+                let mut read = tables[0].clone();
+                if tables.len() > 1 {
+                    read.qualified = format!(
+                        "({})",
+                        tables
+                            .iter()
+                            .map(|t| format!("SELECT * FROM {}", t.qualified))
+                            .collect::<Vec<_>>()
+                            .join(" UNION ALL ")
+                    );
+                }
                 shards.push(ShardRelation {
                     rte,
                     logical: (*rte).relid,
-                    shard: ranges[group].1.clone(),
+                    shard: read,
                 });
             }
             let mut renames = Vec::new();
             for (&relid, kind) in kinds {
-                let on_node = match kind {
+                let name_on_node = match kind {
                     Kind::Reference => match reference_copy(relid, node.node_id)? {
                         Some(copy) => copy,
                         None => return Ok(None),
                     },
-                    Kind::Distributed => match per_table.iter().find(|(r, _)| *r == relid) {
-                        Some((_, ranges)) => ranges[group].1.qualified.clone(),
+                    // (A row type's name: any of the shards' is alike.)
+                    Kind::Distributed => match on_node(relid) {
+                        Some(tables) => tables[0].qualified.clone(),
                         None => continue,
                     },
                 };
-                renames.push((qualified_name(relid), on_node));
+                renames.push((qualified_name(relid), name_on_node));
             }
-            let partitions: Vec<pg_sys::Oid> = shards.iter().map(|s| s.shard.partition).collect();
-            let names: Vec<String> = per_table
-                .iter()
-                .map(|(_, ranges)| ranges[group].1.qualified.clone())
-                .collect();
+            let mut names: Vec<String> = Vec::new();
+            for &relid in distributed {
+                if let Some(tables) = on_node(relid) {
+                    names.extend(tables.into_iter().map(|t| t.qualified));
+                }
+            }
             match worker_query(copy, &shards, renames)? {
-                Some(text) => (text, partitions, names),
+                Some(text) => NodeTask {
+                    node,
+                    queries: vec![text],
+                    partitions,
+                    shards: names,
+                },
                 None => return Ok(None),
             }
         };
-        let (text, partitions, names) = text;
-        match tasks.iter_mut().find(|t| t.node == node) {
-            Some(task) => {
-                task.queries.push(text);
-                task.partitions.extend(partitions);
-                task.shards.extend(names);
-            }
-            None => tasks.push(NodeTask {
-                node,
-                queries: vec![text],
-                partitions,
-                shards: names,
-            }),
-        }
+        tasks.push(task);
     }
     Ok(Some(tasks))
 }
