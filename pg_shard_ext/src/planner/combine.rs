@@ -107,6 +107,12 @@ unsafe fn worker_limit(count: *mut pg_sys::Node, offset: *mut pg_sys::Node) -> *
             if node.is_null() {
                 return Some(None);
             }
+            // LIMIT 10 is int8(10) until folded (on a copy).
+            if pg_sys::contain_volatile_functions(node) || pg_sys::contain_subplans(node) {
+                return None;
+            }
+            let copy = pg_sys::copyObjectImpl(node as *const c_void) as *mut pg_sys::Node;
+            let node = pg_sys::eval_const_expressions(std::ptr::null_mut(), copy);
             if (*node).type_ != pg_sys::NodeTag::T_Const {
                 return None;
             }

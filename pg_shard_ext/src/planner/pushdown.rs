@@ -893,80 +893,126 @@ unsafe fn node_tasks(
             None => by_node.push((node, vec![group])),
         }
     }
+    // A statement joining distributed tables runs per shard group (one
+    // UNION ALL branch each: the join stays within a shard's rows and
+    // indexes); one reading a single distributed table reads all its
+    // shards on the node at once (their UNION ALL), joining any reference
+    // tables once per node rather than once per shard group.
+    // SAFETY: a valid Query.
+    let joins_distributed = unsafe {
+        contents(worker)
+            .range_entries
+            .iter()
+            .filter(|rte| is_distributed_entry(**rte))
+            .count()
+            > 1
+    };
     let mut tasks: Vec<NodeTask> = Vec::with_capacity(by_node.len());
     for (node, groups) in by_node {
-        // Each distributed table reads all its shards on the node at once
-        // (their UNION ALL): rows tied by the distribution column are in one
-        // shard group, so on one node, and the node joins the reference
-        // tables once rather than once per shard group.
-        let on_node = |relid: pg_sys::Oid| -> Option<Vec<crate::metadata::shard_lookup::Shard>> {
-            let (_, ranges) = per_table.iter().find(|(r, _)| *r == relid)?;
-            Some(groups.iter().map(|&g| ranges[g].1.clone()).collect())
+        let parts: Vec<Vec<usize>> = if joins_distributed {
+            groups.iter().map(|&g| vec![g]).collect()
+        } else {
+            vec![groups]
         };
-        // SAFETY: a copy of the worker query for this node, whose
-        // distributed entries point at a partition of theirs there.
-        let task = unsafe {
-            let copy =
-                pg_sys::copyObjectImpl(worker as *const std::ffi::c_void) as *mut pg_sys::Query;
-            let mut shards = Vec::new();
-            let mut partitions = Vec::new();
-            for rte in contents(copy).range_entries {
-                if !is_distributed_entry(rte) {
-                    continue;
-                }
-                let Some(tables) = on_node((*rte).relid) else {
-                    return Ok(None);
-                };
-                partitions.extend(tables.iter().map(|t| t.partition));
-                let mut read = tables[0].clone();
-                if tables.len() > 1 {
-                    read.qualified = format!(
-                        "({})",
-                        tables
-                            .iter()
-                            .map(|t| format!("SELECT * FROM {}", t.qualified))
-                            .collect::<Vec<_>>()
-                            .join(" UNION ALL ")
-                    );
-                }
-                shards.push(ShardRelation {
-                    rte,
-                    logical: (*rte).relid,
-                    shard: read,
-                });
-            }
-            let mut renames = Vec::new();
-            for (&relid, kind) in kinds {
-                let name_on_node = match kind {
-                    Kind::Reference => match reference_copy(relid, node.node_id)? {
-                        Some(copy) => copy,
-                        None => return Ok(None),
-                    },
-                    // (A row type's name: any of the shards' is alike.)
-                    Kind::Distributed => match on_node(relid) {
-                        Some(tables) => tables[0].qualified.clone(),
-                        None => continue,
-                    },
-                };
-                renames.push((qualified_name(relid), name_on_node));
-            }
-            let mut names: Vec<String> = Vec::new();
-            for &relid in distributed {
-                if let Some(tables) = on_node(relid) {
-                    names.extend(tables.into_iter().map(|t| t.qualified));
-                }
-            }
-            match worker_query(copy, &shards, renames)? {
-                Some(text) => NodeTask {
-                    node,
-                    queries: vec![text],
-                    partitions,
-                    shards: names,
-                },
-                None => return Ok(None),
-            }
+        let mut task = NodeTask {
+            node: node.clone(),
+            queries: Vec::new(),
+            partitions: Vec::new(),
+            shards: Vec::new(),
         };
+        for part in parts {
+            // SAFETY: a copy of the worker query for this part.
+            let Some((text, partitions, names)) =
+                (unsafe { node_query(worker, &node, &part, &per_table, distributed, kinds)? })
+            else {
+                return Ok(None);
+            };
+            task.queries.push(text);
+            task.partitions.extend(partitions);
+            task.shards.extend(names);
+        }
         tasks.push(task);
     }
     Ok(Some(tasks))
+}
+
+/// A worker query's text, the partitions it stands for and the shard
+/// tables it reads.
+type NodeQuery = (String, Vec<pg_sys::Oid>, Vec<String>);
+
+/// The worker query over `groups`' shards on `node`, with the partitions
+/// it stands for and the shard tables' names; None if a partition's
+/// columns differ from its table's.
+///
+/// # Safety
+/// `worker` is a valid Query; the tables are the statement's.
+unsafe fn node_query(
+    worker: *mut pg_sys::Query,
+    node: &crate::metadata::Node,
+    groups: &[usize],
+    per_table: &[(
+        pg_sys::Oid,
+        Vec<(i64, crate::metadata::shard_lookup::Shard)>,
+    )],
+    distributed: &[pg_sys::Oid],
+    kinds: &HashMap<pg_sys::Oid, Kind>,
+) -> Result<Option<NodeQuery>> {
+    let on_node = |relid: pg_sys::Oid| -> Option<Vec<crate::metadata::shard_lookup::Shard>> {
+        let (_, ranges) = per_table.iter().find(|(r, _)| *r == relid)?;
+        Some(groups.iter().map(|&g| ranges[g].1.clone()).collect())
+    };
+    // SAFETY: a copy of the worker query for this node, whose
+    // distributed entries point at a partition of theirs there.
+    unsafe {
+        let copy = pg_sys::copyObjectImpl(worker as *const std::ffi::c_void) as *mut pg_sys::Query;
+        let mut shards = Vec::new();
+        let mut partitions = Vec::new();
+        for rte in contents(copy).range_entries {
+            if !is_distributed_entry(rte) {
+                continue;
+            }
+            let Some(tables) = on_node((*rte).relid) else {
+                return Ok(None);
+            };
+            partitions.extend(tables.iter().map(|t| t.partition));
+            let mut read = tables[0].clone();
+            if tables.len() > 1 {
+                read.qualified = format!(
+                    "({})",
+                    tables
+                        .iter()
+                        .map(|t| format!("SELECT * FROM {}", t.qualified))
+                        .collect::<Vec<_>>()
+                        .join(" UNION ALL ")
+                );
+            }
+            shards.push(ShardRelation {
+                rte,
+                logical: (*rte).relid,
+                shard: read,
+            });
+        }
+        let mut renames = Vec::new();
+        for (&relid, kind) in kinds {
+            let name_on_node = match kind {
+                Kind::Reference => match reference_copy(relid, node.node_id)? {
+                    Some(copy) => copy,
+                    None => return Ok(None),
+                },
+                // (A row type's name: any of the shards' is alike.)
+                Kind::Distributed => match on_node(relid) {
+                    Some(tables) => tables[0].qualified.clone(),
+                    None => continue,
+                },
+            };
+            renames.push((qualified_name(relid), name_on_node));
+        }
+        let mut names: Vec<String> = Vec::new();
+        for &relid in distributed {
+            if let Some(tables) = on_node(relid) {
+                names.extend(tables.into_iter().map(|t| t.qualified));
+            }
+        }
+        Ok(worker_query(copy, &shards, renames)?.map(|text| (text, partitions, names)))
+    }
 }
