@@ -381,7 +381,12 @@ impl ShardError {
             ..
         } = self
         else {
-            self.report()
+            // report raises by panicking; the guard turns the panic into the
+            // ERROR at its boundary (unwinding past our caller, a C frame of
+            // the executor, would abort the backend).
+            // SAFETY: the guard catches the panic; nothing is left to unwind.
+            unsafe { pgrx::pg_sys::panic::pgrx_extern_c_guard::<_, ()>(move || self.report()) };
+            unreachable!("an ERROR does not return")
         };
         let palloc = |text: Option<String>| match text {
             None => std::ptr::null(),

@@ -211,6 +211,13 @@ impl NodeConnection {
         }
     }
 
+    /// Whether a cached connection is still open: a node that restarted
+    /// since closed it, which reading what arrived (without waiting) shows.
+    pub(crate) fn still_open(&mut self) -> bool {
+        // SAFETY: a valid non-blocking connection; PQconsumeInput does not wait.
+        unsafe { self.is_idle() && PQconsumeInput(self.conn) != 0 && self.is_idle() }
+    }
+
     /// Whether a statement is still running there.
     pub(crate) fn is_busy(&self) -> bool {
         // SAFETY: a valid connection.
@@ -632,6 +639,12 @@ impl NodeConnection {
     /// Wait for `events` on the socket, or the latch, until `deadline`;
     /// false when the deadline passed. Interrupts are served here.
     fn wait(&self, events: u32, deadline: Option<Instant>) -> bool {
+        // SAFETY: a valid connection.
+        if unsafe { PQsocket(self.conn) } < 0 {
+            // Closed: the caller's next libpq call reports why (PostgreSQL
+            // refuses to wait on no socket).
+            return true;
+        }
         loop {
             let timeout = match deadline {
                 Some(deadline) => {

@@ -188,8 +188,11 @@ fn take_idle(node: &Node, user: &str) -> Option<NodeConnection> {
             .position(|(u, c)| u == user && c.node().same_server(node))
             .map(|i| idle.remove(i).1)
     });
-    // (A node added again under a new id keeps its server.)
-    cached.filter(|c| c.node() == node)
+    // (A node added again under a new id keeps its server; one restarted
+    // since closed the connection.)
+    cached
+        .filter(|c| c.node() == node)
+        .and_then(|mut c| c.still_open().then_some(c))
 }
 
 fn put_idle(user: String, connection: NodeConnection) {

@@ -71,10 +71,13 @@ ALTER TABLE sc_notes ADD COLUMN tag text;
 CREATE INDEX sc_notes_tag ON sc_notes (tag);
 UPDATE sc_notes SET tag = 'x' WHERE note_id = 3;
 SELECT note_id, body, tag FROM sc_notes WHERE note_id = 3;
--- statements the metadata node runs reach the shards through postgres_fdw,
--- whose PUBLIC user mapping a non-superuser may use only with a password
--- (docs/sql-api.md: add per-role user mappings)
+-- a SELECT across shards runs over pg_shard's own connections, as the role
 SELECT count(*) FROM sc_notes;
+-- over postgres_fdw, whose PUBLIC user mapping a non-superuser may use only
+-- with a password (docs/sql-api.md: add per-role user mappings)
+SET pg_shard.enable_pushdown_executor = off;
+SELECT count(*) FROM sc_notes;
+RESET pg_shard.enable_pushdown_executor;
 DROP TABLE sc_notes;
 \c 'dbname=coordinator_test host=127.0.0.1 port=28420 user=postgres'
 REVOKE CREATE ON SCHEMA public FROM sc_app;
