@@ -214,8 +214,27 @@ impl NodeConnection {
     /// Whether a cached connection is still open: a node that restarted
     /// since closed it, which reading what arrived (without waiting) shows.
     pub(crate) fn still_open(&mut self) -> bool {
-        // SAFETY: a valid non-blocking connection; PQconsumeInput does not wait.
-        unsafe { self.is_idle() && PQconsumeInput(self.conn) != 0 && self.is_idle() }
+        unsafe extern "C" {
+            fn recv(fd: c_int, buf: *mut std::ffi::c_void, len: usize, flags: c_int) -> isize;
+        }
+        const MSG_PEEK: c_int = 2;
+        const MSG_DONTWAIT: c_int = 0x40;
+        if !self.is_idle() {
+            return false;
+        }
+        // An idle session gets nothing from its node: anything readable is
+        // the end of the connection or the FATAL message before it.
+        let mut byte = 0u8;
+        // SAFETY: a peek of one byte into a local buffer; it never waits.
+        let peeked = unsafe {
+            recv(
+                PQsocket(self.conn),
+                &mut byte as *mut u8 as *mut std::ffi::c_void,
+                1,
+                MSG_PEEK | MSG_DONTWAIT,
+            )
+        };
+        peeked < 0
     }
 
     /// Whether a statement is still running there.
