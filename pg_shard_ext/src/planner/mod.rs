@@ -28,6 +28,7 @@ mod combine;
 mod conditions;
 mod hook;
 mod partition_key;
+mod pruning;
 mod pushdown;
 mod router;
 mod worker_query;
