@@ -98,7 +98,7 @@ done)
 echo "$executor_out"
 passed=$((passed + $(grep -c '^ok - ' <<<"$executor_out" || true)))
 failed=$((failed + $(grep -c '^not ok - ' <<<"$executor_out" || true)))
-[ "$(grep -c '^ok - ' <<<"$executor_out" || true)" -ge 10 ] || failed=$((failed + 1))
+[ "$(grep -c '^ok - ' <<<"$executor_out" || true)" -ge 18 ] || failed=$((failed + 1))
 failed=$((failed + $(grep -cE '\.\.\. FAILED|\.\.\. failed' "$suite/pg_isolation_regress.log" || true)))
 if [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then
     status=1

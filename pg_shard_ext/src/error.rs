@@ -120,10 +120,10 @@ pub(crate) enum ShardError {
     )]
     NeedsReadCommitted,
     #[error(
-        "a prepared statement planned for one worker outside a transaction block cannot run \
-         inside one"
+        "a prepared statement planned for pg_shard's own connections cannot run in a \
+         transaction that wrote over postgres_fdw (they would not see what it wrote)"
     )]
-    RouterPlanInTransaction,
+    PlanAfterFdwWrite,
     #[error(
         "this statement runs over postgres_fdw, which cannot see what an earlier statement of \
          the same transaction wrote on a worker through pg_shard's own connection"
@@ -181,9 +181,7 @@ impl ShardError {
             ShardError::RemoteStatement { sqlstate, .. } => sqlstate_code(sqlstate),
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
-            ShardError::RouterPlanInTransaction | ShardError::PathsMixed => {
-                ERRCODE_FEATURE_NOT_SUPPORTED
-            }
+            ShardError::PlanAfterFdwWrite | ShardError::PathsMixed => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }
@@ -211,7 +209,7 @@ impl ShardError {
                  with the new key"
                     .into(),
             ),
-            ShardError::RouterPlanInTransaction => {
+            ShardError::PlanAfterFdwWrite => {
                 Some("run it again: it is planned anew for the transaction".into())
             }
             ShardError::SubtransactionRolledBack => Some(

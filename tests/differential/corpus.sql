@@ -465,3 +465,42 @@ SELECT o.customer_id, count(*) FROM orders o JOIN order_items i USING (customer_
 
 -- error: division by zero in the final query (same SQLSTATE expected)
 SELECT status, 1 / (count(*) - count(*)) FROM orders GROUP BY status;
+
+-- Multi-shard DML shapes (issue 16): one statement per shard group, all
+-- nodes at once; each block's effect is checked by the block after it.
+UPDATE orders SET total = total + 0.5 WHERE status = 'paid' AND total < 50 RETURNING customer_id, order_id, total;
+
+SELECT status, count(*), sum(total) FROM orders GROUP BY status ORDER BY 1;
+
+UPDATE orders o SET status = 'eu' FROM customers c, countries k WHERE c.customer_id = o.customer_id AND k.code = c.country AND k.region = 'EU' AND o.total > 200;
+
+SELECT status, count(*), sum(total) FROM orders GROUP BY status ORDER BY 1;
+
+UPDATE order_items i SET qty = i.qty * 2 WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = i.customer_id AND o.order_id = i.order_id AND o.status = 'eu');
+
+SELECT count(*), sum(qty) FROM order_items;
+
+UPDATE customers c SET name = name || '*' WHERE customer_id IN (SELECT customer_id FROM orders GROUP BY customer_id HAVING count(*) > 5);
+
+SELECT count(*) FROM customers WHERE name LIKE '%*';
+
+INSERT INTO order_items SELECT o.customer_id, o.order_id, 9, 'sku-9', 1, o.total / 10 FROM orders o WHERE o.status = 'eu' RETURNING customer_id, order_id, price;
+
+SELECT count(*), sum(price) FROM order_items WHERE item_no = 9;
+
+INSERT INTO order_items SELECT customer_id, order_id, 9, 'sku-9', 5, 1 FROM order_items WHERE item_no = 9 ON CONFLICT (customer_id, order_id, item_no) DO UPDATE SET qty = order_items.qty + excluded.qty;
+
+SELECT count(*), sum(qty) FROM order_items WHERE item_no = 9;
+
+DELETE FROM order_items i USING orders o WHERE o.customer_id = i.customer_id AND o.order_id = i.order_id AND o.status = 'eu' AND i.item_no = 9 RETURNING i.customer_id, i.order_id;
+
+DELETE FROM order_items WHERE item_no = 9;
+
+UPDATE orders SET status = 'paid' WHERE status = 'eu';
+
+SELECT status, count(*), sum(total) FROM orders GROUP BY status ORDER BY 1;
+
+-- error: a CHECK-like failure on one shard changes nothing (same SQLSTATE expected)
+UPDATE orders SET total = total / (CASE WHEN customer_id = 77 THEN 0 ELSE 1 END);
+
+SELECT count(*), sum(total) FROM orders;

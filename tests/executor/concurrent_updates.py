@@ -37,23 +37,24 @@ def value():
     return setup.execute("SELECT v FROM cu_accounts WHERE id = 1").fetchone()[0]
 
 
-def update_while_held(router, amount):
+def update_while_held(router, amount, statement=None):
     """Hold row 1 in a transaction, run the update beside it; returns
     (finished while held, result or error SQLSTATE)."""
     holder = connect(dsn)
     other = connect(dsn)
     if not router:
         other.execute("SET pg_shard.enable_router_executor = off")
+        other.execute("SET pg_shard.enable_pushdown_executor = off")
     holder.execute("BEGIN")
     holder.execute("UPDATE cu_accounts SET v = v + 1 WHERE id = 1")
     outcome = {}
+    statement = statement or "UPDATE cu_accounts SET v = v + %s WHERE id = 1 RETURNING v"
 
     def run():
         try:
-            row = other.execute(
-                "UPDATE cu_accounts SET v = v + %s WHERE id = 1 RETURNING v", (amount,)
-            ).fetchone()
-            outcome["value"] = row[0]
+            rows = other.execute(statement, (amount,)).fetchall()
+            outcome["value"] = sorted(rows)[0][0]
+            outcome["rows"] = len(rows)
         except psycopg.Error as e:
             outcome["error"] = e.sqlstate
 
@@ -90,6 +91,43 @@ waited, outcome, _ = update_while_held(router=False, amount=100)
 check(f"over postgres_fdw the same UPDATE fails with 40001 ({outcome})",
       outcome.get("error") == "40001")
 check("and only the holder's update is there", value() == before + 1)
+
+# An UPDATE of every shard (one statement per shard group, in remote
+# transactions at READ COMMITTED) waits for the row too, then updates all.
+before = value()
+every = "UPDATE cu_accounts SET v = v + %s WHERE v >= 0 RETURNING v, id"
+waited, outcome, seen = update_while_held(router=True, amount=1000, statement=every)
+check("a multi-shard UPDATE waits for the transaction holding a row", not waited)
+check(f"a read meanwhile sees the committed value ({seen})", seen == before)
+check(f"then it updates all ten rows, no serialization failure ({outcome})",
+      outcome.get("rows") == 10 and "error" not in outcome)
+check("the held row holds both updates", value() == before + 1001)
+
+# The same in a transaction block: its statements share one remote
+# transaction per node and see each other's writes.
+holder = connect(dsn)
+holder.execute("BEGIN")
+holder.execute("UPDATE cu_accounts SET v = v + 1 WHERE v >= 0")
+mine = holder.execute("SELECT sum(v) FROM cu_accounts").fetchone()[0]
+other = connect(dsn)
+theirs = other.execute("SELECT sum(v) FROM cu_accounts").fetchone()[0]
+holder.execute("UPDATE cu_accounts SET v = v - 1 WHERE id = 2")
+mine_after = holder.execute("SELECT sum(v) FROM cu_accounts").fetchone()[0]
+holder.execute("COMMIT")
+check(f"a transaction block reads its own multi-shard writes ({mine} = {theirs} + 10)",
+      mine == theirs + 10)
+check(f"and its later single-row ones ({mine_after})", mine_after == mine - 1)
+check("a multi-shard transaction commits everywhere",
+      other.execute("SELECT sum(v) FROM cu_accounts").fetchone()[0] == theirs + 9)
+# (Workers listen on the ports after the metadata node's.)
+prepared = 0
+for worker_port in (int(port) + 1, int(port) + 2):
+    worker = connect(f"host=127.0.0.1 port={worker_port} dbname={database} user=postgres")
+    prepared += worker.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
+    worker.close()
+check(f"nothing is left prepared on the workers ({prepared})", prepared == 0)
+holder.close()
+other.close()
 
 setup.execute("DROP TABLE cu_accounts")
 setup.close()

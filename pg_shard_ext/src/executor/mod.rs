@@ -6,10 +6,13 @@
 //!   class);
 //! * [`pushdown_scan`]: the worker queries of a pushed-down statement, one
 //!   per node, all at once, under the final query's plan;
-//! * [`stored_scan`]: what both share: rows stored on the first fetch,
+//! * [`modify_scan`]: a multi-shard UPDATE, DELETE or INSERT … SELECT, one
+//!   statement per shard group, every node at once;
+//! * [`stored_scan`]: what they share: rows stored on the first fetch,
 //!   then handed out one at a time;
 //! * [`row_store`]: the rows nodes send, as the scans' tuples.
 
+pub(crate) mod modify_scan;
 pub(crate) mod pushdown_scan;
 pub(crate) mod router_scan;
 mod row_store;

@@ -14,11 +14,11 @@ use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::transaction::connection::NodeConnection;
 use crate::transaction::remote::{
-    autocommit_each, has_transaction_on, with_declared_transaction, Access,
+    autocommit_each, has_transaction_on, with_declared_transactions, Access,
 };
 use pgrx::prelude::*;
 use pgrx::PgList;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_int, CStr, CString};
 use std::time::Instant;
 
 /// What the planner decided.
@@ -59,7 +59,7 @@ impl NodeTask {
 const NAME: &CStr = c"pg_shard Pushdown";
 
 static SCAN_METHODS: ScanMethods = ScanMethods::new(NAME, create_state);
-static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, end, explain);
+static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, stored_scan::end, explain);
 
 /// Make the scan known by name (plans are copied and read back by name).
 pub(crate) fn register() {
@@ -154,7 +154,7 @@ pub(crate) unsafe fn attach(
     // SAFETY: a plan just made; nodes are replaced in the planner's context.
     unsafe {
         let mut rtable = PgList::<pg_sys::RangeTblEntry>::from_pg((*planned).rtable);
-        for entry in super::router_scan::flat_range_table(parse) {
+        for entry in stored_scan::flat_range_table(parse) {
             rtable.push(entry);
         }
         (*planned).rtable = rtable.into_pg();
@@ -202,16 +202,14 @@ pub(crate) unsafe fn attach(
         custom.methods = &SCAN_METHODS.0;
         let mut private = PgList::<pg_sys::Node>::new();
         let mut push = |text: &str| {
-            private.push(pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node);
+            private.push(pg_sys::makeString(stored_scan::palloc_string(text)) as *mut pg_sys::Node);
         };
         push(&plan.map_version.to_string());
         push(if plan.whole { "t" } else { "f" });
         for task in &plan.tasks {
-            push(&task.node.node_id.to_string());
-            push(&task.node.host);
-            push(&task.node.port.to_string());
-            push(&task.shards.join(", "));
-            push(&task.query());
+            for field in task_strings(&task.node, &task.shards, task.query()) {
+                push(&field);
+            }
         }
         custom.custom_private = private.into_pg();
         let custom = custom.into_pg() as *mut pg_sys::Plan;
@@ -246,24 +244,9 @@ unsafe fn find_results_scan(
     }
 }
 
-fn palloc_string(text: &str) -> *mut c_char {
-    let owned = CString::new(text.replace('\0', "")).unwrap_or_default();
-    // SAFETY: copies a NUL-terminated string into the current context.
-    unsafe { pg_sys::pstrdup(owned.as_ptr()) }
-}
-
-/// The scan's state: PostgreSQL's part first, as it expects.
-#[repr(C)]
-struct PushdownState {
-    scan: StoredScan,
-    /// Per node, for EXPLAIN ANALYZE: milliseconds until its last row,
-    /// and its rows (a Box owned by the state, freed at the end).
-    timings: *mut Vec<(f64, u64)>,
-}
-
 unsafe extern "C-unwind" fn create_state(_plan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
-    // SAFETY: PushdownState is repr(C) and starts with a StoredScan.
-    unsafe { stored_scan::create_state::<PushdownState>(&EXEC_METHODS.0) }
+    // SAFETY: StoredScan is repr(C).
+    unsafe { stored_scan::create_state::<StoredScan>(&EXEC_METHODS.0) }
 }
 
 unsafe extern "C-unwind" fn exec(
@@ -281,24 +264,26 @@ unsafe extern "C-unwind" fn next_row(node: *mut pg_sys::ScanState) -> *mut pg_sy
 /// [`run`] for the scan's node.
 unsafe fn run_scan(node: *mut pg_sys::ScanState) -> Result<()> {
     // SAFETY: node is our state.
-    unsafe { run(node as *mut PushdownState) }
+    unsafe { run(node as *mut StoredScan) }
 }
 
-unsafe fn private_strings(state: *mut PushdownState) -> Vec<String> {
+unsafe fn private_strings(state: *mut StoredScan) -> Vec<String> {
     // SAFETY: a running scan of ours.
-    unsafe { stored_scan::private_strings(&mut (*state).scan.css) }
+    unsafe { stored_scan::private_strings(&mut (*state).css) }
 }
 
 /// A node and its query, read back from the plan.
-struct PlannedTask {
-    node: Node,
-    shards: String,
-    query: String,
+pub(super) struct PlannedTask {
+    pub(super) node: Node,
+    pub(super) shards: String,
+    pub(super) query: String,
 }
 
-fn planned_tasks(strings: &[String]) -> Result<Vec<PlannedTask>> {
-    let damaged = || ShardError::Internal("a pushdown plan with a damaged field".into());
-    let rest = strings.get(FIRST_TASK..).ok_or_else(damaged)?;
+/// The tasks of a plan's strings, from `first` on (five per task: the
+/// node's id, host and port, its shards, its query).
+pub(super) fn planned_tasks(strings: &[String], first: usize) -> Result<Vec<PlannedTask>> {
+    let damaged = || ShardError::Internal("a distributed plan with a damaged field".into());
+    let rest = strings.get(first..).ok_or_else(damaged)?;
     rest.chunks(TASK_FIELDS)
         .map(|fields| {
             let [id, host, port, shards, query] = fields else {
@@ -317,13 +302,24 @@ fn planned_tasks(strings: &[String]) -> Result<Vec<PlannedTask>> {
         .collect()
 }
 
+/// A task's strings in a plan, as [`planned_tasks`] reads them.
+pub(super) fn task_strings(node: &Node, shards: &[String], query: String) -> [String; TASK_FIELDS] {
+    [
+        node.node_id.to_string(),
+        node.host.clone(),
+        node.port.to_string(),
+        shards.join(", "),
+        query,
+    ]
+}
+
 /// Run every node's query and store the rows.
-unsafe fn run(state: *mut PushdownState) -> Result<()> {
+unsafe fn run(state: *mut StoredScan) -> Result<()> {
     // SAFETY: a running scan of our plan: its slot and descriptor are
     // valid; the tuplestore lives in the query's context.
     unsafe {
         let strings = private_strings(state);
-        let tasks = planned_tasks(&strings)?;
+        let tasks = planned_tasks(&strings, FIRST_TASK)?;
         let planned_version: i64 = strings
             .get(MAP_VERSION)
             .and_then(|v| v.parse().ok())
@@ -331,64 +327,49 @@ unsafe fn run(state: *mut PushdownState) -> Result<()> {
         // The newest map known (the plan's, unless it was cached across a
         // change): the nodes' shards check it.
         let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
-        if pg_sys::IsTransactionBlock() {
+        if crate::transaction::paths::did_fdw_write() {
             pg_sys::ResetPlanCache();
-            return Err(ShardError::RouterPlanInTransaction);
+            return Err(ShardError::PlanAfterFdwWrite);
         }
-        let slot = (*state).scan.css.ss.ss_ScanTupleSlot;
+        let slot = (*state).css.ss.ss_ScanTupleSlot;
         let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
         let timezone = super::router_scan::current_timezone();
         let started = Instant::now();
         let mut timings = Vec::with_capacity(tasks.len());
         let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
-        if nodes.iter().any(has_transaction_on) {
-            // Earlier statements of this transaction (a pipeline's) wrote
-            // through the router: read in their remote transactions, which
-            // see those writes.
-            for task in &tasks {
-                let outcome = with_declared_transaction(
-                    &task.node,
-                    Access::Read,
-                    Some(map_version),
-                    |connection| {
-                        connection.declare_session(map_version, &timezone)?;
-                        connection.send_query(&task.query)?;
-                        connection.receive_rows(|row| rows.put(row, &task.node))
-                    },
-                )?;
+        let mut run_all = |connections: &mut [&mut NodeConnection]| -> Result<()> {
+            // Every node starts before any is read.
+            for (connection, task) in connections.iter_mut().zip(&tasks) {
+                connection.send_query(&task.query)?;
+            }
+            for (connection, task) in connections.iter_mut().zip(&tasks) {
+                let outcome = connection.receive_rows(|row| rows.put(row, &task.node))?;
                 timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
             }
+            Ok(())
+        };
+        if pg_sys::IsTransactionBlock() || nodes.iter().any(has_transaction_on) {
+            // In the transaction's remote transactions: they see what its
+            // earlier statements wrote (a transaction block's, a
+            // pipeline's).
+            with_declared_transactions(&nodes, Access::Read, Some(map_version), |connections| {
+                for connection in connections.iter_mut() {
+                    connection.declare_session(map_version, &timezone)?;
+                }
+                run_all(connections)
+            })?;
         } else {
             autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
                 for connection in connections.iter_mut() {
                     connection.declare_for_autocommit(map_version, &timezone)?;
                 }
-                // Every node starts before any is read.
-                for (connection, task) in connections.iter_mut().zip(&tasks) {
-                    connection.send_query(&task.query)?;
-                }
-                for (connection, task) in connections.iter_mut().zip(&tasks) {
-                    let outcome = connection.receive_rows(|row| rows.put(row, &task.node))?;
-                    timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
-                }
-                Ok(())
+                let mut connections: Vec<&mut NodeConnection> = connections.iter_mut().collect();
+                run_all(&mut connections)
             })?;
         }
-        (*state).scan.store = rows.into_tuplestore();
-        (*state).timings = Box::into_raw(Box::new(timings));
+        (*state).store = rows.into_tuplestore();
+        (*state).set_timings(timings);
         Ok(())
-    }
-}
-
-unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
-    // SAFETY: our state; each resource is freed once.
-    unsafe {
-        stored_scan::end(node);
-        let state = node as *mut PushdownState;
-        if !(*state).timings.is_null() {
-            drop(Box::from_raw((*state).timings));
-            (*state).timings = std::ptr::null_mut();
-        }
     }
 }
 
@@ -405,9 +386,9 @@ unsafe extern "C-unwind" fn explain(
 unsafe fn explain_tasks(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::ExplainState) {
     // SAFETY: as in explain.
     unsafe {
-        let state = node as *mut PushdownState;
+        let state = node as *mut StoredScan;
         let strings = private_strings(state);
-        let Ok(tasks) = planned_tasks(&strings) else {
+        let Ok(tasks) = planned_tasks(&strings, FIRST_TASK) else {
             return;
         };
         let property = |label: &CStr, value: String| {
@@ -423,17 +404,33 @@ unsafe fn explain_tasks(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Exp
                 "pushdown (partial results merged here)".to_string()
             },
         );
+        explain_task_list(&tasks, (*state).timings(), es);
+    }
+}
+
+/// EXPLAIN's task count, and each task's node, shards and query (with
+/// ANALYZE, its time until its last row and its rows).
+///
+/// # Safety
+/// `es` is the running EXPLAIN's state.
+pub(super) unsafe fn explain_task_list(
+    tasks: &[PlannedTask],
+    timings: Option<&Vec<(f64, u64)>>,
+    es: *mut pg_sys::ExplainState,
+) {
+    let property = |label: &CStr, value: String| {
+        let value = CString::new(value).unwrap_or_default();
+        // SAFETY: strings are copied by the EXPLAIN functions.
+        unsafe { pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es) };
+    };
+    // SAFETY: a valid ExplainState.
+    unsafe {
         pg_sys::ExplainPropertyInteger(
             c"Task Count".as_ptr(),
             std::ptr::null(),
             tasks.len() as i64,
             es,
         );
-        let timings = if (*state).timings.is_null() {
-            None
-        } else {
-            Some(&*(*state).timings)
-        };
         for (i, task) in tasks.iter().enumerate() {
             property(
                 c"Node",

@@ -17,8 +17,7 @@ use crate::transaction::remote::{
     autocommit, has_transaction_on, with_declared_transaction, Access,
 };
 use pgrx::prelude::*;
-use pgrx::PgList;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{CStr, CString};
 use std::time::Instant;
 
 /// What the planner decided: the worker's query, where it runs, and what
@@ -50,7 +49,7 @@ pub(crate) struct ByParameter {
 const NAME: &CStr = c"pg_shard Router";
 
 static SCAN_METHODS: ScanMethods = ScanMethods::new(NAME, create_state);
-static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, end, explain);
+static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, stored_scan::end, explain);
 
 /// Make the scan known by name (plans are copied and read back by name).
 pub(crate) fn register() {
@@ -79,144 +78,25 @@ pub(crate) unsafe fn planned_statement(
     parse: *mut pg_sys::Query,
     task: RouterTask,
 ) -> *mut pg_sys::PlannedStmt {
-    // SAFETY: building plan nodes in the planner's memory context from a
-    // valid parse tree.
-    unsafe {
-        let rtable = flat_range_table(parse);
-        let remote_index = rtable.len() as i32 + 1;
-        let output = if (*parse).commandType == pg_sys::CmdType::CMD_SELECT {
-            (*parse).targetList
-        } else {
-            (*parse).returningList
-        };
-        let mut plan_targets = PgList::<pg_sys::TargetEntry>::new();
-        let mut scan_targets = PgList::<pg_sys::TargetEntry>::new();
-        let mut column_names = PgList::<pg_sys::Node>::new();
-        let mut attno: i16 = 0;
-        for entry in PgList::<pg_sys::TargetEntry>::from_pg(output).iter_ptr() {
-            if (*entry).resjunk {
-                continue;
-            }
-            attno += 1;
-            let expr = (*entry).expr as *mut pg_sys::Node;
-            let (ty, typmod, collation) = (
-                pg_sys::exprType(expr),
-                pg_sys::exprTypmod(expr),
-                pg_sys::exprCollation(expr),
-            );
-            let name = if (*entry).resname.is_null() {
-                pg_sys::pstrdup(c"?column?".as_ptr())
-            } else {
-                pg_sys::pstrdup((*entry).resname)
-            };
-            let outer = pg_sys::makeVar(pg_sys::INDEX_VAR, attno, ty, typmod, collation, 0);
-            plan_targets.push(pg_sys::makeTargetEntry(
-                outer as *mut pg_sys::Expr,
-                attno,
-                name,
-                false,
-            ));
-            let inner = pg_sys::makeVar(remote_index, attno, ty, typmod, collation, 0);
-            scan_targets.push(pg_sys::makeTargetEntry(
-                inner as *mut pg_sys::Expr,
-                attno,
-                name,
-                false,
-            ));
-            column_names.push(pg_sys::makeString(name) as *mut pg_sys::Node);
+    let mut private: Vec<String> = vec![
+        task.query,
+        task.node.node_id.to_string(),
+        task.node.host,
+        task.node.port.to_string(),
+        task.shards.join(", "),
+        task.map_version.to_string(),
+        if task.writes { "t" } else { "f" }.to_string(),
+    ];
+    if let Some(by) = &task.by_parameter {
+        private.push(by.parameter.to_string());
+        private.push(by.parameter_type.to_u32().to_string());
+        for (name, relid) in &by.tables {
+            private.push(name.clone());
+            private.push(relid.to_u32().to_string());
         }
-        let mut scan = PgBox::<pg_sys::CustomScan>::alloc_node(pg_sys::NodeTag::T_CustomScan);
-        scan.scan.plan.targetlist = plan_targets.into_pg();
-        scan.scan.plan.plan_rows = 0.0;
-        scan.scan.plan.startup_cost = 0.0;
-        scan.scan.plan.total_cost = 0.0;
-        scan.scan.scanrelid = 0;
-        scan.custom_scan_tlist = scan_targets.into_pg();
-        scan.methods = &SCAN_METHODS.0;
-        let mut private = PgList::<pg_sys::Node>::new();
-        for text in [
-            task.query.as_str(),
-            &task.node.node_id.to_string(),
-            &task.node.host,
-            &task.node.port.to_string(),
-            &task.shards.join(", "),
-            &task.map_version.to_string(),
-            if task.writes { "t" } else { "f" },
-        ] {
-            private.push(pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node);
-        }
-        if let Some(by) = &task.by_parameter {
-            let mut fields = vec![
-                by.parameter.to_string(),
-                by.parameter_type.to_u32().to_string(),
-            ];
-            for (name, relid) in &by.tables {
-                fields.push(name.clone());
-                fields.push(relid.to_u32().to_string());
-            }
-            for text in fields {
-                private.push(pg_sys::makeString(palloc_string(&text)) as *mut pg_sys::Node);
-            }
-        }
-        scan.custom_private = private.into_pg();
-
-        let mut remote =
-            PgBox::<pg_sys::RangeTblEntry>::alloc_node(pg_sys::NodeTag::T_RangeTblEntry);
-        remote.rtekind = pg_sys::RTEKind::RTE_VALUES;
-        remote.eref = pg_sys::makeAlias(c"remote_scan".as_ptr(), column_names.into_pg());
-        remote.inFromCl = true;
-        let mut range_table = PgList::<pg_sys::RangeTblEntry>::new();
-        for entry in rtable {
-            range_table.push(entry);
-        }
-        range_table.push(remote.into_pg());
-
-        let mut relation_oids = std::ptr::null_mut();
-        for oid in task.relation_oids {
-            relation_oids = pg_sys::lappend_oid(relation_oids, oid);
-        }
-
-        let mut stmt = PgBox::<pg_sys::PlannedStmt>::alloc_node(pg_sys::NodeTag::T_PlannedStmt);
-        stmt.commandType = (*parse).commandType;
-        stmt.queryId = (*parse).queryId;
-        stmt.hasReturning = !(*parse).returningList.is_null();
-        stmt.hasModifyingCTE = (*parse).hasModifyingCTE;
-        stmt.canSetTag = (*parse).canSetTag;
-        stmt.planTree = scan.into_pg() as *mut pg_sys::Plan;
-        stmt.rtable = range_table.into_pg();
-        stmt.relationOids = relation_oids;
-        stmt.stmt_location = (*parse).stmt_location;
-        stmt.stmt_len = (*parse).stmt_len;
-        stmt.into_pg()
     }
-}
-
-/// Copies of the tables every level of `parse` names, with the privileges
-/// they need: the executor checks those and takes their locks, as for any
-/// statement (the worker checks again, as the same role).
-pub(crate) unsafe fn flat_range_table(
-    parse: *mut pg_sys::Query,
-) -> Vec<*mut pg_sys::RangeTblEntry> {
-    // SAFETY: walking and copying entries of a valid parse tree.
-    unsafe {
-        crate::parse_tree::contents(parse)
-            .range_entries
-            .into_iter()
-            .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)
-            .map(|rte| {
-                let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void)
-                    as *mut pg_sys::RangeTblEntry;
-                (*copy).subquery = std::ptr::null_mut();
-                copy
-            })
-            .collect()
-    }
-}
-
-fn palloc_string(text: &str) -> *mut c_char {
-    let owned = CString::new(text.replace('\0', "")).unwrap_or_default();
-    // SAFETY: copies a NUL-terminated string into the current context.
-    unsafe { pg_sys::pstrdup(owned.as_ptr()) }
+    // SAFETY: as this function's.
+    unsafe { stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &task.relation_oids) }
 }
 
 /// The scan's state: PostgreSQL's part first, as it expects.
@@ -288,11 +168,11 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
             query = text;
         }
 
-        // A plan made for a statement outside a transaction block, cached
-        // and now run inside one (see planner::router): replanned.
-        if pg_sys::IsTransactionBlock() {
+        // A cached plan run in a transaction that has since written over
+        // postgres_fdw (see planner::router): replanned, for that path.
+        if crate::transaction::paths::did_fdw_write() {
             pg_sys::ResetPlanCache();
-            return Err(ShardError::RouterPlanInTransaction);
+            return Err(ShardError::PlanAfterFdwWrite);
         }
         let slot = (*state).scan.css.ss.ss_ScanTupleSlot;
         let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
@@ -308,14 +188,16 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
                 connection.for_each_row(&query, &[], &[], each)
             }
         };
-        // A read outside any remote transaction there runs on its own (no
-        // BEGIN and COMMIT round trips). A write joins the local
-        // transaction: another statement of it (an extended-protocol
-        // pipeline's) may still fail and roll it back.
+        // An autocommit read outside any remote transaction there runs on
+        // its own (no BEGIN and COMMIT round trips). A write joins the
+        // local transaction: another statement of it (an extended-protocol
+        // pipeline's) may still fail and roll it back; so does every
+        // statement of a transaction block (it sees what the ones before it
+        // wrote, and keeps its locks and snapshot).
         if writes {
             crate::transaction::paths::router_wrote();
         }
-        let outcome = if writes || has_transaction_on(&node) {
+        let outcome = if writes || pg_sys::IsTransactionBlock() || has_transaction_on(&node) {
             with_declared_transaction(&node, access, Some(map_version), |connection| {
                 connection.declare_session(map_version, &timezone)?;
                 statement(connection)
@@ -455,11 +337,6 @@ pub(crate) fn current_timezone() -> String {
             CStr::from_ptr(value).to_string_lossy().into_owned()
         }
     }
-}
-
-unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
-    // SAFETY: our state, ended once.
-    unsafe { stored_scan::end(node) }
 }
 
 unsafe extern "C-unwind" fn explain(

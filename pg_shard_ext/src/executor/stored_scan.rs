@@ -88,6 +88,31 @@ pub(crate) struct StoredScan {
     /// the scan slot).
     pub(crate) fetch_slot: *mut pg_sys::TupleTableSlot,
     pub(crate) ran: bool,
+    /// Per node, for EXPLAIN ANALYZE: milliseconds until it finished, and
+    /// its rows (a Box owned by the state, freed at the end).
+    timings: *mut Vec<(f64, u64)>,
+}
+
+impl StoredScan {
+    /// Keep each node's time and rows for EXPLAIN ANALYZE.
+    pub(crate) fn set_timings(&mut self, timings: Vec<(f64, u64)>) {
+        self.free_timings();
+        self.timings = Box::into_raw(Box::new(timings));
+    }
+
+    /// Each node's time and rows, once the scan ran.
+    pub(crate) fn timings(&self) -> Option<&Vec<(f64, u64)>> {
+        // SAFETY: NULL or a Box this state owns until its end.
+        unsafe { self.timings.as_ref() }
+    }
+
+    fn free_timings(&mut self) {
+        if !self.timings.is_null() {
+            // SAFETY: a Box made by set_timings, freed once.
+            drop(unsafe { Box::from_raw(self.timings) });
+            self.timings = std::ptr::null_mut();
+        }
+    }
 }
 
 /// A zeroed state of type `S` (starting with a [`StoredScan`]) for a scan
@@ -200,14 +225,13 @@ unsafe fn next_stored_row(
     }
 }
 
-/// Free the stored rows and the fetch slot.
-///
-/// # Safety
-/// `node` is a pg_shard scan's state; each resource is freed once.
-pub(crate) unsafe fn end(node: *mut pg_sys::CustomScanState) {
-    // SAFETY: as above.
+/// Free the stored rows, the fetch slot and the timings (every pg_shard
+/// scan's EndCustomScan).
+pub(crate) unsafe extern "C-unwind" fn end(node: *mut pg_sys::CustomScanState) {
+    // SAFETY: a pg_shard scan's state; each resource is freed once.
     unsafe {
         let state = node as *mut StoredScan;
+        (*state).free_timings();
         if !(*state).store.is_null() {
             pg_sys::tuplestore_end((*state).store);
             (*state).store = std::ptr::null_mut();
@@ -242,4 +266,137 @@ pub(crate) unsafe fn private_strings(node: *mut pg_sys::CustomScanState) -> Vec<
             .map(|s| CStr::from_ptr((*s).sval).to_string_lossy().into_owned())
             .collect()
     }
+}
+
+/// The plan of a statement run whole by one of our scans (`methods`): the
+/// scan at the top, returning the statement's columns (its target list, or
+/// RETURNING list), with `private` as its strings; the plan depends on
+/// `relation_oids`.
+///
+/// # Safety
+/// `parse` is the valid parse tree the scan's work was planned from.
+pub(crate) unsafe fn statement_plan(
+    parse: *mut pg_sys::Query,
+    methods: &'static ScanMethods,
+    private: &[String],
+    relation_oids: &[pg_sys::Oid],
+) -> *mut pg_sys::PlannedStmt {
+    // SAFETY: building plan nodes in the planner's memory context from a
+    // valid parse tree.
+    unsafe {
+        let rtable = flat_range_table(parse);
+        let remote_index = rtable.len() as i32 + 1;
+        let output = if (*parse).commandType == pg_sys::CmdType::CMD_SELECT {
+            (*parse).targetList
+        } else {
+            (*parse).returningList
+        };
+        let mut plan_targets = PgList::<pg_sys::TargetEntry>::new();
+        let mut scan_targets = PgList::<pg_sys::TargetEntry>::new();
+        let mut column_names = PgList::<pg_sys::Node>::new();
+        let mut attno: i16 = 0;
+        for entry in PgList::<pg_sys::TargetEntry>::from_pg(output).iter_ptr() {
+            if (*entry).resjunk {
+                continue;
+            }
+            attno += 1;
+            let expr = (*entry).expr as *mut pg_sys::Node;
+            let (ty, typmod, collation) = (
+                pg_sys::exprType(expr),
+                pg_sys::exprTypmod(expr),
+                pg_sys::exprCollation(expr),
+            );
+            let name = if (*entry).resname.is_null() {
+                pg_sys::pstrdup(c"?column?".as_ptr())
+            } else {
+                pg_sys::pstrdup((*entry).resname)
+            };
+            let outer = pg_sys::makeVar(pg_sys::INDEX_VAR, attno, ty, typmod, collation, 0);
+            plan_targets.push(pg_sys::makeTargetEntry(
+                outer as *mut pg_sys::Expr,
+                attno,
+                name,
+                false,
+            ));
+            let inner = pg_sys::makeVar(remote_index, attno, ty, typmod, collation, 0);
+            scan_targets.push(pg_sys::makeTargetEntry(
+                inner as *mut pg_sys::Expr,
+                attno,
+                name,
+                false,
+            ));
+            column_names.push(pg_sys::makeString(name) as *mut pg_sys::Node);
+        }
+        let mut scan = PgBox::<pg_sys::CustomScan>::alloc_node(pg_sys::NodeTag::T_CustomScan);
+        scan.scan.plan.targetlist = plan_targets.into_pg();
+        scan.scan.plan.plan_rows = 0.0;
+        scan.scan.plan.startup_cost = 0.0;
+        scan.scan.plan.total_cost = 0.0;
+        scan.scan.scanrelid = 0;
+        scan.custom_scan_tlist = scan_targets.into_pg();
+        scan.methods = &methods.0;
+        let mut strings = PgList::<pg_sys::Node>::new();
+        for text in private {
+            strings.push(pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node);
+        }
+        scan.custom_private = strings.into_pg();
+
+        let mut remote =
+            PgBox::<pg_sys::RangeTblEntry>::alloc_node(pg_sys::NodeTag::T_RangeTblEntry);
+        remote.rtekind = pg_sys::RTEKind::RTE_VALUES;
+        remote.eref = pg_sys::makeAlias(c"remote_scan".as_ptr(), column_names.into_pg());
+        remote.inFromCl = true;
+        let mut range_table = PgList::<pg_sys::RangeTblEntry>::new();
+        for entry in rtable {
+            range_table.push(entry);
+        }
+        range_table.push(remote.into_pg());
+
+        let mut oids = std::ptr::null_mut();
+        for oid in relation_oids {
+            oids = pg_sys::lappend_oid(oids, *oid);
+        }
+
+        let mut stmt = PgBox::<pg_sys::PlannedStmt>::alloc_node(pg_sys::NodeTag::T_PlannedStmt);
+        stmt.commandType = (*parse).commandType;
+        stmt.queryId = (*parse).queryId;
+        stmt.hasReturning = !(*parse).returningList.is_null();
+        stmt.hasModifyingCTE = (*parse).hasModifyingCTE;
+        stmt.canSetTag = (*parse).canSetTag;
+        stmt.planTree = scan.into_pg() as *mut pg_sys::Plan;
+        stmt.rtable = range_table.into_pg();
+        stmt.relationOids = oids;
+        stmt.stmt_location = (*parse).stmt_location;
+        stmt.stmt_len = (*parse).stmt_len;
+        stmt.into_pg()
+    }
+}
+
+/// Copies of the tables every level of `parse` names, with the privileges
+/// they need: the executor checks those and takes their locks, as for any
+/// statement (the worker checks again, as the same role).
+pub(crate) unsafe fn flat_range_table(
+    parse: *mut pg_sys::Query,
+) -> Vec<*mut pg_sys::RangeTblEntry> {
+    // SAFETY: walking and copying entries of a valid parse tree.
+    unsafe {
+        crate::parse_tree::contents(parse)
+            .range_entries
+            .into_iter()
+            .filter(|rte| (**rte).rtekind == pg_sys::RTEKind::RTE_RELATION)
+            .map(|rte| {
+                let copy = pg_sys::copyObjectImpl(rte as *const std::ffi::c_void)
+                    as *mut pg_sys::RangeTblEntry;
+                (*copy).subquery = std::ptr::null_mut();
+                copy
+            })
+            .collect()
+    }
+}
+
+/// `text` copied into the current memory context (without NUL bytes).
+pub(crate) fn palloc_string(text: &str) -> *mut std::ffi::c_char {
+    let owned = std::ffi::CString::new(text.replace('\0', "")).unwrap_or_default();
+    // SAFETY: copies a NUL-terminated string into the current context.
+    unsafe { pg_sys::pstrdup(owned.as_ptr()) }
 }

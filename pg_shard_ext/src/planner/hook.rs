@@ -180,6 +180,13 @@ unsafe fn route(
                 crate::executor::router_scan::planned_statement(parse, task),
             ));
         }
+        if let Some(modify) =
+            super::modify::plan(parse, query_string, cursor_options, bound_params).or_report()
+        {
+            return Some(Routed::Router(
+                crate::executor::modify_scan::planned_statement(parse, modify),
+            ));
+        }
         crate::executor::pushdown_scan::results_function()?;
         super::pushdown::plan(parse, query_string, cursor_options, bound_params)
             .or_report()
@@ -189,6 +196,7 @@ unsafe fn route(
 
 /// What routing made of a statement.
 enum Routed {
+    /// A router or multi-shard DML plan, complete.
     Router(*mut pg_sys::PlannedStmt),
     /// A pushdown plan, whose final query PostgreSQL plans next.
     Pushdown(PushdownPlan),

@@ -3,7 +3,9 @@
 //! statement ([`router`]): the whole statement runs on that node. A SELECT
 //! on co-located tables joined on their distribution columns is pushed
 //! down ([`pushdown`], split by [`combine`]): one query per shard group on
-//! the workers, and a final one over their rows. Others run over
+//! the workers, and a final one over their rows. An UPDATE or DELETE across
+//! shard groups, or an INSERT … SELECT between co-located tables, runs as
+//! one statement per shard group ([`modify`]). Others run over
 //! postgres_fdw, with shard pruning for keys:
 //!
 //! A distributed table is partitioned by `pg_shard.keyspace_id(key)`, so
@@ -27,6 +29,7 @@
 mod combine;
 mod conditions;
 mod hook;
+mod modify;
 mod partition_key;
 mod pruning;
 mod pushdown;

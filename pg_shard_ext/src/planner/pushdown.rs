@@ -23,12 +23,12 @@
 
 use super::conditions::{deterministic, is_key_equality, same_key_types};
 use super::partition_key::{partition_key, range_table_entry, strip_relabel, Busy};
-use super::router::{calls_are_portable, outside_transaction_block, relation_kinds, Kind};
+use super::router::{calls_are_portable, client_statement, relation_kinds, Kind};
 use super::worker_query::{qualified_name, worker_query, ShardRelation};
 use crate::error::Result;
 use crate::executor::pushdown_scan::{NodeTask, PushdownPlan};
 use crate::metadata::shard_lookup::{at_version, reference_copy, shard_ranges};
-use crate::parse_tree::{contents, with_parameter_values};
+use crate::parse_tree::{contents, with_parameter_values, TreeContents};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PgList};
 use std::collections::{HashMap, HashSet};
@@ -46,6 +46,12 @@ pub(crate) fn register_gucs() {
     );
 }
 
+/// Whether statements across shard groups run on pg_shard's own
+/// connections (the pushdown and multi-shard DML classes).
+pub(super) fn enabled() -> bool {
+    ENABLE_PUSHDOWN.get()
+}
+
 /// The pushdown plan of `parse`, or None when it does not qualify.
 ///
 /// # Safety
@@ -59,8 +65,8 @@ pub(super) unsafe fn plan(
     // SAFETY: reads the transaction state, the statement texts and fields
     // of a valid Query; the checks below read a copy.
     unsafe {
-        if !ENABLE_PUSHDOWN.get()
-            || !outside_transaction_block(query_string)
+        if !enabled()
+            || !client_statement(query_string)
             || crate::transaction::paths::did_fdw_write()
             || (*parse).commandType != pg_sys::CmdType::CMD_SELECT
             || !(*parse).utilityStmt.is_null()
@@ -72,39 +78,18 @@ pub(super) unsafe fn plan(
         {
             return Ok(None);
         }
-        // Custom plans only: the worker queries carry the values.
-        let query = if bound_params.is_null() {
-            pg_sys::copyObjectImpl(parse as *const std::ffi::c_void) as *mut pg_sys::Query
-        } else {
-            match with_parameter_values(parse, bound_params) {
-                Some(query) => query,
-                None => return Ok(None),
-            }
-        };
-        let found = contents(query);
-        if found
-            .calls
-            .iter()
-            .any(|&call| (*call).type_ == pg_sys::NodeTag::T_Param)
-            || found.system_columns
-            || !calls_are_portable(&found)
-        {
-            return Ok(None);
-        }
-        let _busy = Busy::start();
-        let map_version = crate::metadata::catalog::current_map_version()?;
-        at_version(map_version);
-        let Some(kinds) = relation_kinds(&found)? else {
+        let Some(statement) = across_shard_groups(parse, bound_params)? else {
             return Ok(None);
         };
-        let mut distributed: Vec<pg_sys::Oid> = kinds
-            .iter()
-            .filter(|(_, kind)| **kind == Kind::Distributed)
-            .map(|(relid, _)| *relid)
-            .collect();
-        // (In one order, so that plans and EXPLAIN are alike every time.)
-        distributed.sort_by_key(|oid| oid.to_u32());
-        if distributed.is_empty() || !co_located(&distributed)? {
+        let AcrossShardGroups {
+            query,
+            found,
+            map_version,
+            kinds,
+            distributed,
+            _busy,
+        } = statement;
+        if distributed.is_empty() {
             return Ok(None);
         }
         let Some(top) = separable_from(query, None) else {
@@ -129,7 +114,13 @@ pub(super) unsafe fn plan(
             return Ok(None);
         }
         let keyspace_ids = super::pruning::restricted_keyspace_ids(query, &top);
-        let Some(tasks) = node_tasks(split.worker, &distributed, &kinds, keyspace_ids.as_deref())?
+        let Some(tasks) = node_tasks(
+            split.worker,
+            &distributed,
+            &kinds,
+            keyspace_ids.as_deref(),
+            Grouping::Rows,
+        )?
         else {
             return Ok(None);
         };
@@ -146,8 +137,81 @@ pub(super) unsafe fn plan(
     }
 }
 
+/// A statement on co-located distributed tables, read for the classes
+/// that run it across shard groups: a copy with a custom plan's parameter
+/// values inlined, what it contains, the map version its plan is for, and
+/// its tables' kinds. None when it has parameters left (a generic plan;
+/// the workers' statements carry the values), system columns, calls that
+/// would mean something else on a worker, other tables, or distributed
+/// tables that are not co-located.
+pub(super) struct AcrossShardGroups {
+    pub(super) query: *mut pg_sys::Query,
+    pub(super) found: TreeContents,
+    pub(super) map_version: i64,
+    pub(super) kinds: HashMap<pg_sys::Oid, Kind>,
+    /// Its distributed tables, in one order (so that plans and EXPLAIN are
+    /// alike every time).
+    pub(super) distributed: Vec<pg_sys::Oid>,
+    /// Catalog reads for the plan under way.
+    pub(super) _busy: Busy,
+}
+
+/// Read `parse` as [`AcrossShardGroups`].
+///
+/// # Safety
+/// `parse` is the tree about to be planned; it is not modified.
+pub(super) unsafe fn across_shard_groups(
+    parse: *mut pg_sys::Query,
+    bound_params: pg_sys::ParamListInfo,
+) -> Result<Option<AcrossShardGroups>> {
+    // SAFETY: a valid Query, read through a copy.
+    unsafe {
+        let query = if bound_params.is_null() {
+            pg_sys::copyObjectImpl(parse as *const std::ffi::c_void) as *mut pg_sys::Query
+        } else {
+            match with_parameter_values(parse, bound_params) {
+                Some(query) => query,
+                None => return Ok(None),
+            }
+        };
+        let found = contents(query);
+        if found
+            .calls
+            .iter()
+            .any(|&call| (*call).type_ == pg_sys::NodeTag::T_Param)
+            || found.system_columns
+            || !calls_are_portable(&found)
+        {
+            return Ok(None);
+        }
+        let busy = Busy::start();
+        let map_version = crate::metadata::catalog::current_map_version()?;
+        at_version(map_version);
+        let Some(kinds) = relation_kinds(&found)? else {
+            return Ok(None);
+        };
+        let mut distributed: Vec<pg_sys::Oid> = kinds
+            .iter()
+            .filter(|(_, kind)| **kind == Kind::Distributed)
+            .map(|(relid, _)| *relid)
+            .collect();
+        distributed.sort_by_key(|oid| oid.to_u32());
+        if !co_located(&distributed)? {
+            return Ok(None);
+        }
+        Ok(Some(AcrossShardGroups {
+            query,
+            found,
+            map_version,
+            kinds,
+            distributed,
+            _busy: busy,
+        }))
+    }
+}
+
 /// Whether all the tables share one colocation group.
-fn co_located(relids: &[pg_sys::Oid]) -> Result<bool> {
+pub(super) fn co_located(relids: &[pg_sys::Oid]) -> Result<bool> {
     if relids.len() == 1 {
         return Ok(true);
     }
@@ -159,7 +223,7 @@ fn co_located(relids: &[pg_sys::Oid]) -> Result<bool> {
     .unwrap_or(false))
 }
 
-unsafe fn is_distributed_entry(rte: *mut pg_sys::RangeTblEntry) -> bool {
+pub(super) unsafe fn is_distributed_entry(rte: *mut pg_sys::RangeTblEntry) -> bool {
     // SAFETY: a valid range table entry.
     unsafe {
         (*rte).rtekind == pg_sys::RTEKind::RTE_RELATION
@@ -190,6 +254,11 @@ pub(super) struct Outer<'a> {
 }
 
 impl Level {
+    /// The distributed tables' entries the analysis accounted for.
+    pub(super) fn accounted(&self) -> &[*mut pg_sys::RangeTblEntry] {
+        &self.accounted
+    }
+
     /// The member a distribution column reference of this level belongs
     /// to ([`OUTER`] for one of the level around, when there is one).
     pub(super) unsafe fn member_of(
@@ -247,7 +316,10 @@ impl Level {
 /// (ignoring what its target list, grouping and limits do). A sublink's
 /// level is analysed with the level around it (`outer`): its distributed
 /// items must then also be tied to the outer level's distribution column.
-unsafe fn separable_from(query: *mut pg_sys::Query, outer: Option<Outer<'_>>) -> Option<Level> {
+pub(super) unsafe fn separable_from(
+    query: *mut pg_sys::Query,
+    outer: Option<Outer<'_>>,
+) -> Option<Level> {
     // SAFETY: a valid Query; its entries and subqueries are valid.
     unsafe {
         let mut level = Level {
@@ -440,7 +512,7 @@ unsafe fn separable_sublink(
 
 /// A subquery in FROM that is separable as a whole: its distribution
 /// columns among its outputs, and the distributed tables it reads.
-unsafe fn separable_subquery(
+pub(super) unsafe fn separable_subquery(
     sub: *mut pg_sys::Query,
 ) -> Option<(Vec<i16>, Vec<*mut pg_sys::RangeTblEntry>)> {
     // SAFETY: a valid Query.
@@ -663,14 +735,26 @@ unsafe fn read_equalities(
     }
 }
 
-/// One query per node: the worker query over the node's shards of the
+/// How a node's task covers its shard groups.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grouping {
+    /// One query for their rows: per shard group when it joins distributed
+    /// tables, else over all the node's shards at once.
+    Rows,
+    /// One statement per shard group (a statement that writes names one
+    /// shard table as its target).
+    Statements,
+}
+
+/// Each node's task: the worker query over the node's shards of the
 /// (picked) shard groups. None while a group is frozen or moving, or a
 /// partition's columns differ from its table's.
-unsafe fn node_tasks(
+pub(super) unsafe fn node_tasks(
     worker: *mut pg_sys::Query,
     distributed: &[pg_sys::Oid],
     kinds: &HashMap<pg_sys::Oid, Kind>,
     keyspace_ids: Option<&[i64]>,
+    grouping: Grouping,
 ) -> Result<Option<Vec<NodeTask>>> {
     let mut per_table = Vec::with_capacity(distributed.len());
     for &relid in distributed {
@@ -730,7 +814,7 @@ unsafe fn node_tasks(
     };
     let mut tasks: Vec<NodeTask> = Vec::with_capacity(by_node.len());
     for (node, groups) in by_node {
-        let parts: Vec<Vec<usize>> = if joins_distributed {
+        let parts: Vec<Vec<usize>> = if joins_distributed || grouping == Grouping::Statements {
             groups.iter().map(|&g| vec![g]).collect()
         } else {
             vec![groups]

@@ -53,7 +53,7 @@ pub(super) unsafe fn plan(
 ) -> Result<Option<RouterTask>> {
     // SAFETY: reads the transaction state and the statement texts.
     if !ENABLE_ROUTER.get()
-        || unsafe { !outside_transaction_block(query_string) }
+        || unsafe { !client_statement(query_string) }
         || crate::transaction::paths::did_fdw_write()
     {
         return Ok(None);
@@ -176,17 +176,17 @@ pub(super) unsafe fn plan(
     }
 }
 
-/// Whether the statement is the client's own, sent outside a transaction
-/// block. Inside one (or inside a function another statement runs), other
-/// statements of the transaction may run over postgres_fdw, whose
-/// connections would not see what the router's connection did, nor it
-/// theirs; so those statements all take the postgres_fdw path for now.
-pub(super) unsafe fn outside_transaction_block(query_string: *const std::ffi::c_char) -> bool {
+/// Whether the statement is the client's own, not one a function runs
+/// (those take the postgres_fdw path, as the statement around them may).
+/// In a transaction block, its statements run in the transaction's remote
+/// transactions, and see what the ones before them wrote; once one of them
+/// wrote over postgres_fdw, whose connections these would not see, the
+/// rest take that path too ([`crate::transaction::paths`]).
+pub(super) unsafe fn client_statement(query_string: *const std::ffi::c_char) -> bool {
     // SAFETY: both strings are NUL-terminated when not NULL.
     unsafe {
         let top = pg_sys::debug_query_string;
-        !pg_sys::IsTransactionBlock()
-            && !top.is_null()
+        !top.is_null()
             && !query_string.is_null()
             && (top == query_string || CStr::from_ptr(top) == CStr::from_ptr(query_string))
     }

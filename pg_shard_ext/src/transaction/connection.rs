@@ -107,7 +107,8 @@ impl Drop for ResultGuard {
 /// What a statement's results came to.
 #[derive(Default)]
 pub(crate) struct Outcome {
-    /// The rows the last command affected or returned (its command tag's count).
+    /// The rows its commands affected or returned (their command tags'
+    /// counts, added up when a string held several).
     pub(crate) rows: u64,
 }
 
@@ -525,6 +526,16 @@ impl NodeConnection {
         Ok(())
     }
 
+    /// Send several statements (`;`-separated, simple protocol) without
+    /// waiting for them; [`NodeConnection::receive_rows`] reads their rows,
+    /// a whole result at a time.
+    pub(crate) fn send_statements(&mut self, sql: &str) -> Result<()> {
+        let sql = self.c_string(sql)?;
+        // SAFETY: a valid connection and a C string that outlives the call.
+        let sent = unsafe { PQsendQuery(self.conn, sql.as_ptr()) };
+        self.sent(sent)
+    }
+
     /// The rows of the statement [`NodeConnection::send_query`] sent, one
     /// at a time.
     pub(crate) fn receive_rows(
@@ -629,7 +640,7 @@ impl NodeConnection {
                         }
                     }
                     if status != PGRES_SINGLE_TUPLE {
-                        outcome.rows = command_rows(&result);
+                        outcome.rows += command_rows(&result);
                     }
                 }
                 PGRES_EMPTY_QUERY => {}

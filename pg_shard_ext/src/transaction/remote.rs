@@ -21,11 +21,15 @@
 //! Connections outlive transactions: an idle one goes back to a small
 //! per-backend cache (one per node and role, [`IDLE_LIMIT`] in all).
 //!
-//! A rolled-back subtransaction (ROLLBACK TO SAVEPOINT, a PL/pgSQL exception
-//! block, psql's ON_ERROR_ROLLBACK) that did remote work cannot be undone on
-//! the workers alone: the remote transactions are rolled back and, if any
-//! of them wrote, the local transaction can only end in a rollback (its
-//! COMMIT fails).
+//! Subtransactions (SAVEPOINT, a PL/pgSQL exception block, psql's
+//! ON_ERROR_ROLLBACK) have their remote savepoints, as in postgres_fdw:
+//! before work on a node inside a subtransaction, the node's transaction
+//! gets a savepoint for each level it lacks; when the subtransaction
+//! commits they are released, when it rolls back the nodes roll back to
+//! them. A node whose connection was lost meanwhile (an interrupted
+//! statement) cannot roll back to a savepoint: then every remote
+//! transaction is rolled back and, if any of them wrote, the local
+//! transaction can only end in a rollback (its COMMIT fails).
 //!
 //! Workers need `max_prepared_transactions` above zero.
 
@@ -56,6 +60,58 @@ struct OpenTransaction {
     /// Its global id, once recorded for PREPARE TRANSACTION.
     gid: Option<String>,
     prepared: bool,
+    /// The local subtransaction nesting level it has savepoints up to (1:
+    /// none, the top level).
+    depth: i32,
+}
+
+impl OpenTransaction {
+    /// Savepoints for the levels of the local transaction it lacks, before
+    /// work at the current level.
+    fn add_savepoints(&mut self) -> Result<()> {
+        let level = nest_level();
+        if self.depth >= level {
+            return Ok(());
+        }
+        let statements: Vec<String> = (self.depth + 1..=level)
+            .map(|l| format!("SAVEPOINT {}", savepoint_name(l)))
+            .collect();
+        self.connection.execute(&statements.join("; "))?;
+        self.depth = level;
+        Ok(())
+    }
+}
+
+/// The local transaction's nesting level (1 at the top).
+fn nest_level() -> i32 {
+    // SAFETY: reads the transaction state; no side effects.
+    unsafe { pg_sys::GetCurrentTransactionNestLevel() }
+}
+
+fn savepoint_name(level: i32) -> String {
+    format!("pg_shard_{level}")
+}
+
+/// The local transaction's connections taken out for a piece of work: put
+/// back when it ends, or, if it is interrupted (unwinding), dropped (their
+/// queries cancelled), and their loss noted.
+struct Taken(Vec<OpenTransaction>);
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        if std::thread::panicking() {
+            LOST.set(true);
+            if self.0.iter().any(|t| t.wrote) {
+                LOST_WRITER.set(true);
+            }
+            return;
+        }
+        let taken = std::mem::take(&mut self.0);
+        OPEN.with(|open| open.borrow_mut().extend(taken));
+    }
 }
 
 /// What a piece of remote work does.
@@ -71,10 +127,12 @@ thread_local! {
     static OPEN: RefCell<Vec<OpenTransaction>> = const { RefCell::new(Vec::new()) };
     // Connections outside any transaction, with the role they act as.
     static IDLE: RefCell<Vec<(String, NodeConnection)>> = const { RefCell::new(Vec::new()) };
-    // The newest subtransaction that did remote work: aborting it (or one of
-    // its parents) loses work the workers cannot give back selectively.
-    static NEWEST_WORK_SUBXACT: Cell<pg_sys::SubTransactionId> = const { Cell::new(0) };
-    // Set when that happened; the local transaction may then only roll back.
+    // Set when a remote transaction's connection was lost during work (its
+    // savepoints with it), and when that one had written.
+    static LOST: Cell<bool> = const { Cell::new(false) };
+    static LOST_WRITER: Cell<bool> = const { Cell::new(false) };
+    // Set when a rolled-back subtransaction lost remote writes; the local
+    // transaction may then only roll back.
     static POISONED: Cell<bool> = const { Cell::new(false) };
     // Numbers the remote transactions this backend opens (their global ids).
     static OPENED: Cell<u64> = const { Cell::new(0) };
@@ -110,28 +168,55 @@ pub(crate) fn with_declared_transaction<T>(
     version: Option<i64>,
     work: impl FnOnce(&mut NodeConnection) -> Result<T>,
 ) -> Result<T> {
-    let position = OPEN.with(|open| {
-        open.borrow()
-            .iter()
-            .position(|t| t.connection.node().same_server(node))
-    });
-    let position = match position {
-        Some(position) => position,
-        None => open_transaction(node, version)?,
-    };
-    // SAFETY: reads the current subtransaction id; no side effects.
-    NEWEST_WORK_SUBXACT.set(unsafe { pg_sys::GetCurrentSubTransactionId() });
-    // Take the connection out while `work` runs so it may itself use SPI or
-    // open connections to other nodes. If `work` is interrupted, the
-    // connection is dropped (its query cancelled) and the local transaction
-    // aborts.
-    let mut taken = OPEN.with(|open| open.borrow_mut().remove(position));
-    if access == Access::Write {
-        taken.wrote = true;
+    with_declared_transactions(std::slice::from_ref(node), access, version, |connections| {
+        work(&mut *connections[0])
+    })
+}
+
+/// [`with_declared_transaction`] on several nodes at once: the local
+/// transaction's connection to each of `nodes` (distinct servers), in
+/// their order, so that `work` can keep them all busy together.
+pub(crate) fn with_declared_transactions<T>(
+    nodes: &[Node],
+    access: Access,
+    version: Option<i64>,
+    work: impl FnOnce(&mut [&mut NodeConnection]) -> Result<T>,
+) -> Result<T> {
+    for node in nodes {
+        if !has_transaction_on(node) {
+            open_transaction(node, version)?;
+        }
     }
-    let result = work(&mut taken.connection);
-    OPEN.with(|open| open.borrow_mut().insert(position, taken));
-    result
+    // Take the connections out while `work` runs so it may itself use SPI
+    // or open connections to other nodes. If `work` is interrupted, the
+    // connections are dropped (their queries cancelled) and the local
+    // transaction aborts.
+    let mut taken = Taken(OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        nodes
+            .iter()
+            .filter_map(|node| {
+                let position = open
+                    .iter()
+                    .position(|t| t.connection.node().same_server(node))?;
+                Some(open.remove(position))
+            })
+            .collect()
+    }));
+    if taken.0.len() != nodes.len() {
+        return Err(ShardError::Internal(
+            "a remote transaction to run work in was not open".into(),
+        ));
+    }
+    for transaction in &mut taken.0 {
+        transaction.add_savepoints()?;
+        if access == Access::Write {
+            transaction.wrote = true;
+        }
+    }
+    let mut connections: Vec<&mut NodeConnection> =
+        taken.0.iter_mut().map(|t| &mut t.connection).collect();
+    work(&mut connections)
 }
 
 /// Whether the local transaction has a remote transaction on `node`.
@@ -206,8 +291,8 @@ fn put_idle(user: String, connection: NodeConnection) {
 }
 
 /// A remote transaction on `node`: a cached connection or a new one, and
-/// `BEGIN` at the local isolation level. Returns its position in OPEN.
-fn open_transaction(node: &Node, version: Option<i64>) -> Result<usize> {
+/// `BEGIN` at the local isolation level, added to OPEN.
+fn open_transaction(node: &Node, version: Option<i64>) -> Result<()> {
     let user = crate::metadata::catalog::acting_user()?;
     let cached = take_idle(node, &user);
     let begin = |mut connection: NodeConnection| -> Result<NodeConnection> {
@@ -227,6 +312,7 @@ fn open_transaction(node: &Node, version: Option<i64>) -> Result<usize> {
             wrote: false,
             gid: None,
             prepared: false,
+            depth: 1,
         });
         open.len() == 1
     });
@@ -236,8 +322,12 @@ fn open_transaction(node: &Node, version: Option<i64>) -> Result<usize> {
         register_xact_callback(PgXactCallbackEvent::PrePrepare, refuse_prepare);
         register_xact_callback(PgXactCallbackEvent::Abort, transaction_aborted);
         register_subxact_callback(PgSubXactCallbackEvent::AbortSub, subtransaction_aborted);
+        register_subxact_callback(
+            PgSubXactCallbackEvent::PreCommitSub,
+            subtransaction_committing,
+        );
     }
-    Ok(OPEN.with(|open| open.borrow().len() - 1))
+    Ok(())
 }
 
 /// `BEGIN` at the local transaction's isolation level, so a READ COMMITTED
@@ -252,11 +342,59 @@ fn begin_statement() -> &'static str {
     }
 }
 
-fn subtransaction_aborted(aborted: pg_sys::SubTransactionId, _parent: pg_sys::SubTransactionId) {
-    // Subtransaction ids grow, so work at an id >= the aborted one was done
-    // inside it (or inside one of its children).
-    if NEWEST_WORK_SUBXACT.get() >= aborted && OPEN.with(|open| !open.borrow().is_empty()) {
-        let wrote = OPEN.with(|open| open.borrow().iter().any(|t| t.wrote));
+/// A subtransaction commits: the savepoints of its level are released.
+fn subtransaction_committing(_sub: pg_sys::SubTransactionId, _parent: pg_sys::SubTransactionId) {
+    let level = nest_level();
+    let released = OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        open.iter_mut()
+            .filter(|t| t.depth >= level)
+            .try_for_each(|t| {
+                t.connection
+                    .execute(&format!("RELEASE SAVEPOINT {}", savepoint_name(level)))?;
+                t.depth = level - 1;
+                Ok::<_, ShardError>(())
+            })
+    });
+    if let Err(error) = released {
+        error.into_node_failure().report();
+    }
+}
+
+/// A subtransaction rolls back: so do the nodes, to its savepoints. A node
+/// that cannot (its connection lost) loses its transaction; then all are
+/// rolled back, and if one of them had written, the local transaction can
+/// only roll back.
+fn subtransaction_aborted(_sub: pg_sys::SubTransactionId, _parent: pg_sys::SubTransactionId) {
+    let level = nest_level();
+    let mut lost_writer = LOST_WRITER.replace(false);
+    let mut lost = LOST.replace(false);
+    if !lost {
+        let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
+        let mut kept = Vec::with_capacity(open.len());
+        for mut transaction in open {
+            if transaction.depth >= level {
+                let name = savepoint_name(level);
+                let rolled_back = !transaction.connection.is_busy()
+                    && transaction
+                        .connection
+                        .execute(&format!(
+                            "ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}"
+                        ))
+                        .is_ok();
+                if !rolled_back {
+                    lost = true;
+                    lost_writer |= transaction.wrote;
+                    continue;
+                }
+                transaction.depth = level - 1;
+            }
+            kept.push(transaction);
+        }
+        OPEN.with(|o| *o.borrow_mut() = kept);
+    }
+    if lost {
+        let wrote = lost_writer || OPEN.with(|open| open.borrow().iter().any(|t| t.wrote));
         abandon_all();
         // Reads only: later statements read in new remote transactions.
         if wrote {
@@ -426,6 +564,8 @@ fn prepare_writers(open: &mut [OpenTransaction]) -> Result<()> {
 /// recovery to commit; the local transaction has committed, so it is only a
 /// warning.
 fn commit_all() {
+    LOST.set(false);
+    LOST_WRITER.set(false);
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
     if open.iter().any(|t| t.prepared) {
         pause(&PAUSE_BEFORE_COMMIT_PREPARED_MS);
@@ -459,7 +599,6 @@ fn commit_all() {
             Err(e) => pgrx::warning!("pg_shard: {}", e.into_node_failure()),
         }
     }
-    NEWEST_WORK_SUBXACT.set(0);
 }
 
 /// Back to the cache, if the node's session is outside any transaction.
@@ -481,6 +620,8 @@ fn refuse_prepare() {
 fn transaction_aborted() {
     abandon_all();
     POISONED.set(false);
+    LOST.set(false);
+    LOST_WRITER.set(false);
 }
 
 fn abandon_all() {
@@ -501,7 +642,6 @@ fn abandon_all() {
             keep_idle(transaction);
         }
     }
-    NEWEST_WORK_SUBXACT.set(0);
 }
 
 /// Ends the remote transactions a crash left prepared (on every node): those

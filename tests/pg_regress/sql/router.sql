@@ -88,7 +88,7 @@ SELECT count(*) AS still_running FROM pg_stat_activity
 -- what does not qualify takes another path: several shards (a SELECT is
 -- pushed down: pushdown.sql)
 EXPLAIN (COSTS OFF) SELECT count(*) FROM rt_orders WHERE customer_id IN (1, 2, 3, 4, 5);
--- a transaction block (its other statements may need postgres_fdw)
+-- a transaction block: its statements run in its remote transactions
 BEGIN;
 EXPLAIN (COSTS OFF) SELECT * FROM rt_orders WHERE customer_id = 7;
 UPDATE rt_orders SET note = 'in block' WHERE customer_id = 7 AND order_id = 3;

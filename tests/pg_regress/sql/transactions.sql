@@ -13,8 +13,8 @@ SELECT count(*) AS shards_after FROM pg_shard.shard WHERE table_rel = 'tx_table'
 SELECT count(*) AS rows_local FROM tx_table;
 SELECT pg_shard.map_version() = :version_before AS version_unchanged;
 
--- work on the workers cannot be undone by rolling back to a savepoint:
--- the transaction can then only roll back
+-- rolling back to a savepoint undoes the workers' part of it too (their
+-- remote transactions roll back to savepoints of their own)
 BEGIN;
 SAVEPOINT before_distribution;
 SELECT pg_shard.create_distributed_table('tx_table', 'id', shard_count => 2);
@@ -22,6 +22,12 @@ ROLLBACK TO SAVEPOINT before_distribution;
 COMMIT;
 SELECT count(*) AS shards_after FROM pg_shard.shard WHERE table_rel = 'tx_table'::regclass;
 SELECT count(*) AS rows_local FROM tx_table;
+-- (the workers rolled back to the savepoint too: no shard table left)
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS shard_tables_worker1 FROM pg_class WHERE relname LIKE 'tx\_table\_%';
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+SELECT count(*) AS shard_tables_worker2 FROM pg_class WHERE relname LIKE 'tx\_table\_%';
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 
 -- an unrelated savepoint rolled back after the distribution does not matter
 BEGIN;

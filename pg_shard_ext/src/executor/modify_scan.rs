@@ -1,0 +1,170 @@
+//! `Custom Scan (pg_shard Modify)`: runs a multi-shard UPDATE, DELETE or
+//! INSERT … SELECT ([`crate::planner`]'s multi-shard DML class) as one
+//! statement per shard group: a node's statements go in one round trip,
+//! every node at once, each in the local transaction's remote transaction
+//! there. The remote transactions commit with the local one, by two-phase
+//! commit when more than one node wrote ([`crate::transaction::remote`]).
+//!
+//! The statement's count is the sum of the shards' counts; RETURNING rows
+//! are the shards' rows, stored as the router's are.
+
+use super::pushdown_scan::{explain_task_list, planned_tasks, task_strings, NodeTask};
+use super::row_store::RowStore;
+use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
+use crate::error::{Result, ShardError};
+use crate::metadata::Node;
+use crate::transaction::remote::{with_declared_transactions, Access};
+use pgrx::prelude::*;
+use std::ffi::{CStr, CString};
+use std::time::Instant;
+
+/// What the planner decided.
+pub(crate) struct ModifyPlan {
+    /// Per node: its shard groups' statements.
+    pub(crate) tasks: Vec<NodeTask>,
+    pub(crate) map_version: i64,
+    /// Relations whose changes invalidate the plan.
+    pub(crate) relation_oids: Vec<pg_sys::Oid>,
+}
+
+const NAME: &CStr = c"pg_shard Modify";
+
+static SCAN_METHODS: ScanMethods = ScanMethods::new(NAME, create_state);
+static EXEC_METHODS: ExecMethods = ExecMethods::new(NAME, exec, stored_scan::end, explain);
+
+/// Make the scan known by name (plans are copied and read back by name).
+pub(crate) fn register() {
+    // SAFETY: a static that lives as long as the backend.
+    unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
+}
+
+/// The order of `custom_private`'s strings: the map version, then five
+/// per node.
+const MAP_VERSION: usize = 0;
+const FIRST_TASK: usize = 1;
+
+/// The plan of a multi-shard statement: the modify scan, returning the
+/// statement's RETURNING columns.
+///
+/// # Safety
+/// `parse` is the valid parse tree the plan was made from.
+pub(crate) unsafe fn planned_statement(
+    parse: *mut pg_sys::Query,
+    plan: ModifyPlan,
+) -> *mut pg_sys::PlannedStmt {
+    let mut private = vec![plan.map_version.to_string()];
+    for task in &plan.tasks {
+        private.extend(task_strings(
+            &task.node,
+            &task.shards,
+            task.queries.join(";\n"),
+        ));
+    }
+    // SAFETY: as this function's.
+    unsafe { stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &plan.relation_oids) }
+}
+
+unsafe extern "C-unwind" fn create_state(_plan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
+    // SAFETY: StoredScan is repr(C).
+    unsafe { stored_scan::create_state::<StoredScan>(&EXEC_METHODS.0) }
+}
+
+unsafe extern "C-unwind" fn exec(
+    node: *mut pg_sys::CustomScanState,
+) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: node is our state.
+    unsafe { stored_scan::exec(node, next_row) }
+}
+
+unsafe extern "C-unwind" fn next_row(node: *mut pg_sys::ScanState) -> *mut pg_sys::TupleTableSlot {
+    // SAFETY: node is our state, and run its own.
+    unsafe { stored_scan::next_row(node, run_scan) }
+}
+
+unsafe fn run_scan(node: *mut pg_sys::ScanState) -> Result<()> {
+    // SAFETY: node is our state.
+    unsafe { run(node as *mut StoredScan) }
+}
+
+/// Run every node's statements and store their RETURNING rows.
+unsafe fn run(state: *mut StoredScan) -> Result<()> {
+    // SAFETY: a running scan of our plan: its slot, descriptor and EState
+    // are valid; the tuplestore lives in the query's context.
+    unsafe {
+        let strings = stored_scan::private_strings(&mut (*state).css);
+        let tasks = planned_tasks(&strings, FIRST_TASK)?;
+        let planned_version: i64 = strings
+            .get(MAP_VERSION)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| ShardError::Internal("a modify plan with a damaged field".into()))?;
+        let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
+        if crate::transaction::paths::did_fdw_write() {
+            pg_sys::ResetPlanCache();
+            return Err(ShardError::PlanAfterFdwWrite);
+        }
+        let slot = (*state).css.ss.ss_ScanTupleSlot;
+        let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
+        let timezone = super::router_scan::current_timezone();
+        let started = Instant::now();
+        let mut timings = Vec::with_capacity(tasks.len());
+        let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
+        crate::transaction::paths::router_wrote();
+        let changed =
+            with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
+                for connection in connections.iter_mut() {
+                    connection.declare_session(map_version, &timezone)?;
+                }
+                // Every node starts before any is read.
+                for (connection, task) in connections.iter_mut().zip(&tasks) {
+                    connection.send_statements(&task.query)?;
+                }
+                // Every node's results are read (each connection is ready
+                // for the transaction's end) before the first error is
+                // raised.
+                let mut changed = 0;
+                let mut first_error = None;
+                for (connection, task) in connections.iter_mut().zip(&tasks) {
+                    match connection.receive_rows(|row| rows.put(row, &task.node)) {
+                        Ok(outcome) => {
+                            changed += outcome.rows;
+                            timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
+                        }
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                match first_error {
+                    Some(e) => Err(e),
+                    None => Ok(changed),
+                }
+            })?;
+        (*state).store = rows.into_tuplestore();
+        (*state).set_timings(timings);
+        let estate = (*state).css.ss.ps.state;
+        (*estate).es_processed += changed;
+        Ok(())
+    }
+}
+
+unsafe extern "C-unwind" fn explain(
+    node: *mut pg_sys::CustomScanState,
+    _ancestors: *mut pg_sys::List,
+    es: *mut pg_sys::ExplainState,
+) {
+    // SAFETY: our state and a valid ExplainState; strings are copied by
+    // the EXPLAIN functions.
+    unsafe {
+        pg_sys::panic::pgrx_extern_c_guard(|| {
+            let state = node as *mut StoredScan;
+            let strings = stored_scan::private_strings(&mut (*state).css);
+            let Ok(tasks) = planned_tasks(&strings, FIRST_TASK) else {
+                return;
+            };
+            let class = CString::new("multi-shard modify (one statement per shard group)")
+                .unwrap_or_default();
+            pg_sys::ExplainPropertyText(c"Class".as_ptr(), class.as_ptr(), es);
+            explain_task_list(&tasks, (*state).timings(), es);
+        })
+    }
+}
