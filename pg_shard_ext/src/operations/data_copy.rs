@@ -10,15 +10,18 @@ use crate::metadata::Node;
 use crate::quote;
 use crate::settings::{with_settings, PORTABLE_TEXT};
 use crate::shard_ddl::TableShape;
-use crate::transaction::remote::in_transaction;
+use crate::transaction::connection::NodeConnection;
+use crate::transaction::remote::{with_declared_transactions, Access};
 use pg_shard_core::{KeyspaceId, ShardMap};
 use pgrx::prelude::*;
 
 const FETCH_ROWS: i64 = 10_000;
-/// A shard's buffer is sent when it reaches this size…
-const FLUSH_BYTES: usize = 4 << 20;
-/// …or earlier, when all buffers together would exceed this.
-const TOTAL_BUFFER_BYTES: usize = 256 << 20;
+/// A shard's buffer is sent when it reaches this size: small enough that
+/// the buffers fill one after another, keeping every node busy while the
+/// metadata node reads on, instead of all at once at the end.
+const FLUSH_BYTES: usize = 512 << 10;
+/// What a node's libpq holds is passed on to it every so many rows.
+const SEND_EVERY_ROWS: u64 = 1_000;
 
 /// Where one shard's rows go.
 #[derive(Clone, Debug)]
@@ -30,9 +33,94 @@ pub(crate) struct ShardTarget {
     pub(crate) shard_name: String,
 }
 
+#[derive(Default)]
 struct Buffer {
     bytes: Vec<u8>,
     rows: u64,
+}
+
+/// One COPY at a time on each node's connection, sent without waiting for
+/// the node to store it: its outcome is read only before that node's next
+/// COPY (or at the end), so reading rows here and storing them on every
+/// node go on together.
+struct Streams<'a, 'c> {
+    connections: &'a mut [&'c mut NodeConnection],
+    copying: Vec<bool>,
+}
+
+impl Streams<'_, '_> {
+    fn send(&mut self, node: usize, statement: &str, bytes: &[u8]) -> Result<()> {
+        self.finish(node)?;
+        self.copying[node] = true;
+        self.connections[node]
+            .start_copy_in(statement, bytes)
+            .map_err(ShardError::into_node_failure)
+    }
+
+    fn finish(&mut self, node: usize) -> Result<()> {
+        if std::mem::take(&mut self.copying[node]) {
+            self.connections[node]
+                .finish_copy_in()
+                .map_err(ShardError::into_node_failure)?;
+        }
+        Ok(())
+    }
+
+    fn send_some(&mut self) -> Result<()> {
+        for (node, connection) in self.connections.iter_mut().enumerate() {
+            if self.copying[node] {
+                connection
+                    .send_some()
+                    .map_err(ShardError::into_node_failure)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read every outstanding outcome (also after an error, so no
+    /// connection is left in the middle of a COPY); the first error wins.
+    fn finish_all(&mut self, mut result: Result<()>) -> Result<()> {
+        for node in 0..self.connections.len() {
+            let finished = self.finish(node);
+            if result.is_ok() {
+                result = finished;
+            }
+        }
+        result
+    }
+}
+
+/// Run `work` with a COPY stream to each of `nodes` (distinct servers) in
+/// the remote transactions.
+fn with_streams<T>(nodes: &[Node], work: impl FnOnce(&mut Streams) -> Result<T>) -> Result<T> {
+    with_declared_transactions(nodes, Access::Write, None, |connections| {
+        let copying = vec![false; connections.len()];
+        let mut streams = Streams {
+            connections,
+            copying,
+        };
+        let outcome = work(&mut streams);
+        let finished = streams.finish_all(Ok(()));
+        let value = outcome?;
+        finished.map(|_| value)
+    })
+}
+
+/// The distinct servers among `nodes`, and each one's position among them.
+fn distinct_nodes<'n>(nodes: impl Iterator<Item = &'n Node>) -> (Vec<Node>, Vec<usize>) {
+    let mut distinct: Vec<Node> = Vec::new();
+    let mut positions = Vec::new();
+    for node in nodes {
+        let position = match distinct.iter().position(|n| n.same_server(node)) {
+            Some(position) => position,
+            None => {
+                distinct.push(node.clone());
+                distinct.len() - 1
+            }
+        };
+        positions.push(position);
+    }
+    (distinct, positions)
 }
 
 /// Copy every row of `shape` into the shard owning its `dist_column` value.
@@ -47,40 +135,50 @@ pub(crate) fn copy_into_shards(
         text_columns(shape),
         shape.qualified()
     );
-    let mut buffers: Vec<Buffer> = (0..map.len())
-        .map(|_| Buffer {
-            bytes: Vec::new(),
-            rows: 0,
-        })
-        .collect();
     let columns = shape.column_list();
-    let flush_bytes = FLUSH_BYTES
-        .min(TOTAL_BUFFER_BYTES / map.len().max(1))
-        .max(64 << 10);
-    let mut copied = 0;
-    scan(&query, shape.columns.len(), |keyspace_id, line| {
-        let Some(keyspace_id) = keyspace_id else {
-            return Err(ShardError::InvalidArgument(format!(
-                "table {} has rows with a NULL in distribution column \"{dist_column}\"",
-                shape.display_name
-            )));
-        };
-        let index = map.index_of(KeyspaceId::from_sql(keyspace_id));
-        let buffer = &mut buffers[index];
-        buffer.bytes.extend_from_slice(line);
-        buffer.rows += 1;
-        if buffer.bytes.len() >= flush_bytes {
-            copied += flush(&map.entries()[index].1, &columns, buffer)?;
+    let statements: Vec<String> = map
+        .entries()
+        .iter()
+        .map(|(_, target)| copy_statement(target, &columns))
+        .collect();
+    let (nodes, node_of) = distinct_nodes(map.entries().iter().map(|(_, t)| &t.node));
+    let mut buffers: Vec<Buffer> = (0..map.len()).map(|_| Buffer::default()).collect();
+    with_streams(&nodes, |streams| {
+        let mut copied = 0;
+        let mut read: u64 = 0;
+        scan(&query, shape.columns.len(), |keyspace_id, line| {
+            let Some(keyspace_id) = keyspace_id else {
+                return Err(ShardError::InvalidArgument(format!(
+                    "table {} has rows with a NULL in distribution column \"{dist_column}\"",
+                    shape.display_name
+                )));
+            };
+            let index = map.index_of(KeyspaceId::from_sql(keyspace_id));
+            let buffer = &mut buffers[index];
+            buffer.bytes.extend_from_slice(line);
+            buffer.rows += 1;
+            if buffer.bytes.len() >= FLUSH_BYTES {
+                streams.send(node_of[index], &statements[index], &buffer.bytes)?;
+                copied += std::mem::take(buffer).rows;
+            }
+            read += 1;
+            if read % SEND_EVERY_ROWS == 0 {
+                streams.send_some()?;
+            }
+            Ok(())
+        })?;
+        for (index, buffer) in buffers.iter_mut().enumerate() {
+            if buffer.rows > 0 {
+                streams.send(node_of[index], &statements[index], &buffer.bytes)?;
+                copied += std::mem::take(buffer).rows;
+            }
         }
-        Ok(())
-    })?;
-    for (index, buffer) in buffers.iter_mut().enumerate() {
-        copied += flush(&map.entries()[index].1, &columns, buffer)?;
-    }
-    Ok(copied)
+        Ok(copied)
+    })
 }
 
-/// Copy every row of `shape` into each of `targets` (reference table copies).
+/// Copy every row of `shape` into each of `targets` (reference table
+/// copies, one per node).
 pub(crate) fn copy_into_all(shape: &TableShape, targets: &[ShardTarget]) -> Result<u64> {
     let query = format!(
         "SELECT NULL::bigint, {} FROM ONLY {}",
@@ -88,33 +186,41 @@ pub(crate) fn copy_into_all(shape: &TableShape, targets: &[ShardTarget]) -> Resu
         shape.qualified()
     );
     let columns = shape.column_list();
-    let mut buffer = Buffer {
-        bytes: Vec::new(),
-        rows: 0,
-    };
-    let mut copied = 0;
-    let mut flush_all = |buffer: &mut Buffer| -> Result<()> {
-        let rows = buffer.rows;
-        for target in targets {
-            copy_buffer(target, &columns, &buffer.bytes)?;
+    let statements: Vec<String> = targets
+        .iter()
+        .map(|target| copy_statement(target, &columns))
+        .collect();
+    let (nodes, node_of) = distinct_nodes(targets.iter().map(|t| &t.node));
+    with_streams(&nodes, |streams| {
+        let mut buffer = Buffer::default();
+        let mut copied = 0;
+        let mut send_all = |streams: &mut Streams, buffer: &mut Buffer| -> Result<()> {
+            for (index, statement) in statements.iter().enumerate() {
+                streams.send(node_of[index], statement, &buffer.bytes)?;
+            }
+            copied += std::mem::take(buffer).rows;
+            Ok(())
+        };
+        scan(&query, shape.columns.len(), |_, line| {
+            buffer.bytes.extend_from_slice(line);
+            buffer.rows += 1;
+            if buffer.bytes.len() >= FLUSH_BYTES {
+                send_all(streams, &mut buffer)?;
+            }
+            if buffer.rows % SEND_EVERY_ROWS == 0 {
+                streams.send_some()?;
+            }
+            Ok(())
+        })?;
+        if buffer.rows > 0 {
+            send_all(streams, &mut buffer)?;
         }
-        copied += rows;
-        buffer.bytes.clear();
-        buffer.rows = 0;
-        Ok(())
-    };
-    scan(&query, shape.columns.len(), |_, line| {
-        buffer.bytes.extend_from_slice(line);
-        buffer.rows += 1;
-        if buffer.bytes.len() >= FLUSH_BYTES {
-            flush_all(&mut buffer)?;
-        }
-        Ok(())
-    })?;
-    if buffer.rows > 0 {
-        flush_all(&mut buffer)?;
-    }
-    Ok(copied)
+        Ok(copied)
+    })
+}
+
+fn copy_statement(target: &ShardTarget, columns: &str) -> String {
+    format!("COPY {} ({columns}) FROM STDIN", target.qualified_shard)
 }
 
 fn text_columns(shape: &TableShape) -> String {
@@ -185,27 +291,6 @@ fn escape_copy_text(value: &str, out: &mut Vec<u8>) {
             other => out.push(other),
         }
     }
-}
-
-fn flush(target: &ShardTarget, columns: &str, buffer: &mut Buffer) -> Result<u64> {
-    if buffer.rows == 0 {
-        return Ok(0);
-    }
-    copy_buffer(target, columns, &buffer.bytes)?;
-    let rows = buffer.rows;
-    buffer.bytes.clear();
-    buffer.rows = 0;
-    Ok(rows)
-}
-
-fn copy_buffer(target: &ShardTarget, columns: &str, bytes: &[u8]) -> Result<()> {
-    in_transaction(&target.node, |client| {
-        let statement = format!("COPY {} ({columns}) FROM STDIN", target.qualified_shard);
-        client
-            .copy_in(&statement, bytes)
-            .map(|_| ())
-            .map_err(ShardError::into_node_failure)
-    })
 }
 
 #[cfg(test)]

@@ -451,8 +451,11 @@ impl NodeConnection {
         self.single_rows(each)
     }
 
-    /// `COPY … FROM STDIN` of `data` (COPY text format).
-    pub(crate) fn copy_in(&mut self, sql: &str, data: &[u8]) -> Result<Outcome> {
+    /// Send `COPY … FROM STDIN` and all of `data` without waiting for the
+    /// node to finish storing it, so the caller can prepare the next batch
+    /// (or keep another node busy) meanwhile. [`NodeConnection::finish_copy_in`]
+    /// must read the outcome before the connection is used again.
+    pub(crate) fn start_copy_in(&mut self, sql: &str, data: &[u8]) -> Result<()> {
         let statement = self.c_string(sql)?;
         // SAFETY: as in execute.
         let sent = unsafe { PQsendQuery(self.conn, statement.as_ptr()) };
@@ -498,6 +501,26 @@ impl NodeConnection {
                 _ => return Err(self.failure(self.error_message())),
             }
         }
+        self.send_some()
+    }
+
+    /// Pass what libpq holds of a started COPY on to the node as far as
+    /// the socket takes it now, without waiting.
+    pub(crate) fn send_some(&mut self) -> Result<()> {
+        // SAFETY: a valid non-blocking connection; PQflush sends what the
+        // socket takes and keeps the rest, and reading what the node sent
+        // meanwhile keeps it from blocking on us.
+        unsafe {
+            if PQflush(self.conn) < 0 || PQconsumeInput(self.conn) == 0 {
+                return Err(self.failure(self.error_message()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The outcome of the COPY [`NodeConnection::start_copy_in`] sent, once
+    /// all of its data has reached the node.
+    pub(crate) fn finish_copy_in(&mut self) -> Result<Outcome> {
         self.flush()?;
         self.results(|_| Ok(()))
     }
