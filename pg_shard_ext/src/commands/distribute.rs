@@ -180,7 +180,7 @@ fn distribute_table(
         entries.push((range, target));
     }
     let map = ShardMap::new(version, entries)?;
-    data_copy::copy_into_shards(&shape, column, &map)?;
+    data_copy::copy_into_shards(relid, &shape, column, &map)?;
     crate::commands::ddl::run_internal(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
     // pg_shard's own DDL (foreign partitions in pg_shard_partitions on its
     // servers); the new table gets the owner and grants of the old.
@@ -345,7 +345,7 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
     for group in catalog::shard_groups(colocation_id)? {
         targets.push(create_shard(&shape, relid, &group, None, version, false)?);
     }
-    data_copy::copy_into_all(&shape, &targets)?;
+    data_copy::copy_into_all(relid, &shape, &targets)?;
     // The rows stay on the metadata node too: reference tables are read locally.
     replicate_local_writes(&shape)
 }
@@ -381,7 +381,7 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
         };
         let target = create_shard(&shape, *relid, &group, None, version, true)?;
         let copy = target.qualified_shard.clone();
-        data_copy::copy_into_all(&shape, &[target])?;
+        data_copy::copy_into_all(*relid, &shape, &[target])?;
         // Foreign keys among reference tables once every copy has its rows.
         let copies = crate::commands::ddl::copy_names()?;
         foreign_keys.extend(shape.foreign_key_ddl(&copy, &|definition: &str| {

@@ -1,13 +1,14 @@
 //! Moving the rows a table already holds into its shard tables.
 //!
-//! Rows are read through an SPI cursor with every column cast to text, routed
-//! by keyspace id with the core crate's shard map, buffered per shard in COPY
-//! text format and streamed with COPY FROM STDIN inside the remote
-//! transactions, so the shard triggers check every row on arrival.
+//! Rows are read by a sequential scan in COPY text form
+//! ([`table_scan`]), routed by keyspace id with the core crate's shard map,
+//! buffered per shard and streamed with COPY FROM STDIN inside the remote
+//! transactions, every node at once, so the shard triggers check every row
+//! on arrival.
 
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
-use crate::quote;
+use crate::operations::table_scan;
 use crate::settings::{with_settings, PORTABLE_TEXT};
 use crate::shard_ddl::TableShape;
 use crate::transaction::connection::NodeConnection;
@@ -15,7 +16,6 @@ use crate::transaction::remote::{with_declared_transactions, Access};
 use pg_shard_core::{KeyspaceId, ShardMap};
 use pgrx::prelude::*;
 
-const FETCH_ROWS: i64 = 10_000;
 /// A shard's buffer is sent when it reaches this size: small enough that
 /// the buffers fill one after another, keeping every node busy while the
 /// metadata node reads on, instead of all at once at the end.
@@ -125,16 +125,11 @@ fn distinct_nodes<'n>(nodes: impl Iterator<Item = &'n Node>) -> (Vec<Node>, Vec<
 
 /// Copy every row of `shape` into the shard owning its `dist_column` value.
 pub(crate) fn copy_into_shards(
+    relid: pg_sys::Oid,
     shape: &TableShape,
     dist_column: &str,
     map: &ShardMap<ShardTarget>,
 ) -> Result<u64> {
-    let query = format!(
-        "SELECT pg_shard.keyspace_id({}), {} FROM ONLY {}",
-        quote::ident(dist_column),
-        text_columns(shape),
-        shape.qualified()
-    );
     let columns = shape.column_list();
     let statements: Vec<String> = map
         .entries()
@@ -146,14 +141,14 @@ pub(crate) fn copy_into_shards(
     with_streams(&nodes, |streams| {
         let mut copied = 0;
         let mut read: u64 = 0;
-        scan(&query, shape.columns.len(), |keyspace_id, line| {
+        scan(relid, shape, Some(dist_column), |keyspace_id, line| {
             let Some(keyspace_id) = keyspace_id else {
                 return Err(ShardError::InvalidArgument(format!(
                     "table {} has rows with a NULL in distribution column \"{dist_column}\"",
                     shape.display_name
                 )));
             };
-            let index = map.index_of(KeyspaceId::from_sql(keyspace_id));
+            let index = map.index_of(keyspace_id);
             let buffer = &mut buffers[index];
             buffer.bytes.extend_from_slice(line);
             buffer.rows += 1;
@@ -179,12 +174,11 @@ pub(crate) fn copy_into_shards(
 
 /// Copy every row of `shape` into each of `targets` (reference table
 /// copies, one per node).
-pub(crate) fn copy_into_all(shape: &TableShape, targets: &[ShardTarget]) -> Result<u64> {
-    let query = format!(
-        "SELECT NULL::bigint, {} FROM ONLY {}",
-        text_columns(shape),
-        shape.qualified()
-    );
+pub(crate) fn copy_into_all(
+    relid: pg_sys::Oid,
+    shape: &TableShape,
+    targets: &[ShardTarget],
+) -> Result<u64> {
     let columns = shape.column_list();
     let statements: Vec<String> = targets
         .iter()
@@ -201,7 +195,7 @@ pub(crate) fn copy_into_all(shape: &TableShape, targets: &[ShardTarget]) -> Resu
             copied += std::mem::take(buffer).rows;
             Ok(())
         };
-        scan(&query, shape.columns.len(), |_, line| {
+        scan(relid, shape, None, |_, line| {
             buffer.bytes.extend_from_slice(line);
             buffer.rows += 1;
             if buffer.bytes.len() >= FLUSH_BYTES {
@@ -223,82 +217,16 @@ fn copy_statement(target: &ShardTarget, columns: &str) -> String {
     format!("COPY {} ({columns}) FROM STDIN", target.qualified_shard)
 }
 
-fn text_columns(shape: &TableShape) -> String {
-    shape
-        .columns
-        .iter()
-        .map(|c| format!("{}::text", quote::ident(&c.name)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Run `query` (first column a keyspace id, then `width` text columns) and
-/// hand each row to `each_row` as a COPY text line. Values print under
-/// [`PORTABLE_TEXT`] settings, so the worker reads back what was meant.
+/// Every row of the table as a COPY text line, printed under
+/// [`PORTABLE_TEXT`] settings so that the worker reads back what was meant.
 fn scan(
-    query: &str,
-    width: usize,
-    each_row: impl FnMut(Option<i64>, &[u8]) -> Result<()>,
+    relid: pg_sys::Oid,
+    shape: &TableShape,
+    key_column: Option<&str>,
+    each_row: impl FnMut(Option<KeyspaceId>, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    with_settings(PORTABLE_TEXT, || scan_rows(query, width, each_row))
-}
-
-fn scan_rows(
-    query: &str,
-    width: usize,
-    mut each_row: impl FnMut(Option<i64>, &[u8]) -> Result<()>,
-) -> Result<()> {
-    crate::spi::connect_mut(|client| {
-        let mut cursor = client.open_cursor_mut(query, &[]);
-        let mut line = Vec::new();
-        loop {
-            pgrx::check_for_interrupts!();
-            let batch = cursor.fetch(FETCH_ROWS)?;
-            if batch.is_empty() {
-                break;
-            }
-            for row in batch {
-                line.clear();
-                for column in 0..width {
-                    if column > 0 {
-                        line.push(b'\t');
-                    }
-                    match row.get::<String>(column + 2)? {
-                        None => line.extend_from_slice(b"\\N"),
-                        Some(value) => escape_copy_text(&value, &mut line),
-                    }
-                }
-                line.push(b'\n');
-                each_row(row.get::<i64>(1)?, &line)?;
-            }
-            // SAFETY: the batch has been consumed; nothing refers to it any
-            // more. pgrx keeps fetched batches until SPI_finish otherwise,
-            // which would hold the whole table in memory.
-            unsafe { pg_sys::SPI_freetuptable(pg_sys::SPI_tuptable) };
-        }
-        Ok(())
+    let columns: Vec<String> = shape.columns.iter().map(|c| c.name.clone()).collect();
+    with_settings(PORTABLE_TEXT, || {
+        table_scan::for_each_copy_line(relid, &columns, key_column, each_row)
     })
-}
-
-/// COPY text format: backslash, tab, newline and carriage return escaped.
-fn escape_copy_text(value: &str, out: &mut Vec<u8>) {
-    for byte in value.bytes() {
-        match byte {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            other => out.push(other),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn copy_text_escapes() {
-        let mut out = Vec::new();
-        super::escape_copy_text("a\tb\\c\nd\re", &mut out);
-        assert_eq!(out, b"a\\tb\\\\c\\nd\\re");
-    }
 }

@@ -55,6 +55,7 @@ mod settings;
 mod shard_functions;
 mod snapshot_copy;
 mod split;
+mod table_scan;
 
 pub(crate) use runner::register_launcher;
 pub(crate) use settings::register_gucs;
