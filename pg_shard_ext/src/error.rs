@@ -17,6 +17,18 @@ pub(crate) enum ShardError {
     UnsupportedKeyType { column: String, type_name: String },
     #[error("keyspace_id is not defined for type {0}")]
     UnsupportedValueType(String),
+    #[error("null value in distribution column \"{column}\" of relation {table}")]
+    NullKey { table: String, column: String },
+    /// A row's error raised by PostgreSQL on this node while COPY read it,
+    /// with the CONTEXT that names the line.
+    #[error("{message}")]
+    CopyRow {
+        sqlstate: String,
+        message: String,
+        detail: Option<String>,
+        hint: Option<String>,
+        context: Option<String>,
+    },
     #[error("table {0} is already distributed")]
     AlreadyDistributed(String),
     #[error("table {0} is not a distributed table")]
@@ -107,7 +119,7 @@ pub(crate) enum ShardError {
         sqlstate: String,
         message: String,
         detail: Option<String>,
-        hint: Option<String>,
+        notes: Box<RemoteNotes>,
     },
     #[error(
         "a rolled-back subtransaction had changed worker nodes, so this transaction \
@@ -141,6 +153,14 @@ pub(crate) enum ShardError {
     ShardMap(#[from] pg_shard_core::ShardMapError),
 }
 
+/// The rarer fields of a node's error (boxed: every Result stays small).
+#[derive(Debug, Default)]
+pub(crate) struct RemoteNotes {
+    pub(crate) hint: Option<String>,
+    /// The node's CONTEXT (its own names and lines: not raised as is).
+    pub(crate) context: Option<String>,
+}
+
 impl ShardError {
     fn sqlstate(&self) -> PgSqlErrorCode {
         use PgSqlErrorCode::*;
@@ -150,6 +170,7 @@ impl ShardError {
             ShardError::UnsupportedKeyType { .. } | ShardError::UnsupportedValueType(_) => {
                 ERRCODE_FEATURE_NOT_SUPPORTED
             }
+            ShardError::NullKey { .. } => ERRCODE_NOT_NULL_VIOLATION,
             ShardError::AlreadyDistributed(_) => ERRCODE_DUPLICATE_OBJECT,
             ShardError::NotDistributed(_) => ERRCODE_INVALID_TABLE_DEFINITION,
             ShardError::UnsupportedTable { .. } | ShardError::UnsupportedSchemaChange { .. } => {
@@ -178,7 +199,9 @@ impl ShardError {
             ShardError::Unreachable { .. } => ERRCODE_CONNECTION_FAILURE,
             ShardError::ExtensionMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             ShardError::Remote { .. } => ERRCODE_CONNECTION_EXCEPTION,
-            ShardError::RemoteStatement { sqlstate, .. } => sqlstate_code(sqlstate),
+            ShardError::RemoteStatement { sqlstate, .. } | ShardError::CopyRow { sqlstate, .. } => {
+                sqlstate_code(sqlstate)
+            }
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::PlanAfterFdwWrite | ShardError::PathsMixed => ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -235,7 +258,8 @@ impl ShardError {
                  then call add_node again"
                     .into(),
             ),
-            ShardError::RemoteStatement { hint, .. } => hint.clone(),
+            ShardError::RemoteStatement { notes, .. } => notes.hint.clone(),
+            ShardError::CopyRow { hint, .. } => hint.clone(),
             _ => None,
         }
     }
@@ -270,7 +294,9 @@ impl ShardError {
 
     fn detail(&self) -> Option<String> {
         match self {
-            ShardError::RemoteStatement { detail, .. } => detail.clone(),
+            ShardError::RemoteStatement { detail, .. } | ShardError::CopyRow { detail, .. } => {
+                detail.clone()
+            }
             _ => None,
         }
     }
@@ -322,7 +348,7 @@ pub(crate) unsafe fn raise_with_sqlstate(
 ) -> ! {
     let code = make_sqlstate(sqlstate);
     // SAFETY: as the caller promises.
-    unsafe { raise_with_code(code, message, detail, hint) }
+    unsafe { raise_with_code(code, message, detail, hint, std::ptr::null()) }
 }
 
 /// [`raise_with_sqlstate`] with the code made already.
@@ -334,8 +360,10 @@ unsafe fn raise_with_code(
     message: *const c_char,
     detail: *const c_char,
     hint: *const c_char,
+    context: *const c_char,
 ) -> ! {
     unsafe extern "C-unwind" {
+        fn errcontext_msg(fmt: *const c_char, ...) -> c_int;
         fn errstart(elevel: c_int, domain: *const c_char) -> bool;
         fn errcode(sqlerrcode: c_int) -> c_int;
         fn errmsg(fmt: *const c_char, ...) -> c_int;
@@ -354,6 +382,9 @@ unsafe fn raise_with_code(
             if !hint.is_null() {
                 errhint(c"%s".as_ptr(), hint);
             }
+            if !context.is_null() {
+                errcontext_msg(c"%s".as_ptr(), context);
+            }
             errfinish(
                 c"error.rs".as_ptr(),
                 line!() as c_int,
@@ -371,20 +402,31 @@ impl ShardError {
     /// # Safety
     /// Called where a longjmp skips no Rust frame that owns resources.
     pub(crate) unsafe fn raise(self) -> ! {
-        let ShardError::RemoteStatement {
-            sqlstate,
-            message,
-            detail,
-            hint,
-            ..
-        } = self
-        else {
-            // report raises by panicking; the guard turns the panic into the
-            // ERROR at its boundary (unwinding past our caller, a C frame of
-            // the executor, would abort the backend).
-            // SAFETY: the guard catches the panic; nothing is left to unwind.
-            unsafe { pgrx::pg_sys::panic::pgrx_extern_c_guard::<_, ()>(move || self.report()) };
-            unreachable!("an ERROR does not return")
+        let (sqlstate, message, detail, hint, context) = match self {
+            ShardError::RemoteStatement {
+                sqlstate,
+                message,
+                detail,
+                notes,
+                ..
+            } => (sqlstate, message, detail, notes.hint, None),
+            ShardError::CopyRow {
+                sqlstate,
+                message,
+                detail,
+                hint,
+                context,
+            } => (sqlstate, message, detail, hint, context),
+            other => {
+                // report raises by panicking; the guard turns the panic into
+                // the ERROR at its boundary (unwinding past our caller, a C
+                // frame of the executor, would abort the backend).
+                // SAFETY: the guard catches the panic; nothing is left to unwind.
+                unsafe {
+                    pgrx::pg_sys::panic::pgrx_extern_c_guard::<_, ()>(move || other.report())
+                };
+                unreachable!("an ERROR does not return")
+            }
         };
         let palloc = |text: Option<String>| match text {
             None => std::ptr::null(),
@@ -394,11 +436,16 @@ impl ShardError {
                 unsafe { pgrx::pg_sys::pstrdup(owned.as_ptr()) as *const c_char }
             }
         };
-        let (message, detail, hint) = (palloc(Some(message)), palloc(detail), palloc(hint));
+        let (message, detail, hint, context) = (
+            palloc(Some(message)),
+            palloc(detail),
+            palloc(hint),
+            palloc(context),
+        );
         let code = make_sqlstate(&sqlstate);
         drop(sqlstate);
         // SAFETY: palloc'd strings; no Rust value owning memory is left.
-        unsafe { raise_with_code(code, message, detail, hint) }
+        unsafe { raise_with_code(code, message, detail, hint, context) }
     }
 }
 

@@ -38,6 +38,7 @@ use pgrx::prelude::*;
 
 mod access;
 mod commands;
+mod copy_text;
 mod error;
 mod executor;
 mod guc;

@@ -2,6 +2,7 @@
 //! the shards: distributing and undistributing tables, adding nodes,
 //! DROP TABLE, writes to reference tables, and schema changes ([`ddl`]).
 
+pub(crate) mod copy_from;
 pub(crate) mod ddl;
 pub(crate) mod distribute;
 pub(crate) mod drop;

@@ -1,20 +1,15 @@
-//! Reading a table's own rows (not its children's) in COPY text form, with
+//! Reading a table's own rows (not its children's) as COPY text lines, with
 //! a sequential scan and each column type's output function: no SQL, no
 //! casts and no per-value strings, since a table being distributed may be
 //! large.
 
+use crate::copy_text::LineEncoder;
 use crate::error::{Result, ShardError};
 use crate::keyspace::key_to_keyspace_id;
 use pg_shard_core::KeyspaceId;
 use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
 use std::ffi::CStr;
-
-/// One column to print: its position in the tuple and its output function.
-struct Output {
-    index: usize,
-    function: pg_sys::FmgrInfo,
-}
 
 /// Hand every row of `relid` to `each_row` as one COPY text line of
 /// `columns` (in that order), with the keyspace id of `key_column` when
@@ -32,9 +27,9 @@ pub(crate) fn for_each_copy_line(
     // SAFETY: the relation is opened and closed here, the snapshot
     // registered and unregistered, the scan and slot made and dropped; the
     // slot's values are read after slot_getallattrs, within its natts, and
-    // output functions return palloc'd C strings in the row context, which
-    // is reset after each row. An error raised by PostgreSQL in between
-    // aborts the transaction, which releases all of them.
+    // output functions allocate in the row context, which is reset after
+    // each row. An error raised by PostgreSQL in between aborts the
+    // transaction, which releases all of them.
     unsafe {
         pg_sys::CommandCounterIncrement();
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
@@ -49,20 +44,16 @@ pub(crate) fn for_each_copy_line(
                     !a.attisdropped
                         && CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == name.as_bytes()
                 })
-                .map(|(index, a)| (index, a.atttypid))
+                .map(|(position, a)| (position, a.atttypid))
                 .ok_or_else(|| {
                     ShardError::Internal(format!("column \"{name}\" not found in the table"))
                 })
         };
-        let mut outputs = Vec::with_capacity(columns.len());
-        for name in columns {
-            let (index, type_oid) = find(name)?;
-            let (mut function_oid, mut varlena) = (pg_sys::Oid::INVALID, false);
-            pg_sys::getTypeOutputInfo(type_oid, &mut function_oid, &mut varlena);
-            let mut function: pg_sys::FmgrInfo = std::mem::zeroed();
-            pg_sys::fmgr_info(function_oid, &mut function);
-            outputs.push(Output { index, function });
-        }
+        let positions = columns
+            .iter()
+            .map(|name| find(name).map(|(position, _)| position))
+            .collect::<Result<Vec<_>>>()?;
+        let mut encoder = LineEncoder::new(descriptor, &positions);
         let key = key_column.map(find).transpose()?;
         let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut());
         let slot = pg_sys::table_slot_create(relation, std::ptr::null_mut());
@@ -74,7 +65,7 @@ pub(crate) fn for_each_copy_line(
             slot,
         ) {
             rows += 1;
-            if rows % 1024 == 0 {
+            if rows.is_multiple_of(1024) {
                 pgrx::check_for_interrupts!();
             }
             pg_sys::slot_getallattrs(slot);
@@ -82,33 +73,21 @@ pub(crate) fn for_each_copy_line(
             let values = std::slice::from_raw_parts((*slot).tts_values, natts);
             let nulls = std::slice::from_raw_parts((*slot).tts_isnull, natts);
             let keyspace_id = match key {
-                Some((index, _)) if nulls[index] => None,
-                Some((index, type_oid)) => match key_to_keyspace_id(values[index], type_oid) {
-                    Ok(id) => Some(id),
-                    Err(error) => {
-                        result = Err(error);
-                        break;
+                Some((position, _)) if nulls[position] => None,
+                Some((position, type_oid)) => {
+                    match key_to_keyspace_id(values[position], type_oid) {
+                        Ok(id) => Some(id),
+                        Err(error) => {
+                            result = Err(error);
+                            break;
+                        }
                     }
-                },
+                }
                 None => None,
             };
             line.clear();
-            row_memory.switch_to(|_| {
-                for (position, output) in outputs.iter_mut().enumerate() {
-                    if position > 0 {
-                        line.push(b'\t');
-                    }
-                    if nulls[output.index] {
-                        line.extend_from_slice(b"\\N");
-                    } else {
-                        let text =
-                            pg_sys::OutputFunctionCall(&mut output.function, values[output.index]);
-                        escape_copy_text(CStr::from_ptr(text).to_bytes(), &mut line);
-                    }
-                }
-            });
+            row_memory.switch_to(|_| encoder.encode(values, nulls, &mut line));
             row_memory.reset();
-            line.push(b'\n');
             if let Err(error) = each_row(keyspace_id, &line) {
                 result = Err(error);
                 break;
@@ -119,36 +98,5 @@ pub(crate) fn for_each_copy_line(
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::UnregisterSnapshot(snapshot);
         result
-    }
-}
-
-/// COPY text format: backslash, tab, newline and carriage return escaped.
-pub(crate) fn escape_copy_text(value: &[u8], out: &mut Vec<u8>) {
-    let mut start = 0;
-    for (position, byte) in value.iter().enumerate() {
-        let escaped: &[u8] = match byte {
-            b'\\' => b"\\\\",
-            b'\t' => b"\\t",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            _ => continue,
-        };
-        out.extend_from_slice(&value[start..position]);
-        out.extend_from_slice(escaped);
-        start = position + 1;
-    }
-    out.extend_from_slice(&value[start..]);
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn copy_text_escapes() {
-        let mut out = Vec::new();
-        super::escape_copy_text(b"a\tb\\c\nd\re", &mut out);
-        assert_eq!(out, b"a\\tb\\\\c\\nd\\re");
-        out.clear();
-        super::escape_copy_text(b"plain", &mut out);
-        assert_eq!(out, b"plain");
     }
 }

@@ -13,7 +13,7 @@
 //! themselves.
 
 use super::libpq::*;
-use crate::error::{Result, ShardError};
+use crate::error::{RemoteNotes, Result, ShardError};
 use crate::metadata::Node;
 use pgrx::pg_sys;
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -785,7 +785,10 @@ impl NodeConnection {
             sqlstate: field(PG_DIAG_SQLSTATE).unwrap_or_else(|| "08000".into()),
             message,
             detail: field(PG_DIAG_MESSAGE_DETAIL),
-            hint: field(PG_DIAG_MESSAGE_HINT),
+            notes: Box::new(RemoteNotes {
+                hint: field(PG_DIAG_MESSAGE_HINT),
+                context: field(PG_DIAG_CONTEXT),
+            }),
         }
     }
 

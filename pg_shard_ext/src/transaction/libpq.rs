@@ -49,6 +49,7 @@ pub(super) const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
 pub(super) const PG_DIAG_MESSAGE_PRIMARY: c_int = b'M' as c_int;
 pub(super) const PG_DIAG_MESSAGE_DETAIL: c_int = b'D' as c_int;
 pub(super) const PG_DIAG_MESSAGE_HINT: c_int = b'H' as c_int;
+pub(super) const PG_DIAG_CONTEXT: c_int = b'W' as c_int;
 
 pub(super) type PQnoticeReceiver =
     Option<unsafe extern "C" fn(arg: *mut c_void, res: *const PGresult)>;

@@ -9,3 +9,4 @@ pub(crate) mod fan_out;
 mod libpq;
 pub(crate) mod paths;
 pub(crate) mod remote;
+pub(crate) mod shard_copy;

@@ -51,30 +51,3 @@ SELECT * FROM plans ORDER BY code;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
 SELECT * FROM plans_100121 ORDER BY code;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
-
--- rows a table holds when it is distributed reach their shards whole:
--- COPY's special characters, NULLs, a dropped column, a domain key, and
--- rows written earlier in the same transaction
--- (types are not propagated: the domain is made on every node)
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
-CREATE DOMAIN app.account_id AS bigint CHECK (VALUE > 0);
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
-CREATE DOMAIN app.account_id AS bigint CHECK (VALUE > 0);
-\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
-CREATE DOMAIN app.account_id AS bigint CHECK (VALUE > 0);
-CREATE TABLE notes (id app.account_id, gone int, body text, tags text[]);
-ALTER TABLE notes DROP COLUMN gone;
-ALTER TABLE notes REPLICA IDENTITY FULL;
-INSERT INTO notes SELECT i, 'row ' || i, ARRAY['t' || i] FROM generate_series(1, 500) i;
-INSERT INTO notes VALUES (501, E'tab\there\nnew line\\backslash\rreturn', '{"a b","c,d",NULL}'),
-                         (502, NULL, NULL), (503, '\N', '{}');
-BEGIN;
-INSERT INTO notes VALUES (504, 'written in the same transaction', NULL);
-SELECT count(*), md5(string_agg(format('%s|%s|%s', id, body, tags), ',' ORDER BY id)) FROM notes;
-SELECT pg_shard.create_distributed_table('notes', 'id', shard_count => 4);
-COMMIT;
--- the same rows, now read from the shards
-SELECT count(*), md5(string_agg(format('%s|%s|%s', id, body, tags), ',' ORDER BY id)) FROM notes;
-SELECT id, body, tags FROM notes WHERE id > 500 ORDER BY id;
-SELECT count(*) FROM ONLY notes;
-SELECT count(*) FROM pg_shard.shards WHERE table_name = 'notes'::regclass;

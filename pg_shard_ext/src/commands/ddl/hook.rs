@@ -61,6 +61,23 @@ unsafe extern "C-unwind" fn process_utility(
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
+    // SAFETY: pstmt and qc are ProcessUtility's; the COPY runs under
+    // pgrx's guard, which turns a refusal into an ERROR.
+    if unsafe { is_copy(pstmt) } && !running_internal() && extension_installed() {
+        let copied = unsafe {
+            pg_sys::panic::pgrx_extern_c_guard(|| {
+                crate::commands::copy_from::run_if_distributed(pstmt, query_string, qc)
+            })
+        };
+        match copied {
+            Ok(true) => return,
+            Ok(false) => {}
+            // Raised here, with its own SQLSTATE and CONTEXT: this frame
+            // owns nothing a longjmp would skip.
+            // SAFETY: as said.
+            Err(e) => unsafe { e.raise() },
+        }
+    }
     // SAFETY: pstmt and query_string are valid for the call; planning runs
     // under pgrx's guard, which turns a refusal into an ERROR.
     let planned = unsafe {
@@ -183,6 +200,18 @@ unsafe fn plan(
             N::T_ReindexStmt => reindex::plan(stmt.cast(), top_level),
             _ => Ok(None),
         }
+    }
+}
+
+/// Whether the statement is a COPY (which `copy_from` may run itself).
+///
+/// # Safety
+/// `pstmt` is ProcessUtility's planned statement.
+unsafe fn is_copy(pstmt: *mut pg_sys::PlannedStmt) -> bool {
+    // SAFETY: a utility statement's parse node, or NULL.
+    unsafe {
+        let stmt = (*pstmt).utilityStmt;
+        !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_CopyStmt
     }
 }
 

@@ -1,0 +1,261 @@
+//! Streaming rows into shard tables with COPY, every node at once, in the
+//! local transaction's remote transactions.
+//!
+//! Rows (COPY text lines) are buffered per target shard; a full buffer is
+//! sent as one `COPY … FROM STDIN` on its node's connection without waiting
+//! for the node to store it. Its outcome is read only before that node's
+//! next COPY (or at the end), so the metadata node reading rows and every
+//! worker storing them go on together. A connection holds one COPY at a
+//! time, so a node's shards take turns.
+
+use crate::error::{Result, ShardError};
+use crate::metadata::Node;
+use crate::transaction::connection::NodeConnection;
+use crate::transaction::remote::{with_declared_transactions, Access};
+
+/// A shard's buffer is sent when it reaches this size: small enough that
+/// the buffers fill one after another, keeping every node busy while the
+/// metadata node reads on, instead of all at once at the end.
+const FLUSH_BYTES: usize = 512 << 10;
+/// What a node's libpq holds is passed on to it every so many rows.
+const SEND_EVERY_ROWS: u64 = 1_000;
+
+/// Where one target's rows go: its node, its table there (quoted) and the
+/// columns the rows hold (a quoted list).
+pub(crate) struct CopyTarget {
+    pub(crate) node: Node,
+    pub(crate) table: String,
+    pub(crate) columns: String,
+}
+
+#[derive(Default)]
+struct Buffer {
+    bytes: Vec<u8>,
+    /// The input's row number (from 1) of each row in the buffer.
+    rows: Vec<u64>,
+}
+
+/// A COPY sent to a node whose outcome is still to be read.
+struct InFlight {
+    target: usize,
+    rows: Vec<u64>,
+}
+
+/// Rows on their way to a set of targets.
+pub(crate) struct ShardCopy<'a, 'c> {
+    connections: &'a mut [&'c mut NodeConnection],
+    /// Each node's COPY whose outcome is still to be read.
+    copying: Vec<Option<InFlight>>,
+    /// What the rows come from, for errors (`COPY orders`).
+    source: String,
+    statements: Vec<String>,
+    tables: Vec<String>,
+    /// Each target's node, as a position in `connections`.
+    node_of: Vec<usize>,
+    buffers: Vec<Buffer>,
+    rows_in: u64,
+    rows_sent: u64,
+}
+
+/// Run `work` with a [`ShardCopy`] to `targets`, then send what is left
+/// and read every node's outcome; returns `work`'s value and the rows
+/// stored. An error leaves no node in the middle of a COPY, and the local
+/// transaction's abort rolls every node back. A row a node refuses is
+/// named in the error's CONTEXT by `source` and its number in the input.
+pub(crate) fn with_shard_copy<T>(
+    targets: Vec<CopyTarget>,
+    version: Option<i64>,
+    source: &str,
+    work: impl FnOnce(&mut ShardCopy) -> Result<T>,
+) -> Result<(T, u64)> {
+    let (nodes, node_of) = distinct_nodes(targets.iter().map(|t| &t.node));
+    let statements: Vec<String> = targets
+        .iter()
+        .map(|t| format!("COPY {} ({}) FROM STDIN", t.table, t.columns))
+        .collect();
+    let tables: Vec<String> = targets.into_iter().map(|t| t.table).collect();
+    with_declared_transactions(&nodes, Access::Write, version, |connections| {
+        if let Some(version) = version {
+            for connection in connections.iter_mut() {
+                connection.declare_session(version, "")?;
+            }
+        }
+        let mut copy = ShardCopy {
+            copying: (0..connections.len()).map(|_| None).collect(),
+            connections,
+            source: source.to_string(),
+            buffers: (0..statements.len()).map(|_| Buffer::default()).collect(),
+            statements,
+            tables,
+            node_of,
+            rows_in: 0,
+            rows_sent: 0,
+        };
+        let outcome = work(&mut copy).and_then(|value| copy.send_all().map(|_| value));
+        let finished = copy.finish_all();
+        let value = outcome?;
+        finished?;
+        Ok((value, copy.rows_sent))
+    })
+}
+
+impl ShardCopy<'_, '_> {
+    /// Add one COPY text line (ending in a newline) for `target`.
+    pub(crate) fn push(&mut self, target: usize, line: &[u8]) -> Result<()> {
+        self.rows_in += 1;
+        let buffer = &mut self.buffers[target];
+        buffer.bytes.extend_from_slice(line);
+        buffer.rows.push(self.rows_in);
+        if buffer.bytes.len() >= FLUSH_BYTES {
+            self.send(target)?;
+        }
+        if self.rows_in.is_multiple_of(SEND_EVERY_ROWS) {
+            self.send_some()?;
+        }
+        Ok(())
+    }
+
+    /// The number of targets.
+    pub(crate) fn targets(&self) -> usize {
+        self.statements.len()
+    }
+
+    fn send(&mut self, target: usize) -> Result<()> {
+        let node = self.node_of[target];
+        self.finish(node)?;
+        let buffer = std::mem::take(&mut self.buffers[target]);
+        if buffer.rows.is_empty() {
+            return Ok(());
+        }
+        self.rows_sent += buffer.rows.len() as u64;
+        self.copying[node] = Some(InFlight {
+            target,
+            rows: buffer.rows,
+        });
+        self.connections[node]
+            .start_copy_in(&self.statements[target], &buffer.bytes)
+            .map_err(|error| self.row_error(node, error))
+    }
+
+    fn send_all(&mut self) -> Result<()> {
+        for target in 0..self.buffers.len() {
+            self.send(target)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, node: usize) -> Result<()> {
+        if self.copying[node].is_some() {
+            let finished = self.connections[node].finish_copy_in();
+            if let Err(error) = finished {
+                return Err(self.row_error(node, error));
+            }
+            self.copying[node] = None;
+        }
+        Ok(())
+    }
+
+    /// A node's error of the COPY in flight there: a row it refused keeps
+    /// the node's SQLSTATE, message and detail, with a CONTEXT naming the
+    /// row in the input (the node's own names the line of one batch);
+    /// other failures name the node.
+    fn row_error(&mut self, node: usize, error: ShardError) -> ShardError {
+        let in_flight = self.copying[node].take();
+        let ShardError::RemoteStatement {
+            node: label,
+            sqlstate,
+            message,
+            detail,
+            notes,
+        } = error
+        else {
+            return error.into_node_failure();
+        };
+        let row = notes
+            .context
+            .as_deref()
+            .and_then(batch_line)
+            .zip(in_flight.as_ref())
+            .and_then(|(line, in_flight)| in_flight.rows.get(line.checked_sub(1)? as usize));
+        let shard = in_flight
+            .as_ref()
+            .and_then(|in_flight| self.tables.get(in_flight.target))
+            .cloned()
+            .unwrap_or_default();
+        let context = match row {
+            Some(row) => format!(
+                "{}, row {row} of the input (on node {label}, {shard})",
+                self.source
+            ),
+            None => format!("{} (on node {label}, {shard})", self.source),
+        };
+        ShardError::CopyRow {
+            sqlstate,
+            message,
+            detail,
+            hint: notes.hint,
+            context: Some(context),
+        }
+    }
+
+    fn send_some(&mut self) -> Result<()> {
+        for (node, connection) in self.connections.iter_mut().enumerate() {
+            if self.copying[node].is_some() {
+                connection
+                    .send_some()
+                    .map_err(ShardError::into_node_failure)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read every outstanding outcome (also after an error, so that no
+    /// connection is left in the middle of a COPY); the first error wins.
+    fn finish_all(&mut self) -> Result<()> {
+        let mut result = Ok(());
+        for node in 0..self.connections.len() {
+            let finished = self.finish(node);
+            if result.is_ok() {
+                result = finished;
+            }
+        }
+        result
+    }
+}
+
+/// The distinct servers among `nodes`, and each one's position among them.
+fn distinct_nodes<'n>(nodes: impl Iterator<Item = &'n Node>) -> (Vec<Node>, Vec<usize>) {
+    let mut distinct: Vec<Node> = Vec::new();
+    let mut positions = Vec::new();
+    for node in nodes {
+        let position = match distinct.iter().position(|n| n.same_server(node)) {
+            Some(position) => position,
+            None => {
+                distinct.push(node.clone());
+                distinct.len() - 1
+            }
+        };
+        positions.push(position);
+    }
+    (distinct, positions)
+}
+
+/// The line a node's COPY CONTEXT names (`COPY t_1, line 17, column x: …`).
+fn batch_line(context: &str) -> Option<u64> {
+    let after = &context[context.find(", line ")? + ", line ".len()..];
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn node_context_lines() {
+        assert_eq!(
+            super::batch_line("COPY orders_100001, line 17, column total: \"x\""),
+            Some(17)
+        );
+        assert_eq!(super::batch_line("COPY orders_100001, line 3"), Some(3));
+        assert_eq!(super::batch_line("SQL statement \"SELECT 1\""), None);
+    }
+}
