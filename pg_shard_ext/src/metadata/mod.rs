@@ -10,6 +10,7 @@ mod node;
 pub(crate) mod routing_table;
 pub(crate) mod shard_lookup;
 pub(crate) mod sizes;
+mod worker_activity;
 
 pub(crate) use logical_table::{LogicalTable, DISTRIBUTED};
 pub(crate) use node::Node;

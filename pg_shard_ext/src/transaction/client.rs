@@ -46,6 +46,15 @@ pub(crate) fn remote_error(node: &Node, error: &postgres::Error) -> ShardError {
     }
 }
 
+/// The application_name of every connection pg_shard opens to a worker:
+/// it names the backend the connection works for, which
+/// `pg_shard.worker_activity()` reads back on the workers.
+pub(crate) fn application_name() -> String {
+    // SAFETY: MyProcPid is set once when the backend starts and only read after.
+    let pid = unsafe { pgrx::pg_sys::MyProcPid };
+    format!("pg_shard pid={pid}")
+}
+
 /// Open a connection to a node outside any transaction.
 pub(crate) fn connect(host: &str, port: i32) -> Result<Client> {
     let unreachable = |cause: String| ShardError::Unreachable {
@@ -62,7 +71,7 @@ pub(crate) fn connect(host: &str, port: i32) -> Result<Client> {
         .port(port_u16)
         .dbname(database.as_deref().unwrap_or("postgres"))
         .user(&user)
-        .application_name("pg_shard")
+        .application_name(&application_name())
         // Generated SQL is fully qualified; an empty path keeps the worker's
         // own search_path from changing what it means.
         .options("-c search_path=pg_catalog")

@@ -132,7 +132,7 @@ impl NodeConnection {
             ("port", node.port.to_string()),
             ("dbname", database),
             ("user", user),
-            ("application_name", "pg_shard".to_string()),
+            ("application_name", super::client::application_name()),
             ("client_encoding", encoding),
             ("options", SESSION_OPTIONS.to_string()),
             // Notice a worker that vanished instead of waiting forever.
