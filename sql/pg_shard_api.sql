@@ -511,3 +511,50 @@ BEGIN
     RAISE EXCEPTION 'pg_shard.worker_results() only runs inside pg_shard''s plans';
 END
 $$;
+
+-- Partial aggregation of variance and standard deviation in pushed-down
+-- statements (pg_shard_ext/src/planner/combine.rs): each worker returns its
+-- groups' transition states, made by PostgreSQL's own transition function
+-- and, for internal states, serialized by PostgreSQL's own serialization
+-- (pg_shard.<transition function>_state); the metadata node combines them
+-- with PostgreSQL's own combine function and applies the aggregate's final
+-- function (pg_shard.<final function>_combine): the same arithmetic as a
+-- parallel aggregate on one server. Internal transition states need a
+-- superuser to declare; CREATE EXTENSION runs as one.
+CREATE AGGREGATE pg_shard.int2_accum_state(smallint) (
+    SFUNC = pg_catalog.int2_accum, STYPE = internal, FINALFUNC = pg_catalog.numeric_poly_serialize);
+CREATE AGGREGATE pg_shard.int4_accum_state(integer) (
+    SFUNC = pg_catalog.int4_accum, STYPE = internal, FINALFUNC = pg_catalog.numeric_poly_serialize);
+CREATE AGGREGATE pg_shard.int8_accum_state(bigint) (
+    SFUNC = pg_catalog.int8_accum, STYPE = internal, FINALFUNC = pg_catalog.numeric_serialize);
+CREATE AGGREGATE pg_shard.numeric_accum_state(numeric) (
+    SFUNC = pg_catalog.numeric_accum, STYPE = internal, FINALFUNC = pg_catalog.numeric_serialize);
+CREATE AGGREGATE pg_shard.float4_accum_state(real) (
+    SFUNC = pg_catalog.float4_accum, STYPE = float8[], INITCOND = '{0,0,0}');
+CREATE AGGREGATE pg_shard.float8_accum_state(double precision) (
+    SFUNC = pg_catalog.float8_accum, STYPE = float8[], INITCOND = '{0,0,0}');
+
+-- Deserialize a worker's state and combine it into the running one
+-- (pg_shard_ext/src/executor/aggregate_states.rs).
+CREATE FUNCTION pg_shard.numeric_state_combine(internal, bytea) RETURNS internal
+    LANGUAGE c PARALLEL SAFE AS 'MODULE_PATHNAME', 'numeric_state_combine';
+CREATE FUNCTION pg_shard.numeric_poly_state_combine(internal, bytea) RETURNS internal
+    LANGUAGE c PARALLEL SAFE AS 'MODULE_PATHNAME', 'numeric_poly_state_combine';
+
+DO $$
+DECLARE
+    final text;
+BEGIN
+    FOREACH final IN ARRAY ARRAY['var_samp', 'var_pop', 'stddev_samp', 'stddev_pop'] LOOP
+        EXECUTE format('CREATE AGGREGATE pg_shard.%I(bytea) (SFUNC = pg_shard.numeric_poly_state_combine, '
+                       'STYPE = internal, FINALFUNC = pg_catalog.%I)',
+                       'numeric_poly_' || final || '_combine', 'numeric_poly_' || final);
+        EXECUTE format('CREATE AGGREGATE pg_shard.%I(bytea) (SFUNC = pg_shard.numeric_state_combine, '
+                       'STYPE = internal, FINALFUNC = pg_catalog.%I)',
+                       'numeric_' || final || '_combine', 'numeric_' || final);
+        EXECUTE format('CREATE AGGREGATE pg_shard.%I(float8[]) (SFUNC = pg_catalog.float8_combine, '
+                       'STYPE = float8[], INITCOND = ''{0,0,0}'', FINALFUNC = pg_catalog.%I)',
+                       'float8_' || final || '_combine', 'float8_' || final);
+    END LOOP;
+END
+$$;

@@ -387,6 +387,23 @@ SELECT status, bool_and(total > 10), bool_or(total > 240), every(total >= 0) FRO
 
 SELECT status, round(stddev(total), 6), round(variance(total), 6), round(stddev_pop(total), 6), round(var_samp(total), 6) FROM orders GROUP BY status ORDER BY status;
 
+-- variance and standard deviation merged from the workers' transition
+-- states: integers and numeric exactly as one server computes them (no
+-- rounding here), floats as a parallel plan would (last digits rounded off).
+SELECT status, stddev(total), variance(total), stddev_pop(total), var_pop(total), stddev_samp(total), var_samp(total) FROM orders GROUP BY status ORDER BY status;
+
+SELECT variance(qty), stddev(qty::int2), var_pop(qty::int8 * 1000003), stddev_pop(order_id), stddev(price) FILTER (WHERE qty > 2), var_samp(item_no::int2) FROM order_items;
+
+SELECT round(variance(price::float8)::numeric, 6), round(stddev(qty::float4)::numeric, 6), round(stddev_pop(price::float8)::numeric, 6), round(var_pop(qty::float8)::numeric, 6) FROM order_items;
+
+SELECT customer_id % 4 AS r, variance(total), stddev(total) FROM orders WHERE customer_id = 3 GROUP BY 1;
+
+SELECT variance(total), stddev(total), var_pop(total), stddev_pop(total), variance(customer_id), stddev(total::float8) FROM orders WHERE total < 0;
+
+SELECT variance(qty), var_pop(qty), stddev_pop(price), stddev(qty) FROM order_items WHERE customer_id = 1 AND order_id = 1 AND item_no = 1;
+
+SELECT status, stddev(total) FROM orders GROUP BY status HAVING variance(total) > 1 ORDER BY stddev(total) DESC, status LIMIT 2;
+
 SELECT status, string_agg(order_id::text, ',' ORDER BY order_id) FROM orders WHERE customer_id < 5 GROUP BY status ORDER BY status;
 
 SELECT customer_id % 3 AS r, array_agg(order_id ORDER BY order_id DESC) FROM orders WHERE customer_id BETWEEN 10 AND 14 GROUP BY 1 ORDER BY 1;

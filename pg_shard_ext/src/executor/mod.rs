@@ -8,11 +8,17 @@
 //!   per node, all at once, under the final query's plan;
 //! * [`modify_scan`]: a multi-shard UPDATE, DELETE or INSERT … SELECT, one
 //!   statement per shard group, every node at once;
+//! * [`aggregate_states`]: the metadata node's side of partial variance
+//!   and standard deviation: workers' serialized states combined;
+//! * [`moved_shards`]: a router statement refused by a shard that moved
+//!   finds its shards again and runs there;
 //! * [`stored_scan`]: what they share: rows stored on the first fetch,
 //!   then handed out one at a time;
 //! * [`row_store`]: the rows nodes send, as the scans' tuples.
 
+mod aggregate_states;
 pub(crate) mod modify_scan;
+pub(crate) mod moved_shards;
 pub(crate) mod pushdown_scan;
 pub(crate) mod router_scan;
 mod row_store;

@@ -8,9 +8,11 @@
 //! free again as soon as the statement ends, and nothing a result holds
 //! is kept in memory.
 
+use super::moved_shards::{self, is_wrong_shard, locate, ShardTarget};
 use super::row_store::RowStore;
 use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
+use crate::metadata::shard_lookup::latest_owner;
 use crate::metadata::Node;
 use crate::transaction::connection::NodeConnection;
 use crate::transaction::remote::{
@@ -32,18 +34,12 @@ pub(crate) struct RouterTask {
     /// Relations whose changes (a new map replaces partitions) invalidate
     /// the plan.
     pub(crate) relation_oids: Vec<pg_sys::Oid>,
-    /// For a generic plan: the parameter whose value picks the shards.
-    pub(crate) by_parameter: Option<ByParameter>,
-}
-
-/// A generic plan's shards, picked when it runs by the value of one
-/// parameter: its query names a stand-in shard of each table, replaced by
-/// the shard holding the value's keyspace id.
-pub(crate) struct ByParameter {
-    pub(crate) parameter: i32,
-    pub(crate) parameter_type: pg_sys::Oid,
-    /// The stand-in shard's name in the query, and its table.
-    pub(crate) tables: Vec<(String, pg_sys::Oid)>,
+    /// Each shard table the query names, to find it again (a generic
+    /// plan's stand-ins when it runs; any plan's after its shard moved).
+    pub(crate) targets: Vec<ShardTarget>,
+    /// For a generic plan: the parameter whose value picks the shards, and
+    /// its type.
+    pub(crate) by_parameter: Option<(i32, pg_sys::Oid)>,
 }
 
 const NAME: &CStr = c"pg_shard Router";
@@ -65,9 +61,12 @@ const PORT: usize = 3;
 const SHARDS: usize = 4;
 const MAP_VERSION: usize = 5;
 const WRITES: usize = 6;
-/// Then, for a plan whose shards a parameter picks: the parameter's number
-/// and type, and pairs of a stand-in shard's name and its table's oid.
+/// For a plan whose shards a parameter picks, the parameter's number and
+/// type (empty otherwise).
 const PARAMETER: usize = 7;
+const PARAMETER_TYPE: usize = 8;
+/// Then the shard targets, three strings each ([`ShardTarget::encode`]).
+const TARGETS: usize = 9;
 
 /// The plan of a routed statement: one router scan returning the
 /// statement's columns (its target list, or RETURNING list).
@@ -78,6 +77,10 @@ pub(crate) unsafe fn planned_statement(
     parse: *mut pg_sys::Query,
     task: RouterTask,
 ) -> *mut pg_sys::PlannedStmt {
+    let (parameter, parameter_type) = match task.by_parameter {
+        Some((number, ty)) => (number.to_string(), ty.to_u32().to_string()),
+        None => (String::new(), String::new()),
+    };
     let mut private: Vec<String> = vec![
         task.query,
         task.node.node_id.to_string(),
@@ -86,15 +89,10 @@ pub(crate) unsafe fn planned_statement(
         task.shards.join(", "),
         task.map_version.to_string(),
         if task.writes { "t" } else { "f" }.to_string(),
+        parameter,
+        parameter_type,
     ];
-    if let Some(by) = &task.by_parameter {
-        private.push(by.parameter.to_string());
-        private.push(by.parameter_type.to_u32().to_string());
-        for (name, relid) in &by.tables {
-            private.push(name.clone());
-            private.push(relid.to_u32().to_string());
-        }
-    }
+    private.extend(ShardTarget::encode(&task.targets));
     // SAFETY: as this function's.
     unsafe { stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &task.relation_oids) }
 }
@@ -135,19 +133,18 @@ unsafe fn private_strings(state: *mut RouterState) -> Vec<String> {
     unsafe { stored_scan::private_strings(&mut (*state).scan.css) }
 }
 
-/// Run the worker query and store its rows.
+/// Run the worker query and store its rows; if a shard refuses it because
+/// it moved, wait for the new map and run it where the shards are now
+/// ([`moved_shards`]).
 unsafe fn run(state: *mut RouterState) -> Result<()> {
     // SAFETY: a running scan of our plan: its slot, descriptor and EState
     // are valid; the tuplestore lives in the query's context.
     unsafe {
         let strings = private_strings(state);
         let field = |i: usize| strings.get(i).cloned().unwrap_or_default();
-        let number = |i: usize| -> Result<i64> {
-            field(i)
-                .parse()
-                .map_err(|_| ShardError::Internal("a router plan with a damaged field".into()))
-        };
-        let mut node = Node {
+        let damaged = || ShardError::Internal("a router plan with a damaged field".into());
+        let number = |i: usize| -> Result<i64> { field(i).parse().map_err(|_| damaged()) };
+        let planned_node = Node {
             node_id: number(NODE_ID)? as i32,
             host: field(HOST),
             port: number(PORT)? as i32,
@@ -155,18 +152,31 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let writes = field(WRITES) == "t";
         // The newest map the router knows of (the plan's, unless it was
         // cached across a change): the node's shards check it.
-        let map_version =
+        let mut map_version =
             crate::metadata::shard_lookup::map_version_now()?.max(number(MAP_VERSION)?);
-        let mut query = field(QUERY);
+        let planned_query = field(QUERY);
+        let targets = ShardTarget::decode(strings.get(TARGETS..).unwrap_or_default())?;
         let estate = (*state).scan.css.ss.ps.state;
         let params = (*estate).es_param_list_info;
         let (types, texts) = parameter_texts(params);
-        let prepared = strings.len() > PARAMETER;
-        if prepared {
-            let (picked, text) = pick_shards(&strings[PARAMETER..], params, &query, writes)?;
-            node = picked;
-            query = text;
-        }
+        let prepared = !field(PARAMETER).is_empty();
+        let parameter_id = if prepared {
+            let parameter = number(PARAMETER)? as i32;
+            let ty = pg_sys::Oid::from(number(PARAMETER_TYPE)? as u32);
+            parameter_keyspace_id(params, parameter, ty, writes)?
+        } else {
+            None
+        };
+        let (mut node, mut query) = if prepared {
+            locate(&targets, parameter_id, &planned_query, cached_owner)?.ok_or_else(|| {
+                ShardError::Timeout(
+                    "the shard holding this key is being moved or split; run the statement again"
+                        .into(),
+                )
+            })?
+        } else {
+            (planned_node, planned_query.clone())
+        };
 
         // A cached plan run in a transaction that has since written over
         // postgres_fdw (see planner::router): replanned, for that path.
@@ -175,38 +185,38 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
             return Err(ShardError::PlanAfterFdwWrite);
         }
         let slot = (*state).scan.css.ss.ss_ScanTupleSlot;
-        let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
-        let timezone = current_timezone();
-        let started = Instant::now();
-        let access = if writes { Access::Write } else { Access::Read };
-        let texts: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
-        let mut statement = |connection: &mut NodeConnection| {
-            let each = |row: &crate::transaction::connection::TextRow<'_>| rows.put(row, &node);
-            if prepared {
-                connection.for_each_row_prepared(&query, &types, &texts, each)
-            } else {
-                connection.for_each_row(&query, &[], &[], each)
-            }
+        let descriptor = (*slot).tts_tupleDescriptor;
+        let statement = Statement {
+            types,
+            texts,
+            prepared,
+            writes,
+            timezone: current_timezone(),
         };
-        // An autocommit read outside any remote transaction there runs on
-        // its own (no BEGIN and COMMIT round trips). A write joins the
-        // local transaction: another statement of it (an extended-protocol
-        // pipeline's) may still fail and roll it back; so does every
-        // statement of a transaction block (it sees what the ones before it
-        // wrote, and keeps its locks and snapshot).
-        if writes {
-            crate::transaction::paths::router_wrote();
-        }
-        let outcome = if writes || pg_sys::IsTransactionBlock() || has_transaction_on(&node) {
-            with_declared_transaction(&node, access, Some(map_version), |connection| {
-                connection.declare_session(map_version, &timezone)?;
-                statement(connection)
-            })?
-        } else {
-            autocommit(&node, |connection| {
-                connection.declare_for_autocommit(map_version, &timezone)?;
-                statement(connection)
-            })?
+        let may_run_again = moved_shards::may_run_again();
+        let started = Instant::now();
+        let mut tries = 1;
+        let (rows, outcome) = loop {
+            match statement.run(&node, &query, map_version, descriptor) {
+                Err(error)
+                    if may_run_again && tries < moved_shards::TRIES && is_wrong_shard(&error) =>
+                {
+                    // What it began on the node is rolled back; the new
+                    // map says where to run it.
+                    crate::transaction::remote::roll_back_statement();
+                    let Some(version) = moved_shards::wait_for_newer_map(map_version)? else {
+                        return Err(error);
+                    };
+                    let Some(found) = locate(&targets, parameter_id, &planned_query, latest_owner)?
+                    else {
+                        return Err(error);
+                    };
+                    (node, query) = found;
+                    map_version = version;
+                    tries += 1;
+                }
+                result => break result?,
+            }
         };
         (*state).scan.store = rows.into_tuplestore();
         (*state).elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -218,6 +228,106 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         }
         Ok(())
     }
+}
+
+/// One run of a routed statement on a node, and what it needs.
+struct Statement {
+    /// The parameters' types and values, for a prepared statement.
+    types: Vec<pg_sys::Oid>,
+    texts: Vec<Option<String>>,
+    prepared: bool,
+    writes: bool,
+    timezone: String,
+}
+
+impl Statement {
+    /// Runs `query` on `node` and stores the rows it returns.
+    ///
+    /// # Safety
+    /// `descriptor` is the scan's valid tuple descriptor.
+    unsafe fn run(
+        &self,
+        node: &Node,
+        query: &str,
+        map_version: i64,
+        descriptor: pg_sys::TupleDesc,
+    ) -> Result<(RowStore, crate::transaction::connection::Outcome)> {
+        // SAFETY: as this function's.
+        let mut rows = unsafe { RowStore::new(descriptor) };
+        let texts: Vec<Option<&str>> = self.texts.iter().map(|t| t.as_deref()).collect();
+        let mut statement = |connection: &mut NodeConnection| {
+            let each = |row: &crate::transaction::connection::TextRow<'_>| rows.put(row, node);
+            if self.prepared {
+                connection.for_each_row_prepared(query, &self.types, &texts, each)
+            } else {
+                connection.for_each_row(query, &[], &[], each)
+            }
+        };
+        // An autocommit read outside any remote transaction there runs on
+        // its own (no BEGIN and COMMIT round trips), and so does a write
+        // that is all its transaction does. Another write joins the local
+        // transaction: another statement of it (an extended-protocol
+        // pipeline's) may still fail and roll it back; so does every
+        // statement of a transaction block (it sees what the ones before it
+        // wrote, and keeps its locks and snapshot).
+        if self.writes {
+            crate::transaction::paths::router_wrote();
+        }
+        // SAFETY: reads the transaction state.
+        let in_block = unsafe { pg_sys::IsTransactionBlock() };
+        let alone = !in_block
+            && !has_transaction_on(node)
+            && (!self.writes
+                || (crate::transaction::remote::none_open() && transaction_ends_with_statement()));
+        let outcome = if !alone {
+            let access = if self.writes {
+                Access::Write
+            } else {
+                Access::Read
+            };
+            with_declared_transaction(node, access, Some(map_version), |connection| {
+                connection.declare_session(map_version, &self.timezone)?;
+                statement(connection)
+            })?
+        } else {
+            autocommit(node, |connection| {
+                connection.declare_for_autocommit(map_version, &self.timezone)?;
+                statement(connection)
+            })?
+        };
+        Ok((rows, outcome))
+    }
+}
+
+/// Whether the local transaction ends once the running statement does
+/// (outside transaction blocks, explicit or implicit): a simple-protocol
+/// query of one statement, or an extended-protocol Execute whose Sync the
+/// client already sent (drivers send Bind, Execute and Sync together). An
+/// Execute followed by more messages before its Sync, or by nothing yet,
+/// may be one of several statements of one transaction.
+fn transaction_ends_with_statement() -> bool {
+    const SYNC: std::ffi::c_int = b'S' as std::ffi::c_int;
+    // SAFETY: reads the active portal (the running statement's) and the
+    // backend's input buffer, without consuming or waiting for anything.
+    unsafe {
+        let portal = pg_sys::ActivePortal;
+        if pg_sys::IsTransactionBlock() || portal.is_null() {
+            return false;
+        }
+        // exec_simple_query runs its statements without a cached plan;
+        // Bind always makes one.
+        if (*portal).cplan.is_null() {
+            return true;
+        }
+        pq_buffer_has_data() && pq_peekbyte() == SYNC
+    }
+}
+
+extern "C-unwind" {
+    /// Whether the backend's input buffer holds unread bytes (libpq/libpq.h).
+    fn pq_buffer_has_data() -> bool;
+    /// The next input byte, not consumed; waits when nothing is buffered.
+    fn pq_peekbyte() -> std::ffi::c_int;
 }
 
 /// The statement's parameters as text, with their types where the node
@@ -254,26 +364,17 @@ unsafe fn parameter_texts(
     (types, texts)
 }
 
-/// The node and the query for this run of a plan whose shards a parameter
-/// picks: each stand-in shard's name replaced by the shard holding the
-/// parameter value's keyspace id.
-unsafe fn pick_shards(
-    fields: &[String],
+/// The keyspace id of a generic plan's key parameter for this run; None
+/// for a NULL key in a read (`key = NULL` matches no row).
+unsafe fn parameter_keyspace_id(
     params: pg_sys::ParamListInfo,
-    query: &str,
+    number: i32,
+    ty: pg_sys::Oid,
     writes: bool,
-) -> Result<(Node, String)> {
+) -> Result<Option<i64>> {
     let damaged = || ShardError::Internal("a router plan with a damaged field".into());
-    let number: i32 = fields
-        .first()
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(damaged)?;
-    let ty: u32 = fields
-        .get(1)
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(damaged)?;
     // SAFETY: a valid parameter list holding the parameter the plan names.
-    let keyspace_id = unsafe {
+    unsafe {
         if params.is_null() || number < 1 || number > (*params).numParams {
             return Err(damaged());
         }
@@ -284,45 +385,18 @@ unsafe fn pick_shards(
                     "the distribution column of a distributed table cannot be NULL".into(),
                 ));
             }
-            // `key = NULL` matches no row on any shard.
-            None
-        } else {
-            Some(
-                crate::keyspace::key_to_keyspace_id((*value).value, pg_sys::Oid::from(ty))?
-                    .to_sql(),
-            )
+            return Ok(None);
         }
-    };
-    let mut node: Option<Node> = None;
-    let mut renames = Vec::new();
-    for pair in fields[2..].chunks(2) {
-        let [stand_in, relid] = pair else {
-            return Err(damaged());
-        };
-        let relid = pg_sys::Oid::from(relid.parse::<u32>().map_err(|_| damaged())?);
-        let shard = match keyspace_id {
-            Some(id) => crate::metadata::shard_lookup::shard_of(relid, id)?,
-            None => crate::metadata::shard_lookup::shard_of(relid, i64::MIN)?,
-        };
-        let Some(shard) = shard else {
-            return Err(ShardError::Timeout(
-                "the shard holding this key is being moved or split; run the statement again"
-                    .into(),
-            ));
-        };
-        match &node {
-            None => node = Some(shard.node.clone()),
-            Some(node) if *node != shard.node => {
-                return Err(ShardError::Internal(
-                    "co-located shards of one key on two nodes".into(),
-                ))
-            }
-            Some(_) => {}
-        }
-        renames.push((stand_in.clone(), shard.qualified));
+        Ok(Some(
+            crate::keyspace::key_to_keyspace_id((*value).value, ty)?.to_sql(),
+        ))
     }
-    let node = node.ok_or_else(damaged)?;
-    Ok((node, crate::quote::replace_names(query, &renames)))
+}
+
+/// The shard holding a keyspace id, from the router's cache of the map.
+fn cached_owner(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<(Node, String)>> {
+    Ok(crate::metadata::shard_lookup::shard_of(relid, keyspace_id)?
+        .map(|shard| (shard.node, shard.qualified)))
 }
 
 /// The session's TimeZone, which the worker's session gets too (stable
@@ -359,7 +433,8 @@ unsafe fn explain_task(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Expl
             let value = CString::new(value).unwrap_or_default();
             pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
         };
-        if strings.len() > PARAMETER {
+        let by_parameter = !field(PARAMETER).is_empty();
+        if by_parameter {
             property(c"Node", "the one holding the shards".to_string());
         } else {
             property(
@@ -367,7 +442,7 @@ unsafe fn explain_task(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Expl
                 format!("{}:{} (node {})", field(HOST), field(PORT), field(NODE_ID)),
             );
         }
-        if strings.len() > PARAMETER {
+        if by_parameter {
             property(
                 c"Shards",
                 format!("picked by ${} when the statement runs", field(PARAMETER)),

@@ -210,3 +210,54 @@ thread_local! {
 pub(crate) fn forget() {
     CACHE.with(|cache| *cache.borrow_mut() = RouterCache::default());
 }
+
+/// `work`'s catalog reads see what committed up to now, not the
+/// statement's snapshot (a statement waiting for a shard move to publish
+/// its map reads it while it runs).
+fn with_latest_snapshot<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    // SAFETY: a fresh snapshot, pushed here and popped below whatever
+    // `work` returns (an error raised inside unwinds past both, and the
+    // transaction's abort pops it).
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let result = work();
+    // SAFETY: the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    result
+}
+
+/// The map version committed now.
+pub(crate) fn latest_map_version() -> Result<i64> {
+    with_latest_snapshot(crate::metadata::catalog::current_map_version)
+}
+
+/// Where the shard of `relid` holding `keyspace_id` is now, as committed:
+/// its node and its table there (quoted); None if no single active
+/// placement holds it. Uncached, and without the foreign partition (which
+/// a move or split replaces after it publishes the new map).
+pub(crate) fn latest_owner(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<(Node, String)>> {
+    with_latest_snapshot(|| {
+        crate::spi::connect(|client| {
+            let rows = client.select(
+                "SELECT n.node_id, n.host, n.port, \
+                        pg_catalog.quote_ident(s.shard_schema) || '.' || pg_catalog.quote_ident(s.shard_name) \
+                 FROM pg_shard.shard s JOIN pg_shard.shard_group g USING (shard_group_id) \
+                 JOIN pg_shard.placement p USING (shard_group_id) JOIN pg_shard.node n USING (node_id) \
+                 WHERE s.table_rel = $1 AND p.state = 'active' \
+                   AND $2 BETWEEN g.range_start AND g.range_end",
+                None,
+                &[relid.into(), keyspace_id.into()],
+            )?;
+            if rows.len() != 1 {
+                return Ok(None);
+            }
+            let mut found = None;
+            for row in rows {
+                let Some(table) = row.get::<String>(4)? else {
+                    return Ok(None);
+                };
+                found = Some((Node::from_row(&row, 1)?, table));
+            }
+            Ok::<_, ShardError>(found)
+        })
+    })
+}

@@ -26,7 +26,10 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::Copy => copy(job, shards),
         Phase::CatchUp => catch_up(job, shards),
         Phase::Cutover => cutover(job, shards),
-        Phase::Cleanup => cleanup(job, shards),
+        Phase::Cleanup => {
+            repoint_partitions(job, shards)?;
+            cleanup(job, shards)
+        }
         Phase::DropOld => drop_old(job, shards),
         Phase::Rollback => rollback(job, shards),
     }
@@ -424,8 +427,8 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
 /// 4. retire the source shards and commit (the waiting writers get
 ///    WrongShard and their routers look for the new map);
 /// 5. activate the target shards at the next map version and publish it
-///    (placement, foreign partitions, version, NOTIFY) with the job's next
-///    phase, in one metadata transaction.
+///    (placement, version, NOTIFY) with the job's next phase, in one
+///    metadata transaction; the foreign partitions follow in the cleanup.
 pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let ids = shard_id_list(shards);
@@ -471,9 +474,6 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             job.target.node_id.into(),
         ],
     )?;
-    for shard in shards {
-        repoint_partition(shard, job)?;
-    }
     let published = crate::metadata::catalog::bump_map_version()?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
@@ -536,6 +536,18 @@ pub(crate) fn verify(job: &Job, shards: &[GroupShard]) -> Result<()> {
                 on_target.1
             )));
         }
+    }
+    Ok(())
+}
+
+/// The foreign partitions follow the map the cutover published, in a
+/// transaction of their own: replacing a partition locks its distributed
+/// table, which a statement refused at the cutover still holds while it
+/// waits for that map (see `executor::moved_shards`). Until then the
+/// postgres_fdw path reaches the retired shards and is refused (PS001).
+fn repoint_partitions(job: &Job, shards: &[GroupShard]) -> Result<()> {
+    for shard in shards {
+        repoint_partition(shard, job)?;
     }
     Ok(())
 }

@@ -215,6 +215,12 @@ fn run_step(job: Job) {
         Ok(next)
     });
     match outcome {
+        // The cleanup that follows a cutover brings the foreign partitions
+        // up to the published map: it runs without the usual pause.
+        Ok(Next::Phase(Phase::Cleanup)) => {
+            // SAFETY: sets this process's own latch.
+            unsafe { pgrx::pg_sys::SetLatch(pgrx::pg_sys::MyLatch) };
+        }
         Ok(Next::Phase(_)) | Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase_name, error.as_deref()),
         Err(e) => {

@@ -12,11 +12,15 @@
 //!   bool_or, every → the same aggregate of the partial results;
 //! * avg → sum of the sums over sum of the counts (numeric division, as
 //!   PostgreSQL's own avg; float8 for floats);
+//! * variance, stddev and their _samp / _pop → each group's transition
+//!   state (PostgreSQL's, serialized when internal) from the workers,
+//!   combined and finished by PostgreSQL's own functions (helper aggregates
+//!   in sql/pg_shard_api.sql), as a parallel aggregate would;
 //! * an aggregate with DISTINCT (`count(DISTINCT x)`) → workers group by its
 //!   arguments too, and the final query runs it over the distinct values,
 //!   so its answer is exact.
 //!
-//! Any other aggregate (stddev, string_agg, an ORDER BY inside one, …)
+//! Any other aggregate (string_agg, array_agg, an ORDER BY inside one, …)
 //! makes workers return the rows' grouping and argument values instead,
 //! and the final query aggregates them all: slower, always right.
 //! HAVING, DISTINCT, ORDER BY and LIMIT then run on the final query only.
@@ -364,8 +368,75 @@ unsafe fn splittable(aggregate: *mut pg_sys::Aggref) -> bool {
             "count" | "sum" => true,
             n if SAME_AGGREGATE.contains(&n) => true,
             "avg" => avg_accumulates_in(aggregate).is_some(),
+            n if STATE_AGGREGATES.contains(&n) => state_aggregates(aggregate).is_some(),
             _ => false,
         }
+    }
+}
+
+/// Aggregates merged from their transition states.
+const STATE_AGGREGATES: [&str; 6] = [
+    "variance",
+    "var_samp",
+    "var_pop",
+    "stddev",
+    "stddev_samp",
+    "stddev_pop",
+];
+
+/// For an aggregate merged from transition states: the workers' aggregate
+/// returning its state (`pg_shard.<transition function>_state`) and the
+/// final query's combining it (`pg_shard.<final function>_combine`), as
+/// sql/pg_shard_api.sql declares them; None when either is missing.
+unsafe fn state_aggregates(aggregate: *mut pg_sys::Aggref) -> Option<(pg_sys::Oid, pg_sys::Oid)> {
+    // SAFETY: a valid Aggref; catalog lookups.
+    unsafe {
+        let types = PgList::<pg_sys::Oid>::from_pg((*aggregate).aggargtypes);
+        let argument_type = types.iter_oid().next()?;
+        let (transition, finish) = crate::spi::connect(|client| {
+            let rows = client
+                .select(
+                    "SELECT aggtransfn::oid::text, aggfinalfn::oid::text \
+                     FROM pg_catalog.pg_aggregate WHERE aggfnoid = $1",
+                    Some(1),
+                    &[(*aggregate).aggfnoid.into()],
+                )
+                .ok()?;
+            let row = rows.into_iter().next()?;
+            let oid = |i: usize| -> Option<pg_sys::Oid> {
+                row.get::<String>(i)
+                    .ok()??
+                    .parse::<u32>()
+                    .ok()
+                    .map(pg_sys::Oid::from)
+            };
+            Some((oid(1)?, oid(2)?))
+        })?;
+        let name_of = |function: pg_sys::Oid| -> Option<String> {
+            let name = pg_sys::get_func_name(function);
+            (!name.is_null()).then(|| {
+                std::ffi::CStr::from_ptr(name)
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        };
+        let worker = pg_shard_function(&format!("{}_state", name_of(transition)?), argument_type)?;
+        let state_type = pg_sys::get_func_rettype(worker);
+        let combine = pg_shard_function(&format!("{}_combine", name_of(finish)?), state_type)?;
+        (pg_sys::get_func_rettype(combine) == (*aggregate).aggtype).then_some((worker, combine))
+    }
+}
+
+/// `pg_shard.<name>(argument_type)`, if it exists.
+unsafe fn pg_shard_function(name: &str, argument_type: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    // SAFETY: a catalog lookup of a qualified name with one argument type.
+    unsafe {
+        let name = CString::new(name).ok()?;
+        let mut names = PgList::<pg_sys::Node>::new();
+        names.push(pg_sys::makeString(pg_sys::pstrdup(c"pg_shard".as_ptr())) as *mut pg_sys::Node);
+        names.push(pg_sys::makeString(pg_sys::pstrdup(name.as_ptr())) as *mut pg_sys::Node);
+        let function = pg_sys::LookupFuncName(names.into_pg(), 1, &argument_type, true);
+        (function != pg_sys::InvalidOid).then_some(function)
     }
 }
 
@@ -468,6 +539,24 @@ unsafe fn merge_partial(
                 };
                 let quotient = divide(total, count);
                 Ok(coerce(quotient, result_type))
+            }
+            n if STATE_AGGREGATES.contains(&n) => {
+                let Some((worker, combine)) = state_aggregates(aggregate) else {
+                    return Ok(None);
+                };
+                let args = PgList::<pg_sys::TargetEntry>::from_pg((*aggregate).args);
+                let Some(argument) = args.get_ptr(0) else {
+                    return Ok(None);
+                };
+                let Some(state) = aggregate_of(
+                    worker,
+                    (*argument).expr as *mut pg_sys::Node,
+                    (*aggregate).aggfilter,
+                ) else {
+                    return Ok(None);
+                };
+                let states = outputs.column(state);
+                Ok(aggregate_of(combine, states, std::ptr::null_mut()))
             }
             _ => Ok(None),
         }

@@ -891,11 +891,7 @@ unsafe fn node_query(
                         .join(" UNION ALL ")
                 );
             }
-            shards.push(ShardRelation {
-                rte,
-                logical: (*rte).relid,
-                shard: read,
-            });
+            shards.push(ShardRelation { rte, shard: read });
         }
         let mut renames = Vec::new();
         for (&relid, kind) in kinds {

@@ -18,7 +18,8 @@ use super::conditions::{deterministic, is_key_equality, same_key_types};
 use super::partition_key::{partition_key, strip_relabel, Busy};
 use super::worker_query::{qualified_name, worker_query, ShardRelation};
 use crate::error::Result;
-use crate::executor::router_scan::{ByParameter, RouterTask};
+use crate::executor::moved_shards::ShardTarget;
+use crate::executor::router_scan::RouterTask;
 use crate::metadata::shard_lookup::{
     any_shard, at_version, is_reference_table, reference_copy, shard_of,
 };
@@ -111,6 +112,7 @@ pub(super) unsafe fn plan(
             return Ok(None);
         }
         let mut shards: Vec<ShardRelation> = Vec::new();
+        let mut targets: Vec<ShardTarget> = Vec::new();
         for (rte, value) in keys {
             let shard = match value {
                 KeyValue::Fixed(keyspace_id) => shard_of((*rte).relid, keyspace_id)?,
@@ -121,11 +123,18 @@ pub(super) unsafe fn plan(
             let Some(shard) = shard else {
                 return Ok(None);
             };
-            shards.push(ShardRelation {
-                rte,
-                logical: (*rte).relid,
-                shard,
-            });
+            let target = ShardTarget {
+                name: shard.qualified.clone(),
+                relid: (*rte).relid,
+                keyspace_id: match value {
+                    KeyValue::Fixed(keyspace_id) => Some(keyspace_id),
+                    KeyValue::Parameter(..) => None,
+                },
+            };
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+            shards.push(ShardRelation { rte, shard });
         }
         let node = shards[0].shard.node.clone();
         if shards.iter().any(|s| s.shard.node != node) {
@@ -151,14 +160,6 @@ pub(super) unsafe fn plan(
         let Some(text) = worker_query(query, &shards, renames)? else {
             return Ok(None);
         };
-        let by_parameter = parameter.map(|(id, ty)| ByParameter {
-            parameter: id,
-            parameter_type: ty,
-            tables: shards
-                .iter()
-                .map(|s| (s.shard.qualified.clone(), s.logical))
-                .collect(),
-        });
         let mut names: Vec<String> = shards.iter().map(|s| s.shard.qualified.clone()).collect();
         names.sort();
         names.dedup();
@@ -170,7 +171,8 @@ pub(super) unsafe fn plan(
             shards: names,
             map_version,
             writes: (*parse).commandType != CMD_SELECT || (*parse).hasModifyingCTE,
-            by_parameter,
+            by_parameter: parameter,
+            targets,
             relation_oids,
         }))
     }

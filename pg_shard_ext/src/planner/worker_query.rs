@@ -20,8 +20,6 @@ use std::ffi::CStr;
 /// A distributed table's entry in the statement and the shard it reads.
 pub(crate) struct ShardRelation {
     pub(crate) rte: *mut pg_sys::RangeTblEntry,
-    /// The distributed table (the entry is pointed at a partition later).
-    pub(crate) logical: pg_sys::Oid,
     pub(crate) shard: Shard,
 }
 

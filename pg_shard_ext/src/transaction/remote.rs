@@ -134,6 +134,10 @@ thread_local! {
     // Set when a rolled-back subtransaction lost remote writes; the local
     // transaction may then only roll back.
     static POISONED: Cell<bool> = const { Cell::new(false) };
+    // Whether the transaction callbacks are registered for the local
+    // transaction: once only, though its remote transactions may all end
+    // and new ones open (pgrx runs a callback once per registration).
+    static HOOKED: Cell<bool> = const { Cell::new(false) };
     // Numbers the remote transactions this backend opens (their global ids).
     static OPENED: Cell<u64> = const { Cell::new(0) };
     // Global ids whose COMMIT PREPARED succeeded: their records go in the
@@ -217,6 +221,20 @@ pub(crate) fn with_declared_transactions<T>(
     let mut connections: Vec<&mut NodeConnection> =
         taken.0.iter_mut().map(|t| &mut t.connection).collect();
     work(&mut connections)
+}
+
+/// Whether the local transaction has no remote transaction: a statement
+/// that starts so and fails on a node may roll back what it began there
+/// and run again ([`roll_back_statement`]).
+pub(crate) fn none_open() -> bool {
+    OPEN.with(|open| open.borrow().is_empty())
+}
+
+/// Rolls back every remote transaction, all of which the current statement
+/// opened (it started with [`none_open`]), keeping their connections: the
+/// statement runs again from scratch.
+pub(crate) fn roll_back_statement() {
+    abandon_all();
 }
 
 /// Whether the local transaction has a remote transaction on `node`.
@@ -304,19 +322,17 @@ fn open_transaction(node: &Node, version: Option<i64>) -> Result<()> {
         // The node restarted since, or dropped the session: a new one.
         _ => begin(NodeConnection::open(node)?).map_err(ShardError::into_node_failure)?,
     };
-    let first = OPEN.with(|open| {
-        let mut open = open.borrow_mut();
-        open.push(OpenTransaction {
+    OPEN.with(|open| {
+        open.borrow_mut().push(OpenTransaction {
             connection,
             user,
             wrote: false,
             gid: None,
             prepared: false,
             depth: 1,
-        });
-        open.len() == 1
+        })
     });
-    if first {
+    if !HOOKED.replace(true) {
         register_xact_callback(PgXactCallbackEvent::PreCommit, pre_commit);
         register_xact_callback(PgXactCallbackEvent::Commit, commit_all);
         register_xact_callback(PgXactCallbackEvent::PrePrepare, refuse_prepare);
@@ -564,6 +580,7 @@ fn prepare_writers(open: &mut [OpenTransaction]) -> Result<()> {
 /// recovery to commit; the local transaction has committed, so it is only a
 /// warning.
 fn commit_all() {
+    HOOKED.set(false);
     LOST.set(false);
     LOST_WRITER.set(false);
     let open = OPEN.with(|open| std::mem::take(&mut *open.borrow_mut()));
@@ -618,6 +635,7 @@ fn refuse_prepare() {
 }
 
 fn transaction_aborted() {
+    HOOKED.set(false);
     abandon_all();
     POISONED.set(false);
     LOST.set(false);

@@ -27,11 +27,14 @@ SELECT status, count(*), sum(total), avg(total), min(total), max(total) FROM pd_
 -- count(DISTINCT …): the workers group by its argument too, the answer is exact
 EXPLAIN (COSTS OFF) SELECT count(DISTINCT status), count(*) FROM pd_orders;
 SELECT count(DISTINCT status), count(*) FROM pd_orders;
--- an aggregate without partial results (an ORDER BY inside, stddev): the
--- workers return the argument values, the final query aggregates them all
+-- an aggregate without partial results (an ORDER BY inside): the workers
+-- return the argument values, the final query aggregates them all
 EXPLAIN (COSTS OFF)
 SELECT status, string_agg(customer_id::text, ',' ORDER BY customer_id DESC) FROM pd_orders WHERE order_id = 1 AND customer_id < 8 GROUP BY status;
 SELECT status, string_agg(customer_id::text, ',' ORDER BY customer_id DESC) FROM pd_orders WHERE order_id = 1 AND customer_id < 8 GROUP BY status ORDER BY 1;
+-- variance and stddev: the workers return each group's transition state,
+-- which the final query combines and finishes (pg_shard's helper aggregates)
+EXPLAIN (VERBOSE, COSTS OFF) SELECT stddev(total), variance(total) FROM pd_orders;
 SELECT round(stddev(total), 4), round(variance(total), 4) FROM pd_orders;
 -- GROUP BY the distribution column: the whole statement runs on the
 -- workers; ORDER BY and LIMIT n OFFSET m are also applied there (n + m rows)

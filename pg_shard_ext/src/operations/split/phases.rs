@@ -46,7 +46,10 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::Copy => copy(job, &tables),
         Phase::CatchUp => catch_up(job, &tables),
         Phase::Cutover => cutover(job, &tables),
-        Phase::Cleanup => moves::cleanup(job, shards),
+        Phase::Cleanup => {
+            replace_partitions(job, &tables)?;
+            moves::cleanup(job, shards)
+        }
         Phase::DropOld => {
             let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
             moves::drop_old(job, &sources)
@@ -442,9 +445,9 @@ fn verify(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<()> {
 
 /// The metadata catalog after the split: the group keeps the lower half,
 /// a new group on the same node takes the upper one; every table's shard
-/// is replaced by its halves, in the catalog and as foreign partitions.
+/// is replaced by its halves (their foreign partitions follow in the
+/// cleanup, [`replace_partitions`]).
 fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
-    use crate::metadata::routing_table::partition_name;
     let upper_group = crate::metadata::catalog::write_returning::<i64>(
         "WITH lower AS (UPDATE pg_shard.shard_group SET range_end = $2 - 1 \
                         WHERE shard_group_id = $1 RETURNING colocation_id) \
@@ -466,17 +469,6 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
         &[upper_group.into()],
     )?;
     for table in tables {
-        let partition = |id| {
-            quote::qualified(
-                "pg_shard_partitions",
-                &partition_name(&table.source.table_name, id, job.source.node_id),
-            )
-        };
-        let old = partition(table.source.shard_id);
-        let parent = query_one::<String>(
-            "SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = to_regclass($1)",
-            &[old.as_str().into()],
-        )?;
         let table_rel = query_one::<pg_sys::Oid>(
             "SELECT table_rel::oid FROM pg_shard.shard WHERE shard_id = $1",
             &[table.source.shard_id.into()],
@@ -500,6 +492,30 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
                 &half.name,
             )?;
         }
+    }
+    Ok(())
+}
+
+/// The halves' foreign partitions in place of the source's, once the
+/// cutover published the map (in the cleanup, a transaction of its own:
+/// replacing a partition locks the distributed table, which a statement
+/// refused at the cutover still holds while it waits for that map). Done
+/// already when the source's partition is gone.
+fn replace_partitions(job: &Job, tables: &[SplitTable]) -> Result<()> {
+    use crate::metadata::routing_table::partition_name;
+    let ranges = Ranges::load(job)?;
+    for table in tables {
+        let partition = |id| {
+            quote::qualified(
+                "pg_shard_partitions",
+                &partition_name(&table.source.table_name, id, job.source.node_id),
+            )
+        };
+        let old = partition(table.source.shard_id);
+        let parent = query_one::<String>(
+            "SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = to_regclass($1)",
+            &[old.as_str().into()],
+        )?;
         let Some(parent) = parent else {
             continue;
         };

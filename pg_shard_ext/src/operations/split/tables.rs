@@ -58,13 +58,22 @@ pub(crate) struct Ranges {
 
 impl Ranges {
     pub(crate) fn load(job: &Job) -> Result<Ranges> {
+        let split_at = job.split_at.ok_or_else(|| {
+            ShardError::InvalidArgument(format!("split job {} has no split point", job.job_id))
+        })?;
+        // Once published, the group holds the lower half and a new group
+        // starting at the split point the upper one.
         let row = crate::spi::connect(|client| -> Result<Option<(i64, i64, String)>> {
             let rows = client.select(
-                "SELECT g.range_start, g.range_end, c.key_encoding \
+                "SELECT g.range_start, \
+                        coalesce((SELECT u.range_end FROM pg_shard.shard_group u \
+                                   WHERE u.colocation_id = g.colocation_id AND u.range_start = $2 \
+                                     AND g.range_end = $2 - 1), g.range_end), \
+                        c.key_encoding \
                  FROM pg_shard.shard_group g JOIN pg_shard.colocation_group c USING (colocation_id) \
                  WHERE g.shard_group_id = $1",
                 Some(1),
-                &[job.shard_group_id.into()],
+                &[job.shard_group_id.into(), split_at.into()],
             )?;
             let Some(row) = rows.into_iter().next() else {
                 return Ok(None);
@@ -77,9 +86,6 @@ impl Ranges {
         })?;
         let (range_start, range_end, encoding) = row.ok_or_else(|| {
             ShardError::InvalidArgument(format!("shard group {} is gone", job.shard_group_id))
-        })?;
-        let split_at = job.split_at.ok_or_else(|| {
-            ShardError::InvalidArgument(format!("split job {} has no split point", job.job_id))
         })?;
         let encoding = KeyEncoding::from_name(&encoding).ok_or_else(|| {
             ShardError::InvalidArgument(format!("unknown key encoding {encoding}"))

@@ -1,0 +1,156 @@
+//! Finding a routed statement's shards again after a move or split.
+//!
+//! A router plan names shard tables. The map may change under it: a plan
+//! cached across a move, or a statement that reached the old owner while
+//! the move's cutover held it, is refused there (PS001: the shard is
+//! retired; or 42P01 once the old table is dropped). Like the coordinator,
+//! the statement then waits for the new map and runs again where its keys
+//! now live, provided nothing of its transaction has run on the workers
+//! before it (autocommit, or the transaction's first statement): rolling
+//! back what it began loses nothing.
+
+use crate::error::{Result, ShardError};
+use crate::metadata::Node;
+use pgrx::prelude::*;
+use std::time::{Duration, Instant};
+
+/// Runs of a statement in all, the first included (as the coordinator's
+/// `--wrong-shard-tries`).
+pub(crate) const TRIES: u32 = 3;
+
+/// How long a refused statement waits for a newer map before it gives up
+/// and reports the refusal.
+const MAP_WAIT: Duration = Duration::from_secs(5);
+
+/// A shard table a router plan names, and how to find it again: its
+/// logical table and the keyspace id it holds (None: the one the plan's
+/// key parameter gives when it runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ShardTarget {
+    pub(crate) name: String,
+    pub(crate) relid: pg_sys::Oid,
+    pub(crate) keyspace_id: Option<i64>,
+}
+
+impl ShardTarget {
+    /// Three strings each, for a plan's private list.
+    pub(crate) fn encode(targets: &[ShardTarget]) -> Vec<String> {
+        targets
+            .iter()
+            .flat_map(|t| {
+                [
+                    t.name.clone(),
+                    t.relid.to_u32().to_string(),
+                    t.keyspace_id.map(|id| id.to_string()).unwrap_or_default(),
+                ]
+            })
+            .collect()
+    }
+
+    pub(crate) fn decode(fields: &[String]) -> Result<Vec<ShardTarget>> {
+        let damaged = || ShardError::Internal("a router plan with a damaged shard list".into());
+        fields
+            .chunks(3)
+            .map(|chunk| {
+                let [name, relid, keyspace_id] = chunk else {
+                    return Err(damaged());
+                };
+                Ok(ShardTarget {
+                    name: name.clone(),
+                    relid: pg_sys::Oid::from(relid.parse::<u32>().map_err(|_| damaged())?),
+                    keyspace_id: if keyspace_id.is_empty() {
+                        None
+                    } else {
+                        Some(keyspace_id.parse().map_err(|_| damaged())?)
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// Where a statement's shards are: for each target the node and table
+/// holding its keyspace id (`parameter_id` for the parameter-keyed ones),
+/// found by `owner`; all must be on one node. The query's shard names are
+/// replaced by the ones found. None when a shard has no single active
+/// placement.
+pub(crate) fn locate(
+    targets: &[ShardTarget],
+    parameter_id: Option<i64>,
+    query: &str,
+    owner: impl Fn(pg_sys::Oid, i64) -> Result<Option<(Node, String)>>,
+) -> Result<Option<(Node, String)>> {
+    let mut node: Option<Node> = None;
+    let mut renames = Vec::with_capacity(targets.len());
+    for target in targets {
+        // `key = NULL` (a parameter-keyed read) matches no row on any shard.
+        let keyspace_id = target.keyspace_id.or(parameter_id).unwrap_or(i64::MIN);
+        let Some((found, table)) = owner(target.relid, keyspace_id)? else {
+            return Ok(None);
+        };
+        match &node {
+            None => node = Some(found),
+            Some(node) if *node != found => return Ok(None),
+            Some(_) => {}
+        }
+        if table != target.name {
+            renames.push((target.name.clone(), table));
+        }
+    }
+    let Some(node) = node else {
+        return Ok(None);
+    };
+    Ok(Some((node, crate::quote::replace_names(query, &renames))))
+}
+
+/// Whether a worker's error says the statement reached a shard that is
+/// not (or no longer) there for it.
+pub(crate) fn is_wrong_shard(error: &ShardError) -> bool {
+    matches!(error, ShardError::RemoteStatement { sqlstate, .. }
+        if sqlstate == "PS001" || sqlstate == "42P01")
+}
+
+/// Whether the statement about to run may run again after such an error:
+/// its transaction has nothing on the workers yet and wrote nothing here.
+pub(crate) fn may_run_again() -> bool {
+    // SAFETY: reads whether the local transaction has an id.
+    let local_wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
+    crate::transaction::remote::none_open() && !local_wrote
+}
+
+/// Waits until a map newer than `seen` is committed, and returns its
+/// version; None if none came within [`MAP_WAIT`]. A cancel or
+/// statement_timeout ends the wait.
+pub(crate) fn wait_for_newer_map(seen: i64) -> Result<Option<i64>> {
+    let deadline = Instant::now() + MAP_WAIT;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let version = crate::metadata::shard_lookup::latest_map_version()?;
+        if version > seen {
+            crate::metadata::shard_lookup::forget();
+            return Ok(Some(version));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Sleeps on the backend's latch, serving interrupts.
+fn sleep(pause: Duration) {
+    let flags = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
+    // SAFETY: MyLatch is the backend's own latch.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            flags as std::ffi::c_int,
+            pause.as_millis().max(1) as std::ffi::c_long,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pgrx::check_for_interrupts!();
+}

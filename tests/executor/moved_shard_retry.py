@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""A statement through the metadata node that meets a shard move's cutover.
+
+The cutover locks the source shard, retires it and then publishes the new
+map. A router statement that reached the source meanwhile is refused there
+(PS001); when nothing of its transaction had run on the workers before it
+(autocommit, or a transaction's first statement) it waits for the new map
+and runs again on the new owner, so the client sees no error, as through
+the coordinator. A later statement of a transaction cannot be run again
+(what the transaction did before would be lost): it gets the PS001.
+
+Each case holds the move at the start of its cutover (the job pause lock),
+holds the source shard with an open write so that the cutover's lock
+waits, sends the statement under test (which queues behind the cutover's
+lock, as pg_shard.worker_activity() shows), and lets go.
+
+Usage: moved_shard_retry.py METADATA_PORT DATABASE
+"""
+import os
+import sys
+import threading
+import time
+
+import psycopg
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "moves"))
+from tap import Checks, connect  # noqa: E402
+
+port, database = sys.argv[1], sys.argv[2]
+dsn = f"host=127.0.0.1 port={port} dbname={database} user=postgres"
+check = Checks("moved shard retry")
+
+meta = connect(dsn)
+meta.execute("DROP TABLE IF EXISTS mr_accounts, mr_other")
+meta.execute("CREATE TABLE mr_accounts (id bigint PRIMARY KEY, v int NOT NULL)")
+meta.execute("INSERT INTO mr_accounts SELECT g, 0 FROM generate_series(1, 100) g")
+meta.execute("SELECT pg_shard.create_distributed_table('mr_accounts', 'id', shard_count => 1, "
+             "colocate_with => 'none')")
+meta.execute("CREATE TABLE mr_other (id bigint PRIMARY KEY, v int NOT NULL)")
+meta.execute("INSERT INTO mr_other SELECT g, 0 FROM generate_series(1, 100) g")
+meta.execute("SELECT pg_shard.create_distributed_table('mr_other', 'id', shard_count => 1, "
+             "colocate_with => 'none')")
+shard = meta.execute("SELECT shard_id FROM pg_shard.shard WHERE table_rel = 'mr_accounts'::regclass"
+                     ).fetchone()[0]
+
+
+def node_of(table):
+    return meta.execute(
+        "SELECT p.node_id FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) "
+        "WHERE s.table_rel = %s::regclass", (table,)).fetchone()[0]
+
+
+def other_node(node_id):
+    return meta.execute("SELECT min(node_id) FROM pg_shard.node WHERE state = 'active' AND node_id <> %s",
+                        (node_id,)).fetchone()[0]
+
+
+def wait_until(query, params=(), timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if meta.execute(query, params).fetchone()[0]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def worker_waits(pid):
+    """Whether the worker backend serving metadata backend `pid` waits for a lock."""
+    return wait_until("SELECT EXISTS (SELECT FROM pg_shard.worker_activity() "
+                      "WHERE origin_pid = %s AND wait_event_type = 'Lock')", (pid,))
+
+
+def through_cutover(name, work, before=None):
+    """Moves mr_accounts' shard to another node while work(conn) runs on a
+    connection of its own, queued behind the cutover's lock; before(conn)
+    runs on that connection first, before the move is let go."""
+    source = node_of("mr_accounts")
+    target = other_node(source)
+    holder = connect(dsn)
+    holder.execute("SELECT pg_advisory_lock(hashtext('pg_shard job phase'), hashtext('cutover'))")
+    meta.execute("SET pg_shard.move_drop_delay = 0")
+    job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+    at_cutover = wait_until("SELECT phase = 'cutover' FROM pg_shard.job WHERE job_id = %s", (job,))
+    blocker = connect(dsn)
+    blocker.execute("BEGIN")
+    blocker.execute("UPDATE mr_accounts SET v = v WHERE id = 100")
+    tested = connect(dsn)
+    if before:
+        before(tested)
+    holder.execute("SELECT pg_advisory_unlock_all()")
+    runner_waits = wait_until("SELECT EXISTS (SELECT FROM pg_shard.worker_activity() "
+                              "WHERE wait_event_type = 'Lock' AND query LIKE %s)", ("%LOCK TABLE%",))
+    outcome = {}
+
+    def run():
+        try:
+            outcome["rows"] = work(tested)
+        except psycopg.Error as e:
+            outcome["error"] = e.sqlstate
+            tested.execute("ROLLBACK")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    queued = worker_waits(tested.info.backend_pid)
+    blocker.execute("COMMIT")
+    thread.join(60)
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    check(f"{name}: the move was held at its cutover, the statement queued behind its lock "
+          f"({at_cutover}, {runner_waits}, {queued})", at_cutover and runner_waits and queued)
+    check(f"{name}: the move is done and the shard on node {target} ({state}, {node_of('mr_accounts')})",
+          state == "done" and node_of("mr_accounts") == target)
+    for conn in (holder, blocker, tested):
+        conn.close()
+    return outcome
+
+
+def value(key):
+    return meta.execute("SELECT v FROM mr_accounts WHERE id = %s", (key,)).fetchone()[0]
+
+
+# An autocommit UPDATE … RETURNING: refused by the retired source, run again
+# on the new owner; the client sees its rows.
+outcome = through_cutover(
+    "autocommit",
+    lambda c: c.execute("UPDATE mr_accounts SET v = v + 10 WHERE id = 2 RETURNING v").fetchall())
+check(f"autocommit UPDATE: no error, RETURNING from the new owner ({outcome})", outcome.get("rows") == [(10,)])
+check("autocommit UPDATE: the row holds it", value(2) == 10)
+
+
+# A transaction's first statement: run again, and the transaction goes on
+# on the new owner, reading its own write.
+def first_statement(c):
+    c.execute("BEGIN")
+    c.execute("UPDATE mr_accounts SET v = v + 5 WHERE id = 3")
+    read = c.execute("SELECT v FROM mr_accounts WHERE id = 3").fetchall()
+    c.execute("COMMIT")
+    return read
+
+
+outcome = through_cutover("first statement", first_statement)
+check(f"first statement: no error, the transaction reads its write ({outcome})", outcome.get("rows") == [(5,)])
+check("first statement: committed", value(3) == 5)
+
+
+# Prepared through the protocol, its generic plan (the parameter picks the
+# shard) cached before the move: run again too.
+def prepare(c):
+    for _ in range(7):
+        c.execute("UPDATE mr_accounts SET v = v + 0 WHERE id = %s RETURNING v", (6,), prepare=True)
+
+
+outcome = through_cutover(
+    "prepared",
+    lambda c: c.execute("UPDATE mr_accounts SET v = v + 3 WHERE id = %s RETURNING v", (6,),
+                        prepare=True).fetchall(),
+    before=prepare)
+check(f"prepared UPDATE: no error ({outcome})", outcome.get("rows") == [(3,)])
+check("prepared UPDATE: the row holds it", value(6) == 3)
+
+
+# A later statement of a transaction that already wrote on a node: not run
+# again, the PS001 reaches the client, and nothing of the transaction
+# commits.
+def begin_elsewhere(c):
+    c.execute("BEGIN")
+    c.execute("UPDATE mr_other SET v = v + 1 WHERE id = 4")
+
+
+outcome = through_cutover(
+    "later statement",
+    lambda c: c.execute("UPDATE mr_accounts SET v = v + 7 WHERE id = 4").rowcount,
+    before=begin_elsewhere)
+check(f"later statement: refused with PS001 ({outcome})", outcome.get("error") == "PS001")
+check("later statement: nothing of the transaction committed",
+      meta.execute("SELECT (SELECT v FROM mr_accounts WHERE id = 4), (SELECT v FROM mr_other WHERE id = 4)"
+                    ).fetchone() == (0, 0))
+
+meta.execute("DROP TABLE mr_accounts, mr_other")
+sys.exit(1 if check.failures else 0)
