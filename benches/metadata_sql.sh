@@ -5,7 +5,11 @@
 #     (pgbench, one client, prepared statements, S seconds each, default 15);
 #  2. a full-table aggregate over N rows (default 1,000,000) spread over two
 #     workers vs the same aggregate on one PostgreSQL holding the same rows
-#     (a plain table on the metadata node's server), median of 5 runs.
+#     (a plain table on the metadata node's server), median of 5 runs;
+#  3. COPY of those N rows (CSV, from the client) into an empty distributed
+#     table through the metadata node vs into a plain table with the same
+#     primary key on the metadata node's server, median of 3 runs each,
+#     alternating.
 #
 # Uses its own throwaway cluster (metadata 27320, workers 27321-27322).
 # Run with: make bench-metadata   (or benches/metadata_sql.sh ROWS SECONDS)
@@ -62,11 +66,18 @@ echo "single-row UPDATE by key: metadata node $write_meta tps (router; $write_fd
      "worker shard table $write_direct tps: $(ratio "$write_meta" "$write_direct") of direct" \
      "($(ratio "$write_fdw" "$write_direct") over postgres_fdw)"
 
-median_ms() { # database-connection-args... ; query on stdin
+median_ms() { # query, then psql arguments: the median of 5 runs in one
+    # session after a first one (a new session's first statement also opens
+    # the connections to the workers and fills the catalog caches: reported
+    # apart, by first_ms)
     local query=$1; shift
-    local times=()
+    { echo '\timing on'; for _ in 1 2 3 4 5 6; do echo "$query"; done; } | meta "$@" 2>&1 |
+        sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -5 | sort -n | sed -n 3p
+}
+first_ms() { # query: the median over 5 new sessions of their first run
+    local query=$1 times=()
     for _ in 1 2 3 4 5; do
-        times+=("$( { echo '\timing on'; echo "$query"; } | meta "$@" 2>&1 |
+        times+=("$( { echo '\timing on'; echo "$query"; } | meta 2>&1 |
             sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1)")
     done
     printf '%s\n' "${times[@]}" | sort -n | sed -n 3p
@@ -74,7 +85,31 @@ median_ms() { # database-connection-args... ; query on stdin
 aggregate='SELECT count(*), sum(v), avg(length(payload)) FROM'
 single=$(median_ms "$aggregate bench_single;")
 distributed=$(median_ms "$aggregate bench;")
-partitionwise=$(median_ms "SET enable_partitionwise_aggregate = on; $aggregate bench;")
-echo "full-table aggregate over $rows rows: one PostgreSQL ${single} ms," \
-     "distributed (2 workers, 32 shards) ${distributed} ms," \
-     "with partitionwise aggregate ${partitionwise} ms"
+single_first=$(first_ms "$aggregate bench_single;")
+distributed_first=$(first_ms "$aggregate bench;")
+echo "full-table aggregate over $rows rows (median of 5 in one session): one PostgreSQL ${single} ms," \
+     "distributed (2 workers, 32 shards) ${distributed} ms: $(ratio "$distributed" "$single")x;" \
+     "a new session's first: ${single_first} ms and ${distributed_first} ms"
+
+# COPY from the client: the same file into a plain table and into a
+# distributed one (emptied between runs), alternating.
+meta -c "\\copy (SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $rows) g) TO '$scratch/rows.csv' CSV"
+meta -c "CREATE TABLE copy_single (id bigint PRIMARY KEY, v int NOT NULL, payload text)" \
+     -c "CREATE TABLE copy_distributed (id bigint PRIMARY KEY, v int NOT NULL, payload text)" \
+     -c "SELECT pg_shard.create_distributed_table('copy_distributed', 'id', shard_count => 32)" >/dev/null
+copy_ms() { # table
+    meta -c "TRUNCATE $1" >/dev/null
+    { echo '\timing on'; echo "\\copy $1 FROM '$scratch/rows.csv' CSV"; } | meta 2>&1 |
+        sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1
+}
+copy_single=() copy_distributed=()
+for _ in 1 2 3; do
+    copy_single+=("$(copy_ms copy_single)")
+    copy_distributed+=("$(copy_ms copy_distributed)")
+done
+median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+single_copy=$(median3 "${copy_single[@]}")
+distributed_copy=$(median3 "${copy_distributed[@]}")
+echo "COPY of $rows rows from the client: one PostgreSQL ${single_copy} ms, distributed" \
+     "${distributed_copy} ms: $(ratio "$single_copy" "$distributed_copy") of the rate" \
+     "(runs: ${copy_single[*]} / ${copy_distributed[*]})"

@@ -512,7 +512,7 @@ BEGIN
 END
 $$;
 
--- Partial aggregation of variance and standard deviation in pushed-down
+-- Partial aggregation of avg, variance and standard deviation in pushed-down
 -- statements (pg_shard_ext/src/planner/combine.rs): each worker returns its
 -- groups' transition states, made by PostgreSQL's own transition function
 -- and, for internal states, serialized by PostgreSQL's own serialization
@@ -533,6 +533,16 @@ CREATE AGGREGATE pg_shard.float4_accum_state(real) (
     SFUNC = pg_catalog.float4_accum, STYPE = float8[], INITCOND = '{0,0,0}');
 CREATE AGGREGATE pg_shard.float8_accum_state(double precision) (
     SFUNC = pg_catalog.float8_accum, STYPE = float8[], INITCOND = '{0,0,0}');
+CREATE AGGREGATE pg_shard.int2_avg_accum_state(smallint) (
+    SFUNC = pg_catalog.int2_avg_accum, STYPE = int8[], INITCOND = '{0,0}');
+CREATE AGGREGATE pg_shard.int4_avg_accum_state(integer) (
+    SFUNC = pg_catalog.int4_avg_accum, STYPE = int8[], INITCOND = '{0,0}');
+CREATE AGGREGATE pg_shard.int8_avg_accum_state(bigint) (
+    SFUNC = pg_catalog.int8_avg_accum, STYPE = internal, FINALFUNC = pg_catalog.int8_avg_serialize);
+CREATE AGGREGATE pg_shard.numeric_avg_accum_state(numeric) (
+    SFUNC = pg_catalog.numeric_avg_accum, STYPE = internal, FINALFUNC = pg_catalog.numeric_avg_serialize);
+CREATE AGGREGATE pg_shard.interval_accum_state(interval) (
+    SFUNC = pg_catalog.interval_accum, STYPE = interval[], INITCOND = '{0 second,0 second}');
 
 -- Deserialize a worker's state and combine it into the running one
 -- (pg_shard_ext/src/executor/aggregate_states.rs).
@@ -540,6 +550,23 @@ CREATE FUNCTION pg_shard.numeric_state_combine(internal, bytea) RETURNS internal
     LANGUAGE c PARALLEL SAFE AS 'MODULE_PATHNAME', 'numeric_state_combine';
 CREATE FUNCTION pg_shard.numeric_poly_state_combine(internal, bytea) RETURNS internal
     LANGUAGE c PARALLEL SAFE AS 'MODULE_PATHNAME', 'numeric_poly_state_combine';
+CREATE FUNCTION pg_shard.numeric_avg_state_combine(internal, bytea) RETURNS internal
+    LANGUAGE c PARALLEL SAFE AS 'MODULE_PATHNAME', 'numeric_avg_state_combine';
+CREATE FUNCTION pg_shard.int8_avg_state_combine(internal, bytea) RETURNS internal
+    LANGUAGE c PARALLEL SAFE AS 'MODULE_PATHNAME', 'int8_avg_state_combine';
+CREATE AGGREGATE pg_shard.int8_avg_combine(int8[]) (
+    SFUNC = pg_catalog.int4_avg_combine, STYPE = int8[], INITCOND = '{0,0}',
+    FINALFUNC = pg_catalog.int8_avg);
+CREATE AGGREGATE pg_shard.numeric_poly_avg_combine(bytea) (
+    SFUNC = pg_shard.int8_avg_state_combine, STYPE = internal, FINALFUNC = pg_catalog.numeric_poly_avg);
+CREATE AGGREGATE pg_shard.numeric_avg_combine(bytea) (
+    SFUNC = pg_shard.numeric_avg_state_combine, STYPE = internal, FINALFUNC = pg_catalog.numeric_avg);
+CREATE AGGREGATE pg_shard.float8_avg_combine(float8[]) (
+    SFUNC = pg_catalog.float8_combine, STYPE = float8[], INITCOND = '{0,0,0}',
+    FINALFUNC = pg_catalog.float8_avg);
+CREATE AGGREGATE pg_shard.interval_avg_combine(interval[]) (
+    SFUNC = pg_catalog.interval_combine, STYPE = interval[], INITCOND = '{0 second,0 second}',
+    FINALFUNC = pg_catalog.interval_avg);
 
 DO $$
 DECLARE

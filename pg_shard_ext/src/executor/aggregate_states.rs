@@ -10,56 +10,63 @@ use pgrx::pg_sys;
 // (pgrx wraps the builtins in Rust functions that guard the FFI boundary.)
 type Builtin = unsafe fn(pg_sys::FunctionCallInfo) -> pg_sys::Datum;
 
-/// Function-manager info for the hand-declared C functions below.
-#[no_mangle]
-pub extern "C" fn pg_finfo_numeric_state_combine() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
+/// A C transition function `pg_shard.$name(internal, bytea)` that
+/// deserializes a worker's state with `$deserialize` and combines it with
+/// `$combine`, and its function-manager info.
+macro_rules! state_combine {
+    ($name:ident, $finfo:ident, $deserialize:path, $combine:path, $doc:literal) => {
+        #[no_mangle]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+
+        #[doc = $doc]
+        ///
+        /// # Safety
+        /// Called by the function manager, as an aggregate's transition
+        /// function.
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            // SAFETY: as this function's; the builtins take the same kind
+            // of call.
+            unsafe {
+                pg_sys::panic::pgrx_extern_c_guard(|| {
+                    combine_serialized(fcinfo, $deserialize, $combine)
+                })
+            }
+        }
+    };
 }
 
-#[no_mangle]
-pub extern "C" fn pg_finfo_numeric_poly_state_combine() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
-
-/// `pg_shard.numeric_state_combine(internal, bytea)`: states of
-/// numeric_accum / int8_accum (NumericAggState).
-///
-/// # Safety
-/// Called by the function manager, as an aggregate's transition function.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn numeric_state_combine(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    // SAFETY: as this function's; the builtins take the same kind of call.
-    unsafe {
-        pg_sys::panic::pgrx_extern_c_guard(|| {
-            combine_serialized(fcinfo, pg_sys::numeric_deserialize, pg_sys::numeric_combine)
-        })
-    }
-}
-
-/// `pg_shard.numeric_poly_state_combine(internal, bytea)`: states of
-/// int2_accum / int4_accum (PolyNumAggState).
-///
-/// # Safety
-/// Called by the function manager, as an aggregate's transition function.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn numeric_poly_state_combine(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    // SAFETY: as this function's.
-    unsafe {
-        pg_sys::panic::pgrx_extern_c_guard(|| {
-            combine_serialized(
-                fcinfo,
-                pg_sys::numeric_poly_deserialize,
-                pg_sys::numeric_poly_combine,
-            )
-        })
-    }
-}
+state_combine!(
+    numeric_state_combine,
+    pg_finfo_numeric_state_combine,
+    pg_sys::numeric_deserialize,
+    pg_sys::numeric_combine,
+    "States of numeric_accum / int8_accum (variance and stddev of numeric and bigint)."
+);
+state_combine!(
+    numeric_poly_state_combine,
+    pg_finfo_numeric_poly_state_combine,
+    pg_sys::numeric_poly_deserialize,
+    pg_sys::numeric_poly_combine,
+    "States of int2_accum / int4_accum (variance and stddev of smallint and integer)."
+);
+state_combine!(
+    numeric_avg_state_combine,
+    pg_finfo_numeric_avg_state_combine,
+    pg_sys::numeric_avg_deserialize,
+    pg_sys::numeric_avg_combine,
+    "States of numeric_avg_accum (avg of numeric)."
+);
+state_combine!(
+    int8_avg_state_combine,
+    pg_finfo_int8_avg_state_combine,
+    pg_sys::int8_avg_deserialize,
+    pg_sys::int8_avg_combine,
+    "States of int8_avg_accum (avg of bigint)."
+);
 
 /// The running state (argument 0, NULL before the first) combined with the
 /// deserialized argument 1 (NULL: a worker group without rows).

@@ -10,12 +10,11 @@
 //! aggregates, which the final query merges group by group:
 //! * count → sum of the counts; sum → sum of the sums; min, max, bool_and,
 //!   bool_or, every → the same aggregate of the partial results;
-//! * avg → sum of the sums over sum of the counts (numeric division, as
-//!   PostgreSQL's own avg; float8 for floats);
-//! * variance, stddev and their _samp / _pop → each group's transition
+//! * avg, variance, stddev and their _samp / _pop → each group's transition
 //!   state (PostgreSQL's, serialized when internal) from the workers,
 //!   combined and finished by PostgreSQL's own functions (helper aggregates
-//!   in sql/pg_shard_api.sql), as a parallel aggregate would;
+//!   in sql/pg_shard_api.sql), as a parallel aggregate would (avg of a type
+//!   without them: sum of the sums over sum of the counts);
 //! * an aggregate with DISTINCT (`count(DISTINCT x)`) → workers group by its
 //!   arguments too, and the final query runs it over the distinct values,
 //!   so its answer is exact.
@@ -367,7 +366,9 @@ unsafe fn splittable(aggregate: *mut pg_sys::Aggref) -> bool {
         match name.as_str() {
             "count" | "sum" => true,
             n if SAME_AGGREGATE.contains(&n) => true,
-            "avg" => avg_accumulates_in(aggregate).is_some(),
+            "avg" => {
+                state_aggregates(aggregate).is_some() || avg_accumulates_in(aggregate).is_some()
+            }
             n if STATE_AGGREGATES.contains(&n) => state_aggregates(aggregate).is_some(),
             _ => false,
         }
@@ -503,6 +504,7 @@ unsafe fn merge_partial(
                 (*merged).inputcollid = pg_sys::exprCollation(partial);
                 Ok(Some(merged as *mut pg_sys::Node))
             }
+            "avg" if state_aggregates(aggregate).is_some() => Ok(merge_states(aggregate, outputs)),
             "avg" => {
                 let Some(accumulates) = avg_accumulates_in(aggregate) else {
                     return Ok(None);
@@ -540,26 +542,32 @@ unsafe fn merge_partial(
                 let quotient = divide(total, count);
                 Ok(coerce(quotient, result_type))
             }
-            n if STATE_AGGREGATES.contains(&n) => {
-                let Some((worker, combine)) = state_aggregates(aggregate) else {
-                    return Ok(None);
-                };
-                let args = PgList::<pg_sys::TargetEntry>::from_pg((*aggregate).args);
-                let Some(argument) = args.get_ptr(0) else {
-                    return Ok(None);
-                };
-                let Some(state) = aggregate_of(
-                    worker,
-                    (*argument).expr as *mut pg_sys::Node,
-                    (*aggregate).aggfilter,
-                ) else {
-                    return Ok(None);
-                };
-                let states = outputs.column(state);
-                Ok(aggregate_of(combine, states, std::ptr::null_mut()))
-            }
+            n if STATE_AGGREGATES.contains(&n) => Ok(merge_states(aggregate, outputs)),
             _ => Ok(None),
         }
+    }
+}
+
+/// The final query's expression for an aggregate merged from transition
+/// states (see [`state_aggregates`]): the workers' state aggregate, with the
+/// aggregate's argument and FILTER, combined and finished by the final
+/// query's.
+unsafe fn merge_states(
+    aggregate: *mut pg_sys::Aggref,
+    outputs: &mut Outputs,
+) -> Option<*mut pg_sys::Node> {
+    // SAFETY: a valid Aggref; new nodes in the current context.
+    unsafe {
+        let (worker, combine) = state_aggregates(aggregate)?;
+        let args = PgList::<pg_sys::TargetEntry>::from_pg((*aggregate).args);
+        let argument = args.get_ptr(0)?;
+        let state = aggregate_of(
+            worker,
+            (*argument).expr as *mut pg_sys::Node,
+            (*aggregate).aggfilter,
+        )?;
+        let states = outputs.column(state);
+        aggregate_of(combine, states, std::ptr::null_mut())
     }
 }
 
