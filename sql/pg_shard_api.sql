@@ -585,3 +585,7 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- array_agg in pushed-down statements: the workers' arrays, concatenated.
+CREATE AGGREGATE pg_shard.array_cat_agg(anycompatiblearray) (
+    SFUNC = pg_catalog.array_cat, STYPE = anycompatiblearray);

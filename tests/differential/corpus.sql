@@ -404,6 +404,13 @@ SELECT variance(qty), var_pop(qty), stddev_pop(price), stddev(qty) FROM order_it
 
 SELECT status, stddev(total) FROM orders GROUP BY status HAVING variance(total) > 1 ORDER BY stddev(total) DESC, status LIMIT 2;
 
+-- string_agg and array_agg without ORDER BY: the workers' strings and
+-- arrays joined (their order is unspecified: compared by what does not
+-- depend on it).
+SELECT status, length(string_agg(order_id::text, ',')), cardinality(array_agg(order_id)), array_length(array_agg(total) FILTER (WHERE total > 100), 1), string_agg(NULL, ','), array_agg(NULL::int) IS NULL FROM orders GROUP BY status ORDER BY status;
+
+SELECT (SELECT string_agg(x, ',' ORDER BY x) FROM unnest(string_to_array(string_agg(sku, ','), ',')) x), (SELECT sum(x) FROM unnest(array_agg(qty)) x), length(string_agg(sku::bytea, '|'::bytea)) FROM order_items WHERE qty > 1;
+
 SELECT status, string_agg(order_id::text, ',' ORDER BY order_id) FROM orders WHERE customer_id < 5 GROUP BY status ORDER BY status;
 
 SELECT customer_id % 3 AS r, array_agg(order_id ORDER BY order_id DESC) FROM orders WHERE customer_id BETWEEN 10 AND 14 GROUP BY 1 ORDER BY 1;

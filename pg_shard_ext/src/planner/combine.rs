@@ -15,11 +15,14 @@
 //!   combined and finished by PostgreSQL's own functions (helper aggregates
 //!   in sql/pg_shard_api.sql), as a parallel aggregate would (avg of a type
 //!   without them: sum of the sums over sum of the counts);
+//! * string_agg (a fixed delimiter) → string_agg of the workers' strings;
+//!   array_agg of values → the workers' arrays concatenated (without ORDER
+//!   BY inside, their order is unspecified, as on one server);
 //! * an aggregate with DISTINCT (`count(DISTINCT x)`) → workers group by its
 //!   arguments too, and the final query runs it over the distinct values,
 //!   so its answer is exact.
 //!
-//! Any other aggregate (string_agg, array_agg, an ORDER BY inside one, …)
+//! Any other aggregate (an ORDER BY inside one, user aggregates, …)
 //! makes workers return the rows' grouping and argument values instead,
 //! and the final query aggregates them all: slower, always right.
 //! HAVING, DISTINCT, ORDER BY and LIMIT then run on the final query only.
@@ -365,6 +368,8 @@ unsafe fn splittable(aggregate: *mut pg_sys::Aggref) -> bool {
         }
         match name.as_str() {
             "count" | "sum" => true,
+            "string_agg" => delimiter_is_fixed(aggregate),
+            "array_agg" => array_cat_aggregate(aggregate).is_some(),
             n if SAME_AGGREGATE.contains(&n) => true,
             "avg" => {
                 state_aggregates(aggregate).is_some() || avg_accumulates_in(aggregate).is_some()
@@ -372,6 +377,36 @@ unsafe fn splittable(aggregate: *mut pg_sys::Aggref) -> bool {
             n if STATE_AGGREGATES.contains(&n) => state_aggregates(aggregate).is_some(),
             _ => false,
         }
+    }
+}
+
+/// Whether string_agg's delimiter is the same for every row (no column,
+/// nothing volatile): the workers' strings can then be joined by it.
+unsafe fn delimiter_is_fixed(aggregate: *mut pg_sys::Aggref) -> bool {
+    // SAFETY: a valid Aggref.
+    unsafe {
+        let args = PgList::<pg_sys::TargetEntry>::from_pg((*aggregate).args);
+        let Some(delimiter) = args.get_ptr(1) else {
+            return false;
+        };
+        let delimiter = (*delimiter).expr as *mut pg_sys::Node;
+        !pg_sys::contain_vars_of_level(delimiter, 0)
+            && !pg_sys::contain_volatile_functions(delimiter)
+            && !pg_sys::contain_subplans(delimiter)
+    }
+}
+
+/// For array_agg of a non-array value: `pg_shard.array_cat_agg`, which
+/// concatenates the workers' arrays.
+unsafe fn array_cat_aggregate(aggregate: *mut pg_sys::Aggref) -> Option<pg_sys::Oid> {
+    // SAFETY: a valid Aggref; catalog lookups.
+    unsafe {
+        let types = PgList::<pg_sys::Oid>::from_pg((*aggregate).aggargtypes);
+        let element = types.iter_oid().next()?;
+        if pg_sys::get_element_type(element) != pg_sys::InvalidOid {
+            return None;
+        }
+        pg_shard_function("array_cat_agg", pg_sys::ANYCOMPATIBLEARRAYOID)
     }
 }
 
@@ -492,6 +527,31 @@ unsafe fn merge_partial(
             "sum" => {
                 let partial = outputs.column(whole);
                 Ok(sum_of(partial).and_then(|sum| coerce(sum, (*aggregate).aggtype.to_u32())))
+            }
+            "string_agg" => {
+                // The workers' strings joined by the same delimiter.
+                let partial = outputs.column(whole);
+                let merged =
+                    pg_sys::copyObjectImpl(aggregate as *const c_void) as *mut pg_sys::Aggref;
+                let args = PgList::<pg_sys::TargetEntry>::from_pg((*merged).args);
+                let Some(first) = args.get_ptr(0) else {
+                    return Ok(None);
+                };
+                (*first).expr = partial as *mut pg_sys::Expr;
+                (*merged).aggfilter = std::ptr::null_mut();
+                Ok(Some(merged as *mut pg_sys::Node))
+            }
+            "array_agg" => {
+                // The workers' arrays concatenated.
+                let Some(concatenate) = array_cat_aggregate(aggregate) else {
+                    return Ok(None);
+                };
+                let partial = outputs.column(whole);
+                let Some(merged) = aggregate_of(concatenate, partial, std::ptr::null_mut()) else {
+                    return Ok(None);
+                };
+                (*(merged as *mut pg_sys::Aggref)).aggtype = (*aggregate).aggtype;
+                Ok(Some(merged))
             }
             n if SAME_AGGREGATE.contains(&n) => {
                 let partial = outputs.column(whole);
