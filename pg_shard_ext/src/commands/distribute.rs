@@ -164,8 +164,11 @@ fn distribute_table(
 
     let mut entries = Vec::new();
     let mut partitions = Vec::new();
+    let mut shards = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
-        let target = create_shard(&shape, relid, &group, Some(column), version, false)?;
+        let shard = create_shard(&shape, relid, &group, Some(column), version, false)?;
+        let target = shard.target.clone();
+        shards.push(shard);
         let range = KeyRange::new(
             KeyspaceId::from_sql(group.range_start),
             KeyspaceId::from_sql(group.range_end),
@@ -181,6 +184,7 @@ fn distribute_table(
     }
     let map = ShardMap::new(version, entries)?;
     data_copy::copy_into_shards(relid, &shape, column, &map)?;
+    add_guards(&shards)?;
     crate::commands::ddl::run_internal(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
     // pg_shard's own DDL (foreign partitions in pg_shard_partitions on its
     // servers); the new table gets the owner and grants of the old.
@@ -261,8 +265,19 @@ fn create_colocation_group(
     Ok(colocation_id)
 }
 
-/// Create the shard of `shape` in `group` on the group's node: the table, its
-/// guard triggers and the worker's ownership record, in one round trip.
+/// A shard table just made, and the statements that add its guard
+/// triggers on its node.
+struct NewShard {
+    target: ShardTarget,
+    guards: String,
+}
+
+/// Create the shard of `shape` in `group` on the group's node: the table and
+/// the worker's ownership record, in one round trip. Its guard triggers come
+/// once its rows are in ([`add_guards`]): until the transaction commits
+/// nobody else sees the table, and the rows were routed by the same
+/// keyspace ids the row guard computes, which would only slow their COPY
+/// (a row trigger also keeps COPY from inserting in batches).
 fn create_shard(
     shape: &TableShape,
     relid: pg_sys::Oid,
@@ -270,7 +285,7 @@ fn create_shard(
     dist_column: Option<&str>,
     epoch: i64,
     replace_leftover: bool,
-) -> Result<ShardTarget> {
+) -> Result<NewShard> {
     let (shard_id, shard_name) = match catalog::shard_in_group(relid, group.shard_group_id)? {
         // A reference shard has one id and name on every node.
         Some((shard_id, _, name)) => (shard_id, name),
@@ -292,12 +307,13 @@ fn create_shard(
         statements.push(format!("DROP TABLE IF EXISTS {qualified_shard}"));
     }
     statements.extend(shape.shard_table_ddl(&shard_name, shard_id));
-    statements.extend(guard_trigger_ddl(
+    let guards = guard_trigger_ddl(
         &qualified_shard,
         dist_column,
         group.range_start,
         group.range_end,
-    ));
+    )
+    .join(";\n");
     statements.push(crate::worker::local_shard::record_sql(
         &qualified_shard,
         shard_id,
@@ -313,12 +329,40 @@ fn create_shard(
             .map(|_| ())
             .map_err(ShardError::into_node_failure)
     })?;
-    Ok(ShardTarget {
-        node: group.node.clone(),
-        qualified_shard,
-        shard_id,
-        shard_name,
+    Ok(NewShard {
+        target: ShardTarget {
+            node: group.node.clone(),
+            qualified_shard,
+            shard_id,
+            shard_name,
+        },
+        guards,
     })
+}
+
+/// The guard triggers of shards whose rows are in, one round trip per node,
+/// in the remote transactions that made them.
+fn add_guards(shards: &[NewShard]) -> Result<()> {
+    let mut by_node: Vec<(&Node, Vec<&str>)> = Vec::new();
+    for shard in shards.iter().filter(|s| !s.guards.is_empty()) {
+        match by_node
+            .iter_mut()
+            .find(|(node, _)| **node == shard.target.node)
+        {
+            Some((_, scripts)) => scripts.push(&shard.guards),
+            None => by_node.push((&shard.target.node, vec![&shard.guards])),
+        }
+    }
+    for (node, scripts) in by_node {
+        let script = scripts.join(";\n");
+        in_transaction(node, |client| {
+            client
+                .execute(&script)
+                .map(|_| ())
+                .map_err(ShardError::into_node_failure)
+        })?;
+    }
+    Ok(())
 }
 
 /// Writes to the reference table on the metadata node reach every copy.
@@ -341,11 +385,13 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
         None => create_colocation_group("reference", 1, None, &workers)?,
     };
     catalog::insert_logical_table(relid, "reference", None, colocation_id)?;
-    let mut targets = Vec::new();
+    let mut shards = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
-        targets.push(create_shard(&shape, relid, &group, None, version, false)?);
+        shards.push(create_shard(&shape, relid, &group, None, version, false)?);
     }
+    let targets: Vec<ShardTarget> = shards.iter().map(|s| s.target.clone()).collect();
     data_copy::copy_into_all(relid, &shape, &targets)?;
+    add_guards(&shards)?;
     // The rows stay on the metadata node too: reference tables are read locally.
     replicate_local_writes(&shape)
 }
@@ -379,9 +425,10 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
             range_end: full.end.to_sql(),
             node: node.clone(),
         };
-        let target = create_shard(&shape, *relid, &group, None, version, true)?;
-        let copy = target.qualified_shard.clone();
-        data_copy::copy_into_all(*relid, &shape, &[target])?;
+        let shard = create_shard(&shape, *relid, &group, None, version, true)?;
+        let copy = shard.target.qualified_shard.clone();
+        data_copy::copy_into_all(*relid, &shape, std::slice::from_ref(&shard.target))?;
+        add_guards(std::slice::from_ref(&shard))?;
         // Foreign keys among reference tables once every copy has its rows.
         let copies = crate::commands::ddl::copy_names()?;
         foreign_keys.extend(shape.foreign_key_ddl(&copy, &|definition: &str| {

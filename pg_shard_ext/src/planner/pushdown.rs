@@ -175,11 +175,12 @@ pub(super) unsafe fn across_shard_groups(
             }
         };
         let found = contents(query);
-        if found
-            .calls
-            .iter()
-            .any(|&call| (*call).type_ == pg_sys::NodeTag::T_Param)
-            || found.system_columns
+        // (A sublink's own parameters, `x IN (SELECT …)`, are part of the
+        // statement's text.)
+        if found.calls.iter().any(|&call| {
+            (*call).type_ == pg_sys::NodeTag::T_Param
+                && (*(call as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN
+        }) || found.system_columns
             || !calls_are_portable(&found)
         {
             return Ok(None);

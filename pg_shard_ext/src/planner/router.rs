@@ -312,10 +312,17 @@ pub(super) unsafe fn calls_are_portable(found: &TreeContents) -> bool {
                 }
                 // A generic plan's parameters travel with the statement
                 // (built-in types: a user type's oid differs on the node).
+                // A sublink's (`x IN (SELECT …)`) is part of the statement's
+                // text.
                 T_Param => {
                     let param = node as *mut pg_sys::Param;
-                    return (*param).paramkind == pg_sys::ParamKind::PARAM_EXTERN
-                        && (*param).paramtype.to_u32() < pg_sys::FirstNormalObjectId;
+                    return match (*param).paramkind {
+                        pg_sys::ParamKind::PARAM_EXTERN => {
+                            (*param).paramtype.to_u32() < pg_sys::FirstNormalObjectId
+                        }
+                        pg_sys::ParamKind::PARAM_SUBLINK => true,
+                        _ => false,
+                    };
                 }
                 // (CURRENT_USER, sequences, WHERE CURRENT OF, XML functions
                 // stay local.)

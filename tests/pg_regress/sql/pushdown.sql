@@ -54,6 +54,7 @@ SELECT k.label, count(*), sum(i.qty) FROM pd_orders o
  WHERE EXISTS (SELECT 1 FROM pd_items x WHERE x.customer_id = o.customer_id AND x.qty > 40)
  GROUP BY k.label ORDER BY 1;
 -- IN (a subquery grouped by the key) and a subquery in FROM
+EXPLAIN (COSTS OFF) SELECT count(*) FROM pd_orders WHERE customer_id IN (SELECT customer_id FROM pd_items GROUP BY customer_id HAVING sum(qty) > 200);
 SELECT count(*) FROM pd_orders WHERE customer_id IN (SELECT customer_id FROM pd_items GROUP BY customer_id HAVING sum(qty) > 200);
 SELECT status, count(*) FROM (SELECT o.status FROM pd_orders o JOIN pd_items i USING (customer_id, order_id) WHERE i.line = 2) s
  GROUP BY status ORDER BY 1;
