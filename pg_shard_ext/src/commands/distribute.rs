@@ -9,7 +9,7 @@ use crate::metadata::{LogicalTable, Node, DISTRIBUTED};
 use crate::operations::data_copy::{self, ShardTarget};
 use crate::quote;
 use crate::shard_ddl::{shard_table_name, TableShape};
-use crate::transaction::remote::in_transaction;
+use crate::transaction::remote::run_in_transaction;
 use crate::worker::fencing::guard_trigger_ddl;
 use pg_shard_core::range::{equal_ranges, KeyRange};
 use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
@@ -323,12 +323,7 @@ fn create_shard(
         epoch,
     ));
     let script = statements.join(";\n");
-    in_transaction(&group.node, |client| {
-        client
-            .execute(&script)
-            .map(|_| ())
-            .map_err(ShardError::into_node_failure)
-    })?;
+    run_in_transaction(&group.node, &script)?;
     Ok(NewShard {
         target: ShardTarget {
             node: group.node.clone(),
@@ -355,12 +350,7 @@ fn add_guards(shards: &[NewShard]) -> Result<()> {
     }
     for (node, scripts) in by_node {
         let script = scripts.join(";\n");
-        in_transaction(node, |client| {
-            client
-                .execute(&script)
-                .map(|_| ())
-                .map_err(ShardError::into_node_failure)
-        })?;
+        run_in_transaction(node, &script)?;
     }
     Ok(())
 }
@@ -437,12 +427,7 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
     }
     if !foreign_keys.is_empty() {
         let script = foreign_keys.join(";\n");
-        in_transaction(node, |client| {
-            client
-                .execute(&script)
-                .map(|_| ())
-                .map_err(ShardError::into_node_failure)
-        })?;
+        run_in_transaction(node, &script)?;
     }
     Ok(tables.len())
 }

@@ -10,7 +10,7 @@
 
 use crate::error::{OrReport, Result, ShardError};
 use crate::metadata::{catalog, LogicalTable};
-use crate::transaction::remote::in_transaction;
+use crate::transaction::remote::run_in_transaction;
 use pgrx::prelude::*;
 
 /// `table_names`: the dropped tables' names, in the order of `table_oids`
@@ -56,12 +56,7 @@ pub(crate) fn drop_shards(dropped: &[(pg_sys::Oid, String)]) -> Result<()> {
         let names: Vec<&str> = shards.iter().map(|(_, name)| name.as_str()).collect();
         // (The worker's event trigger forgets the dropped shards' records.)
         let script = format!("DROP TABLE IF EXISTS {} CASCADE", names.join(", "));
-        in_transaction(node, |client| {
-            client
-                .execute(&script)
-                .map(|_| ())
-                .map_err(ShardError::into_node_failure)
-        })?;
+        run_in_transaction(node, &script)?;
     }
 
     for (relid, table) in &tables {

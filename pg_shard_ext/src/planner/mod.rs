@@ -2,8 +2,9 @@
 //! come down to one shard group on one node is planned as a router
 //! statement ([`router`]): the whole statement runs on that node. A SELECT
 //! on co-located tables joined on their distribution columns is pushed
-//! down ([`pushdown`], split by [`combine`]): one query per shard group on
-//! the workers, and a final one over their rows. An UPDATE or DELETE across
+//! down ([`pushdown`], split by [`combine`], which merges partial results
+//! as [`aggregates`] says): one query per shard group on the workers, and a
+//! final one over their rows. An UPDATE or DELETE across
 //! shard groups, or an INSERT … SELECT between co-located tables, runs as
 //! one statement per shard group ([`modify`]). Others run over
 //! postgres_fdw, with shard pruning for keys:
@@ -26,6 +27,7 @@
 //! Conditions in WHERE and in every JOIN … ON are handled, in subqueries in
 //! FROM and in CTEs too.
 
+mod aggregates;
 mod combine;
 mod conditions;
 mod hook;

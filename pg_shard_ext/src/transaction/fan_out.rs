@@ -4,7 +4,7 @@
 
 use super::connection::NodeConnection;
 use super::remote;
-use crate::error::{Result, ShardError};
+use crate::error::Result;
 use crate::metadata::Node;
 use crate::quote;
 use pgrx::prelude::*;
@@ -66,12 +66,7 @@ pub(crate) fn on_shards_in_transaction(
     }
     for (node, statements) in by_node {
         let script = statements.join(";\n");
-        remote::in_transaction(&node, |client| {
-            client
-                .execute(&script)
-                .map(|_| ())
-                .map_err(ShardError::into_node_failure)
-        })?;
+        remote::run_in_transaction(&node, &script)?;
     }
     Ok(())
 }

@@ -154,6 +154,17 @@ pub(crate) fn in_transaction<T>(
     with_transaction(node, Access::Write, work)
 }
 
+/// Run a script of statements on `node` inside a remote transaction that
+/// commits or aborts with the local one; a failure there is the node's.
+pub(crate) fn run_in_transaction(node: &Node, script: &str) -> Result<()> {
+    in_transaction(node, |client| {
+        client
+            .execute(script)
+            .map(|_| ())
+            .map_err(ShardError::into_node_failure)
+    })
+}
+
 /// Run `work` on `node` inside the local transaction's remote transaction
 /// there (opened now if there is none), doing `access`.
 pub(crate) fn with_transaction<T>(

@@ -10,7 +10,7 @@ use super::parse::logical_table_named;
 use super::plan::{Local, Planned};
 use crate::error::{Result, ShardError};
 use crate::spi::query_one;
-use crate::transaction::remote::in_transaction;
+use crate::transaction::remote::run_in_transaction;
 use pgrx::prelude::*;
 
 /// # Safety
@@ -105,12 +105,7 @@ pub(super) unsafe fn plan(
                 tables.join(", "),
                 if cascade { " CASCADE" } else { "" }
             );
-            in_transaction(&node, |client| {
-                client
-                    .execute(&statement)
-                    .map(|_| ())
-                    .map_err(ShardError::into_node_failure)
-            })?;
+            run_in_transaction(&node, &statement)?;
         }
         Ok(())
     })))
