@@ -243,6 +243,8 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" move
+# Prepares through the coordinator while the metadata node crash-restarts.
+run_script "$here/moves.log" "$python" "$repo/tests/moves/metadata_restart.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 # Rebalancing onto the third worker, then draining it.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
 cat "$here/moves.log"

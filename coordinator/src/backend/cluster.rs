@@ -24,6 +24,29 @@ pub enum MapError {
     Encoding(String, String),
 }
 
+impl MapError {
+    /// The metadata node could not be reached or went away (down, starting
+    /// up after a crash, shutting down): nothing is known about the map,
+    /// and the one in hand stays the best guess (the shards' guards refuse
+    /// what it gets wrong).
+    pub fn metadata_unreachable(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        match self {
+            MapError::Query(e) => match e.code() {
+                None => true,
+                Some(code) => [
+                    SqlState::CANNOT_CONNECT_NOW,
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::TOO_MANY_CONNECTIONS,
+                ]
+                .contains(code),
+            },
+            _ => false,
+        }
+    }
+}
+
 pub type NodeId = i32;
 
 #[derive(Debug, Clone)]
@@ -185,7 +208,9 @@ impl DatabaseMap {
     /// dropped and created again: versions start over). A database whose
     /// map cannot be read gets an empty one: its statements go to the
     /// metadata node, which is always right, instead of to shards that may
-    /// be gone.
+    /// be gone. A metadata node that cannot be reached (restarting after a
+    /// crash) keeps the map in hand: sending everything to a node that is
+    /// down would fail statements the workers can still take.
     ///
     /// With `used`, the map a statement was routed by: nothing is done if
     /// another task replaced it meanwhile (many sessions meeting the same
@@ -198,6 +223,10 @@ impl DatabaseMap {
             }
         }
         if let Err(e) = self.load_locked().await {
+            if e.metadata_unreachable() {
+                tracing::warn!(database = %self.database, error = %e, "shard map reload failed; the map in hand stays");
+                return;
+            }
             tracing::warn!(database = %self.database, error = %e, "shard map reload failed; statements go to the metadata node");
             if let Ok(mut current) = self.current.write() {
                 *current = Arc::new(ClusterMap::default());

@@ -99,55 +99,74 @@ impl Session {
                 pool
             }
         };
-        let checkout = self.shared.pools.checkout_from(pool.clone(), self.serial);
-        let checked_out = tokio::select! {
-            // (The checkout first: most are ready at once.)
-            biased;
-            checked_out = checkout => Some(checked_out),
-            // A client waiting for a free server connection may cancel.
-            _ = self.until_cancel_requested() => None,
-        }
-        // (A cancel that came as the connection did counts too.)
-        .filter(|_| !self.cancel_requested());
-        let Some(checked_out) = checked_out else {
-            // As the server cancels a statement: it did not run.
-            self.reply_error(ServerError::new(
-                sqlstate::QUERY_CANCELED,
-                "canceling statement due to user request",
-            ));
-            if self.tx.state == TxState::Open {
-                self.tx.state = TxState::Failed;
+        loop {
+            let checkout = self.shared.pools.checkout_from(pool.clone(), self.serial);
+            let checked_out = tokio::select! {
+                // (The checkout first: most are ready at once.)
+                biased;
+                checked_out = checkout => Some(checked_out),
+                // A client waiting for a free server connection may cancel.
+                _ = self.until_cancel_requested() => None,
             }
-            self.finish_batch(synced).await?;
-            return Ok(None);
-        };
-        match checked_out {
-            Ok(mut lease) => {
-                let connection = lease.connection();
-                if target == Target::Metadata
-                    && connection.last_session != self.serial
-                    && !connection.prepared.is_empty()
-                {
-                    // Statements cached for other sessions: on the node the
-                    // client sees (its pg_prepared_statements), only its own.
-                    connection.prepared.clear();
-                    connection.deallocate_first = true;
-                }
-                Ok(Some(lease))
-            }
-            Err(e) => {
-                pool.stats.observe(std::time::Duration::ZERO, true);
+            // (A cancel that came as the connection did counts too.)
+            .filter(|_| !self.cancel_requested());
+            let Some(checked_out) = checked_out else {
+                // As the server cancels a statement: it did not run.
                 self.reply_error(ServerError::new(
-                    sqlstate::CONNECTION_FAILURE,
-                    format!("pg_shard coordinator: {e}"),
+                    sqlstate::QUERY_CANCELED,
+                    "canceling statement due to user request",
                 ));
-                if self.tx.state == TxState::Open && self.tx.pinned.is_some() {
+                if self.tx.state == TxState::Open {
                     self.tx.state = TxState::Failed;
                 }
                 self.finish_batch(synced).await?;
-                Ok(None)
+                return Ok(None);
+            };
+            match checked_out {
+                Ok(mut lease) => {
+                    let connection = lease.connection();
+                    if target == Target::Metadata
+                        && connection.last_session != self.serial
+                        && !connection.prepared.is_empty()
+                    {
+                        // Statements cached for other sessions: on the node the
+                        // client sees (its pg_prepared_statements), only its own.
+                        connection.prepared.clear();
+                        connection.deallocate_first = true;
+                    }
+                    return Ok(Some(lease));
+                }
+                Err(_) if self.waits_for_metadata(target) => {
+                    // Restarting: try again shortly (a cancel ends the wait).
+                    tokio::select! {
+                        _ = tokio::time::sleep(METADATA_RESTART_POLL) => {}
+                        _ = self.until_cancel_requested() => {}
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    pool.stats.observe(std::time::Duration::ZERO, true);
+                    self.reply_error(ServerError::new(
+                        sqlstate::CONNECTION_FAILURE,
+                        format!("pg_shard coordinator: {e}"),
+                    ));
+                    if self.tx.state == TxState::Open && self.tx.pinned.is_some() {
+                        self.tx.state = TxState::Failed;
+                    }
+                    self.finish_batch(synced).await?;
+                    return Ok(None);
+                }
             }
         }
+    }
+
+    /// A batch without side effects bound for the metadata node, within
+    /// its wait for the node to come back (see METADATA_RESTART_WAIT).
+    fn waits_for_metadata(&self, target: Target) -> bool {
+        target == Target::Metadata
+            && self
+                .metadata_restart_deadline
+                .is_some_and(|deadline| Instant::now() < deadline)
     }
 
     /// Sends the session prelude and `request` on the lease and relays the
@@ -218,6 +237,16 @@ impl Session {
                 return Err(e);
             }
             Err(RelayError::Fatal(message)) => return Err(SessionError::ServerEnded(message)),
+            Err(RelayError::ServerBeforeAnswer(_)) | Err(RelayError::Server(_))
+                if self.waits_for_metadata(target) =>
+            {
+                // The metadata node went down under a batch that changes
+                // nothing: send it again once the node is back.
+                lease.connection().broken = true;
+                self.shared.pools.discard_idle(&lease);
+                self.output.truncate(output_start.min(self.output.len()));
+                return Ok(Outcome::Stale);
+            }
             Err(RelayError::ServerBeforeAnswer(_))
                 if lease.reused && (self.tx.state == TxState::Idle || begins) =>
             {

@@ -13,6 +13,10 @@ pub(super) struct BatchPlan {
     /// Parse/Describe only, answered on a connection outside the
     /// transaction.
     pub(super) side_connection: bool,
+    /// Nothing runs and no transaction depends on the connection (Parse,
+    /// Describe statement, Close on the metadata node): it may be sent
+    /// again after the node restarts.
+    pub(super) side_effect_free: bool,
 }
 
 /// A client message of an extended-protocol batch and the statement its
@@ -96,6 +100,7 @@ impl Session {
                     })
             });
         let mut tries = 0;
+        let mut restart_deadline = None;
         loop {
             tries += 1;
             let map = self.map.current();
@@ -109,7 +114,15 @@ impl Session {
             let retryable = synced
                 && self.may_retry(plan.target)
                 && tries < self.shared.config.wrong_shard_tries;
-            match self.send_batch(&batch, &plan, &map, retryable).await? {
+            // A prepare (psycopg's fifth execution, pgbench -M prepared)
+            // must not fail while the metadata node restarts after a
+            // crash: the statements it prepares run on the workers.
+            self.metadata_restart_deadline = (synced && plan.side_effect_free).then(|| {
+                *restart_deadline.get_or_insert_with(|| Instant::now() + METADATA_RESTART_WAIT)
+            });
+            let sent = self.send_batch(&batch, &plan, &map, retryable).await;
+            self.metadata_restart_deadline = None;
+            match sent? {
                 Outcome::Done => {
                     let bound = || {
                         batch
@@ -170,6 +183,7 @@ impl Session {
                 texts: HashMap::new(),
                 shard: None,
                 side_connection: false,
+                side_effect_free: false,
             });
         }
         let session = router::Session {
@@ -245,6 +259,9 @@ impl Session {
                 texts: HashMap::new(),
                 shard: None,
                 side_connection,
+                side_effect_free: target == Target::Metadata
+                    && self.held.is_none()
+                    && (pinned.is_none() || side_connection),
             });
         }
         // Every bound statement must fit one node.
@@ -293,6 +310,7 @@ impl Session {
             texts,
             shard,
             side_connection: false,
+            side_effect_free: false,
         })
     }
 

@@ -89,6 +89,14 @@ use tokio::net::TcpStream;
 /// map before it is tried again anyway.
 const WRONG_SHARD_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a batch that has no side effects (a prepare) waits for the
+/// metadata node to accept connections again after a crash or restart
+/// before the client gets the connection error.
+const METADATA_RESTART_WAIT: Duration = Duration::from_secs(10);
+
+/// Between attempts to reach a metadata node that is restarting.
+const METADATA_RESTART_POLL: Duration = Duration::from_millis(100);
+
 /// Output is sent to the client at ReadyForQuery or when this much is queued.
 const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
 
@@ -199,6 +207,9 @@ pub struct Session {
     hold_cancels: bool,
     /// The last exchange passed an error to the client.
     last_failed: bool,
+    /// Until when a batch without side effects waits for the metadata node
+    /// to accept connections again (see METADATA_RESTART_WAIT).
+    metadata_restart_deadline: Option<Instant>,
     /// Statements may go to workers (not with standard_conforming_strings
     /// off: literals would be read differently).
     routing: bool,

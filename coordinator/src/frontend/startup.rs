@@ -377,6 +377,7 @@ async fn start(
         pipes: HashMap::new(),
         hold_cancels: false,
         last_failed: false,
+        metadata_restart_deadline: None,
         idle_timeout,
         routing,
         session_targets: HashSet::new(),
