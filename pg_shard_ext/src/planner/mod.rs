@@ -36,6 +36,7 @@ mod partition_key;
 mod pruning;
 mod pushdown;
 mod router;
+mod separable;
 mod worker_query;
 
 pub(crate) use hook::install;

@@ -23,11 +23,9 @@
 
 use super::conditions::same_key_types;
 use super::partition_key::{partition_key, range_table_entry, strip_relabel};
-use super::pushdown::{
-    across_shard_groups, is_distributed_entry, node_tasks, separable_from, separable_subquery,
-    AcrossShardGroups, Grouping,
-};
+use super::pushdown::{across_shard_groups, node_tasks, AcrossShardGroups, Grouping};
 use super::router::client_statement;
+use super::separable::{is_distributed_entry, separable_from, separable_subquery};
 use crate::error::Result;
 use crate::executor::modify_scan::ModifyPlan;
 use pgrx::prelude::*;

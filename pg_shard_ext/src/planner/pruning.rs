@@ -5,8 +5,8 @@
 
 use super::conditions::{is_key_equality, same_key_types};
 use super::partition_key::strip_relabel;
-use super::pushdown::Level;
 use super::router::constant_keyspace_id;
+use super::separable::Level;
 use pgrx::prelude::*;
 use pgrx::PgList;
 

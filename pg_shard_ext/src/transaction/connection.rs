@@ -13,7 +13,11 @@
 //! themselves.
 
 use super::libpq::*;
-use crate::error::{RemoteNotes, Result, ShardError};
+pub(crate) use super::node_errors::is_sqlstate;
+use super::node_errors::{connection_failure, connection_message, node_failure};
+use super::result_rows::{command_rows, ResultGuard};
+pub(crate) use super::result_rows::{Outcome, TextRow};
+use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use pgrx::pg_sys;
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -33,8 +37,8 @@ const SESSION_OPTIONS: &str = "-c search_path=pg_catalog -c datestyle=ISO \
                                -c bytea_output=hex";
 
 pub(crate) struct NodeConnection {
-    conn: *mut PGconn,
-    node: Node,
+    pub(super) conn: *mut PGconn,
+    pub(super) node: Node,
     /// The map version this transaction declared to the node (`SET LOCAL
     /// pg_shard.map_version`).
     declared_version: Option<i64>,
@@ -46,70 +50,6 @@ pub(crate) struct NodeConnection {
     statements_prepared: u64,
     /// The TimeZone this session set on the node ("" for the node's own).
     timezone: String,
-}
-
-/// One row of a result, as text.
-pub(crate) struct TextRow<'a> {
-    result: &'a ResultGuard,
-    row: c_int,
-}
-
-impl TextRow<'_> {
-    pub(crate) fn len(&self) -> usize {
-        // SAFETY: the result is alive for the row's lifetime.
-        unsafe { PQnfields(self.result.0) as usize }
-    }
-
-    /// Column `column`'s bytes, or None for NULL.
-    pub(crate) fn bytes(&self, column: usize) -> Option<&[u8]> {
-        let column = column as c_int;
-        // SAFETY: row and column are within the result (callers iterate
-        // 0..len(); libpq returns NULL flags and lengths for them).
-        unsafe {
-            if PQgetisnull(self.result.0, self.row, column) != 0 {
-                return None;
-            }
-            let value = PQgetvalue(self.result.0, self.row, column) as *const u8;
-            let length = PQgetlength(self.result.0, self.row, column) as usize;
-            Some(std::slice::from_raw_parts(value, length))
-        }
-    }
-
-    /// Column `column` as a NUL-terminated C string (libpq terminates every
-    /// value), or None for NULL.
-    pub(crate) fn c_str(&self, column: usize) -> Option<&CStr> {
-        let column = column as c_int;
-        // SAFETY: as above; libpq values are NUL-terminated.
-        unsafe {
-            if PQgetisnull(self.result.0, self.row, column) != 0 {
-                return None;
-            }
-            Some(CStr::from_ptr(PQgetvalue(self.result.0, self.row, column)))
-        }
-    }
-
-    pub(crate) fn text(&self, column: usize) -> Option<String> {
-        self.bytes(column)
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-    }
-}
-
-/// Frees a result however the scope is left (an interrupt unwinds).
-struct ResultGuard(*mut PGresult);
-
-impl Drop for ResultGuard {
-    fn drop(&mut self) {
-        // SAFETY: a result from PQgetResult, freed once.
-        unsafe { PQclear(self.0) }
-    }
-}
-
-/// What a statement's results came to.
-#[derive(Default)]
-pub(crate) struct Outcome {
-    /// The rows its commands affected or returned (their command tags'
-    /// counts, added up when a string held several).
-    pub(crate) rows: u64,
 }
 
 impl NodeConnection {
@@ -451,80 +391,6 @@ impl NodeConnection {
         self.single_rows(each)
     }
 
-    /// Send `COPY … FROM STDIN` and all of `data` without waiting for the
-    /// node to finish storing it, so the caller can prepare the next batch
-    /// (or keep another node busy) meanwhile. [`NodeConnection::finish_copy_in`]
-    /// must read the outcome before the connection is used again.
-    pub(crate) fn start_copy_in(&mut self, sql: &str, data: &[u8]) -> Result<()> {
-        let statement = self.c_string(sql)?;
-        // SAFETY: as in execute.
-        let sent = unsafe { PQsendQuery(self.conn, statement.as_ptr()) };
-        self.sent(sent)?;
-        let result = self.next_result()?;
-        let Some(result) = result else {
-            return Err(self.failure("COPY returned no result".into()));
-        };
-        // SAFETY: a live result.
-        if unsafe { PQresultStatus(result.0) } != PGRES_COPY_IN {
-            let error = self.result_error(&result);
-            drop(result);
-            let _ = self.results(|_| Ok(()));
-            return Err(error);
-        }
-        drop(result);
-        for chunk in data.chunks(1 << 20) {
-            loop {
-                // SAFETY: a connection in COPY IN; chunk is valid for the call.
-                let put = unsafe {
-                    PQputCopyData(
-                        self.conn,
-                        chunk.as_ptr() as *const c_char,
-                        chunk.len() as c_int,
-                    )
-                };
-                match put {
-                    1 => break,
-                    0 => {
-                        self.wait(pg_sys::WL_SOCKET_WRITEABLE, None);
-                    }
-                    _ => return Err(self.failure(self.error_message())),
-                }
-            }
-        }
-        loop {
-            // SAFETY: as above.
-            match unsafe { PQputCopyEnd(self.conn, std::ptr::null()) } {
-                1 => break,
-                0 => {
-                    self.wait(pg_sys::WL_SOCKET_WRITEABLE, None);
-                }
-                _ => return Err(self.failure(self.error_message())),
-            }
-        }
-        self.send_some()
-    }
-
-    /// Pass what libpq holds of a started COPY on to the node as far as
-    /// the socket takes it now, without waiting.
-    pub(crate) fn send_some(&mut self) -> Result<()> {
-        // SAFETY: a valid non-blocking connection; PQflush sends what the
-        // socket takes and keeps the rest, and reading what the node sent
-        // meanwhile keeps it from blocking on us.
-        unsafe {
-            if PQflush(self.conn) < 0 || PQconsumeInput(self.conn) == 0 {
-                return Err(self.failure(self.error_message()));
-            }
-        }
-        Ok(())
-    }
-
-    /// The outcome of the COPY [`NodeConnection::start_copy_in`] sent, once
-    /// all of its data has reached the node.
-    pub(crate) fn finish_copy_in(&mut self) -> Result<Outcome> {
-        self.flush()?;
-        self.results(|_| Ok(()))
-    }
-
     /// Send one statement without waiting for it: several nodes work at
     /// once, and [`NodeConnection::receive_rows`] reads each one's rows.
     pub(crate) fn send_query(&mut self, sql: &str) -> Result<()> {
@@ -594,7 +460,7 @@ impl NodeConnection {
             .collect()
     }
 
-    fn c_string(&self, text: &str) -> Result<CString> {
+    pub(super) fn c_string(&self, text: &str) -> Result<CString> {
         CString::new(text).map_err(|_| {
             ShardError::InvalidArgument(
                 "a statement or value for a node contains a NUL byte".into(),
@@ -602,7 +468,7 @@ impl NodeConnection {
         })
     }
 
-    fn sent(&mut self, sent: c_int) -> Result<()> {
+    pub(super) fn sent(&mut self, sent: c_int) -> Result<()> {
         if sent != 1 {
             return Err(self.failure(self.error_message()));
         }
@@ -610,7 +476,7 @@ impl NodeConnection {
     }
 
     /// Push what libpq buffered to the node.
-    fn flush(&mut self) -> Result<()> {
+    pub(super) fn flush(&mut self) -> Result<()> {
         loop {
             // SAFETY: a valid non-blocking connection.
             match unsafe { PQflush(self.conn) } {
@@ -632,7 +498,7 @@ impl NodeConnection {
 
     /// The next result of the statement sent, waiting for it; None when
     /// there are no more.
-    fn next_result(&mut self) -> Result<Option<ResultGuard>> {
+    pub(super) fn next_result(&mut self) -> Result<Option<ResultGuard>> {
         // SAFETY: a valid connection; waits on the latch and socket.
         unsafe {
             while PQisBusy(self.conn) != 0 {
@@ -649,7 +515,10 @@ impl NodeConnection {
     /// Read every result of the statement sent; rows go to `rows`. The
     /// first error is returned once all results are read, so the
     /// connection is ready for the next statement.
-    fn results(&mut self, mut rows: impl FnMut(&ResultGuard) -> Result<()>) -> Result<Outcome> {
+    pub(super) fn results(
+        &mut self,
+        mut rows: impl FnMut(&ResultGuard) -> Result<()>,
+    ) -> Result<Outcome> {
         let mut outcome = Outcome::default();
         let mut first_error: Option<ShardError> = None;
         while let Some(result) = self.next_result()? {
@@ -689,122 +558,18 @@ impl NodeConnection {
         }
     }
 
-    /// Wait for `events` on the socket, or the latch, until `deadline`;
-    /// false when the deadline passed. Interrupts are served here.
-    fn wait(&self, events: u32, deadline: Option<Instant>) -> bool {
-        // SAFETY: a valid connection.
-        if unsafe { PQsocket(self.conn) } < 0 {
-            // Closed: the caller's next libpq call reports why (PostgreSQL
-            // refuses to wait on no socket).
-            return true;
-        }
-        loop {
-            let timeout = match deadline {
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return false;
-                    }
-                    left.as_millis().max(1) as std::ffi::c_long
-                }
-                None => -1,
-            };
-            let mut flags = events | pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH;
-            if deadline.is_some() {
-                flags |= pg_sys::WL_TIMEOUT;
-            }
-            // SAFETY: MyLatch is the backend's latch; the socket belongs to
-            // this open connection.
-            let fired = unsafe {
-                pg_sys::WaitLatchOrSocket(
-                    pg_sys::MyLatch,
-                    flags as c_int,
-                    PQsocket(self.conn),
-                    timeout,
-                    pg_sys::PG_WAIT_EXTENSION,
-                )
-            } as u32;
-            if fired & pg_sys::WL_LATCH_SET != 0 {
-                // SAFETY: resetting our own latch before serving interrupts.
-                unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
-                pgrx::check_for_interrupts!();
-            }
-            if fired & events != 0 {
-                return true;
-            }
-            if fired & pg_sys::WL_TIMEOUT != 0 {
-                return false;
-            }
-        }
+    pub(super) fn error_message(&self) -> String {
+        // SAFETY: a live connection (until Drop).
+        unsafe { connection_message(self.conn) }
     }
 
-    fn error_message(&self) -> String {
-        // SAFETY: libpq's message for this connection, copied out.
-        let text = unsafe { CStr::from_ptr(PQerrorMessage(self.conn)) };
-        let text = text.to_string_lossy();
-        let text = text.trim();
-        if text.is_empty() {
-            "connection lost".into()
-        } else {
-            text.to_string()
-        }
-    }
-
-    fn failure(&self, cause: String) -> ShardError {
-        ShardError::Remote {
-            host: self.node.host.clone(),
-            port: self.node.port,
-            cause,
-        }
+    pub(super) fn failure(&self, cause: String) -> ShardError {
+        node_failure(&self.node, cause)
     }
 
     /// The error a failed result reports, with the node's SQLSTATE.
-    fn result_error(&self, result: &ResultGuard) -> ShardError {
-        let field = |code: c_int| {
-            // SAFETY: a live result; fields are NUL-terminated or NULL.
-            let value = unsafe { PQresultErrorField(result.0, code) };
-            (!value.is_null()).then(|| {
-                // SAFETY: non-NULL, NUL-terminated.
-                unsafe { CStr::from_ptr(value) }
-                    .to_string_lossy()
-                    .into_owned()
-            })
-        };
-        let message = field(PG_DIAG_MESSAGE_PRIMARY).unwrap_or_else(|| {
-            // SAFETY: as above.
-            let whole = unsafe { CStr::from_ptr(PQresultErrorMessage(result.0)) };
-            let whole = whole.to_string_lossy().trim().to_string();
-            if whole.is_empty() {
-                self.error_message()
-            } else {
-                whole
-            }
-        });
-        ShardError::RemoteStatement {
-            node: self.node.label(),
-            sqlstate: field(PG_DIAG_SQLSTATE).unwrap_or_else(|| "08000".into()),
-            message,
-            detail: field(PG_DIAG_MESSAGE_DETAIL),
-            notes: Box::new(RemoteNotes {
-                hint: field(PG_DIAG_MESSAGE_HINT),
-                context: field(PG_DIAG_CONTEXT),
-            }),
-        }
-    }
-
-    /// Ask the node to cancel what this connection runs (best effort).
-    fn cancel(&self) {
-        // SAFETY: a cancel object for this connection, freed here; PQcancel
-        // writes at most errbuf's size.
-        unsafe {
-            let cancel = PQgetCancel(self.conn);
-            if cancel.is_null() {
-                return;
-            }
-            let mut errbuf = [0 as c_char; 256];
-            PQcancel(cancel, errbuf.as_mut_ptr(), errbuf.len() as c_int);
-            PQfreeCancel(cancel);
-        }
+    pub(super) fn result_error(&self, result: &ResultGuard) -> ShardError {
+        super::node_errors::result_error(&self.node, result, || self.error_message())
     }
 }
 
@@ -822,18 +587,6 @@ impl Drop for NodeConnection {
     }
 }
 
-/// libpq's reason a connection failed, without the address the error
-/// message names already: `connection to server at "h", port p failed:
-/// Connection refused` and its hint line become `Connection refused`.
-fn connection_failure(message: &str) -> String {
-    let first = message.lines().next().unwrap_or(message);
-    let reason = match first.find(" failed: ") {
-        Some(at) if first.starts_with("connection to server") => &first[at + " failed: ".len()..],
-        _ => first,
-    };
-    reason.trim().to_string()
-}
-
 /// Pointers to parameter C strings (NULL for NULL), valid while `owned` is.
 fn value_pointers(owned: &[Option<CString>]) -> Vec<*const c_char> {
     owned
@@ -842,33 +595,4 @@ fn value_pointers(owned: &[Option<CString>]) -> Vec<*const c_char> {
         .collect()
 }
 
-/// The count in a result's command tag (0 for commands without one).
-fn command_rows(result: &ResultGuard) -> u64 {
-    // SAFETY: a live result; PQcmdTuples returns "" when there is no count.
-    let text = unsafe { CStr::from_ptr(PQcmdTuples(result.0)) };
-    text.to_str().ok().and_then(|t| t.parse().ok()).unwrap_or(0)
-}
-
 unsafe extern "C" fn ignore_notice(_arg: *mut std::ffi::c_void, _result: *const PGresult) {}
-
-/// Whether `sqlstate` (a failed node statement's) is `code`.
-pub(crate) fn is_sqlstate(error: &ShardError, code: &str) -> bool {
-    matches!(error, ShardError::RemoteStatement { sqlstate, .. } if sqlstate == code)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn connection_failures_keep_the_reason() {
-        assert_eq!(
-            super::connection_failure(
-                "connection to server at \"127.0.0.1\", port 1 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?"
-            ),
-            "Connection refused"
-        );
-        assert_eq!(
-            super::connection_failure("timeout expired"),
-            "timeout expired"
-        );
-    }
-}

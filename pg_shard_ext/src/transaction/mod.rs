@@ -1,12 +1,17 @@
-//! Work on other nodes: libpq connections ([`connection`]), remote
+//! Work on other nodes: libpq connections ([`connection`], made of
+//! [`copy_in`], [`node_wait`], [`node_errors`], [`result_rows`]), remote
 //! transactions tied to the local one ([`remote`]), statements run on every
 //! shard of a table ([`fan_out`]), and the job runners' blocking clients
 //! ([`client`]).
 
 pub(crate) mod client;
 pub(crate) mod connection;
+mod copy_in;
 pub(crate) mod fan_out;
 mod libpq;
+mod node_errors;
+mod node_wait;
 pub(crate) mod paths;
 pub(crate) mod remote;
+mod result_rows;
 pub(crate) mod shard_copy;
