@@ -516,32 +516,54 @@ impl TableShape {
     }
 
     fn ddl_with_suffix(&self, shard_name: &str, suffix: &str) -> Vec<String> {
+        let ShardTableDdl {
+            mut table,
+            indexes,
+            ownership,
+        } = self.ddl_parts(shard_name, suffix);
+        table.extend(indexes);
+        table.extend(ownership);
+        table
+    }
+
+    /// [`TableShape::shard_table_ddl`] in two parts: the table, and what is
+    /// better built once its rows are in (a sorted index build instead of
+    /// one insertion per row).
+    pub(crate) fn shard_table_ddl_parts(&self, shard_name: &str, shard_id: i64) -> ShardTableDdl {
+        self.ddl_parts(shard_name, &format!("_{shard_id}"))
+    }
+
+    fn ddl_parts(&self, shard_name: &str, suffix: &str) -> ShardTableDdl {
         let target = quote::qualified(&self.schema, shard_name);
         let columns = self.column_definitions(false);
-        let mut ddl = vec![
+        let mut table = vec![
             create_schema_if_missing(&self.schema),
             format!("CREATE TABLE {target} ({columns})"),
         ];
-        ddl.extend(
+        table.extend(
             self.settings
                 .iter()
                 .map(|setting| format!("ALTER TABLE {target} {setting}")),
         );
+        let mut indexes = Vec::new();
         let shard_index_name = |name: &str| quote::name_with_suffix(name, suffix);
         for constraint in &self.constraints {
-            let name = if constraint.has_index {
-                shard_index_name(&constraint.name)
+            if constraint.has_index {
+                indexes.push(format!(
+                    "ALTER TABLE {target} ADD CONSTRAINT {} {}",
+                    quote::ident(&shard_index_name(&constraint.name)),
+                    constraint.definition
+                ));
             } else {
-                constraint.name.clone()
-            };
-            ddl.push(format!(
-                "ALTER TABLE {target} ADD CONSTRAINT {} {}",
-                quote::ident(&name),
-                constraint.definition
-            ));
+                table.push(format!(
+                    "ALTER TABLE {target} ADD CONSTRAINT {} {}",
+                    quote::ident(&constraint.name),
+                    constraint.definition
+                ));
+            }
         }
         for index in &self.indexes {
-            ddl.push(format!(
+            indexes.push(format!(
                 "CREATE {}INDEX {} ON {target} {}",
                 if index.unique { "UNIQUE " } else { "" },
                 quote::ident(&shard_index_name(&index.name)),
@@ -549,16 +571,28 @@ impl TableShape {
             ));
         }
         match (self.replica_identity, &self.replica_identity_index) {
-            ('f', _) => ddl.push(format!("ALTER TABLE {target} REPLICA IDENTITY FULL")),
-            ('i', Some(index)) => ddl.push(format!(
+            ('f', _) => table.push(format!("ALTER TABLE {target} REPLICA IDENTITY FULL")),
+            ('i', Some(index)) => indexes.push(format!(
                 "ALTER TABLE {target} REPLICA IDENTITY USING INDEX {}",
                 quote::ident(&shard_index_name(index))
             )),
             _ => {}
         }
-        ddl.extend(self.owner_grant_and_comment_sql(&target));
-        ddl
+        ShardTableDdl {
+            table,
+            indexes,
+            ownership: self.owner_grant_and_comment_sql(&target),
+        }
     }
+}
+
+/// A shard table's DDL: the table (columns, settings, constraints without
+/// an index), its indexes (index-backed constraints, indexes, a replica
+/// identity using one) and its owner, grants and comments.
+pub(crate) struct ShardTableDdl {
+    pub(crate) table: Vec<String>,
+    pub(crate) indexes: Vec<String>,
+    pub(crate) ownership: Vec<String>,
 }
 
 /// Name of the shard table for `table_name` with `shard_id`.

@@ -9,7 +9,7 @@ use crate::metadata::{LogicalTable, Node, DISTRIBUTED};
 use crate::operations::data_copy::{self, ShardTarget};
 use crate::quote;
 use crate::shard_ddl::{shard_table_name, TableShape};
-use crate::transaction::remote::run_in_transaction;
+use crate::transaction::remote::{run_in_transaction, run_in_transactions};
 use crate::worker::fencing::guard_trigger_ddl;
 use pg_shard_core::range::{equal_ranges, KeyRange};
 use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
@@ -184,7 +184,7 @@ fn distribute_table(
     }
     let map = ShardMap::new(version, entries)?;
     data_copy::copy_into_shards(relid, &shape, column, &map)?;
-    add_guards(&shards)?;
+    finish_shards(&shards)?;
     crate::commands::ddl::run_internal(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
     // pg_shard's own DDL (foreign partitions in pg_shard_partitions on its
     // servers); the new table gets the owner and grants of the old.
@@ -269,15 +269,18 @@ fn create_colocation_group(
 /// triggers on its node.
 struct NewShard {
     target: ShardTarget,
-    guards: String,
+    /// Its indexes and guard triggers, for once its rows are in.
+    after_rows: String,
 }
 
 /// Create the shard of `shape` in `group` on the group's node: the table and
-/// the worker's ownership record, in one round trip. Its guard triggers come
-/// once its rows are in ([`add_guards`]): until the transaction commits
-/// nobody else sees the table, and the rows were routed by the same
-/// keyspace ids the row guard computes, which would only slow their COPY
-/// (a row trigger also keeps COPY from inserting in batches).
+/// the worker's ownership record, in one round trip. Its indexes and guard
+/// triggers come once its rows are in ([`finish_shards`]): until the
+/// transaction commits nobody else sees the table; an index built over the
+/// rows at once is a sorted build, not one insertion per row; and the rows
+/// were routed by the same keyspace ids the row guard computes, which would
+/// only slow their COPY (a row trigger also keeps COPY from inserting in
+/// batches).
 fn create_shard(
     shape: &TableShape,
     relid: pg_sys::Oid,
@@ -306,14 +309,16 @@ fn create_shard(
         ));
         statements.push(format!("DROP TABLE IF EXISTS {qualified_shard}"));
     }
-    statements.extend(shape.shard_table_ddl(&shard_name, shard_id));
-    let guards = guard_trigger_ddl(
+    let ddl = shape.shard_table_ddl_parts(&shard_name, shard_id);
+    statements.extend(ddl.table);
+    statements.extend(ddl.ownership);
+    let mut after_rows = ddl.indexes;
+    after_rows.extend(guard_trigger_ddl(
         &qualified_shard,
         dist_column,
         group.range_start,
         group.range_end,
-    )
-    .join(";\n");
+    ));
     statements.push(crate::worker::local_shard::record_sql(
         &qualified_shard,
         shard_id,
@@ -331,28 +336,28 @@ fn create_shard(
             shard_id,
             shard_name,
         },
-        guards,
+        after_rows: after_rows.join(";\n"),
     })
 }
 
-/// The guard triggers of shards whose rows are in, one round trip per node,
-/// in the remote transactions that made them.
-fn add_guards(shards: &[NewShard]) -> Result<()> {
-    let mut by_node: Vec<(&Node, Vec<&str>)> = Vec::new();
-    for shard in shards.iter().filter(|s| !s.guards.is_empty()) {
+/// The indexes and guard triggers of shards whose rows are in: one script
+/// per node, every node at once, in the remote transactions that made them.
+fn finish_shards(shards: &[NewShard]) -> Result<()> {
+    let mut by_node: Vec<(Node, Vec<&str>)> = Vec::new();
+    for shard in shards.iter().filter(|s| !s.after_rows.is_empty()) {
         match by_node
             .iter_mut()
-            .find(|(node, _)| **node == shard.target.node)
+            .find(|(node, _)| *node == shard.target.node)
         {
-            Some((_, scripts)) => scripts.push(&shard.guards),
-            None => by_node.push((&shard.target.node, vec![&shard.guards])),
+            Some((_, scripts)) => scripts.push(&shard.after_rows),
+            None => by_node.push((shard.target.node.clone(), vec![&shard.after_rows])),
         }
     }
-    for (node, scripts) in by_node {
-        let script = scripts.join(";\n");
-        run_in_transaction(node, &script)?;
-    }
-    Ok(())
+    let scripts: Vec<(Node, String)> = by_node
+        .into_iter()
+        .map(|(node, scripts)| (node, scripts.join(";\n")))
+        .collect();
+    run_in_transactions(&scripts)
 }
 
 /// Writes to the reference table on the metadata node reach every copy.
@@ -381,7 +386,7 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
     }
     let targets: Vec<ShardTarget> = shards.iter().map(|s| s.target.clone()).collect();
     data_copy::copy_into_all(relid, &shape, &targets)?;
-    add_guards(&shards)?;
+    finish_shards(&shards)?;
     // The rows stay on the metadata node too: reference tables are read locally.
     replicate_local_writes(&shape)
 }
@@ -418,7 +423,7 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
         let shard = create_shard(&shape, *relid, &group, None, version, true)?;
         let copy = shard.target.qualified_shard.clone();
         data_copy::copy_into_all(*relid, &shape, std::slice::from_ref(&shard.target))?;
-        add_guards(std::slice::from_ref(&shard))?;
+        finish_shards(std::slice::from_ref(&shard))?;
         // Foreign keys among reference tables once every copy has its rows.
         let copies = crate::commands::ddl::copy_names()?;
         foreign_keys.extend(shape.foreign_key_ddl(&copy, &|definition: &str| {

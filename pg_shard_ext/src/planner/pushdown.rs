@@ -215,6 +215,7 @@ pub(super) fn co_located(relids: &[pg_sys::Oid]) -> Result<bool> {
     )?
     .unwrap_or(false))
 }
+
 /// How a node's task covers its shard groups.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Grouping {

@@ -165,6 +165,28 @@ pub(crate) fn run_in_transaction(node: &Node, script: &str) -> Result<()> {
     })
 }
 
+/// Run a script on each of several nodes (distinct servers) inside their
+/// remote transactions, every node at once; a failure there is the node's.
+pub(crate) fn run_in_transactions(scripts: &[(Node, String)]) -> Result<()> {
+    let nodes: Vec<Node> = scripts.iter().map(|(node, _)| node.clone()).collect();
+    with_declared_transactions(&nodes, Access::Write, None, |connections| {
+        for (connection, (_, script)) in connections.iter_mut().zip(scripts) {
+            connection
+                .send_statements(script)
+                .map_err(ShardError::into_node_failure)?;
+        }
+        // Every node's results are read (each connection is ready for the
+        // transaction's end) before the first error is returned.
+        let mut first_error = None;
+        for connection in connections.iter_mut() {
+            if let Err(e) = connection.receive_rows(|_| Ok(())) {
+                first_error.get_or_insert(e.into_node_failure());
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    })
+}
+
 /// Run `work` on `node` inside the local transaction's remote transaction
 /// there (opened now if there is none), doing `access`.
 pub(crate) fn with_transaction<T>(
