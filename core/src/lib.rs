@@ -10,7 +10,9 @@ pub mod pgoutput;
 pub mod quote;
 pub mod range;
 pub mod shard_map;
+pub mod union_find;
 
 pub use keyspace::{keyspace_id, KeyEncoding, KeyspaceId};
 pub use range::{KeyRange, RangeError};
 pub use shard_map::{ShardMap, ShardMapError};
+pub use union_find::UnionFind;

@@ -20,17 +20,14 @@ import time
 import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "moves"))
-from tap import Checks, connect  # noqa: E402
+from tap import Checks, connect, distributed_counters  # noqa: E402
 
 port, database = sys.argv[1], sys.argv[2]
 dsn = f"host=127.0.0.1 port={port} dbname={database} user=postgres"
 check = Checks("concurrent updates")
 
 setup = connect(dsn)
-setup.execute("DROP TABLE IF EXISTS cu_accounts")
-setup.execute("CREATE TABLE cu_accounts (id bigint PRIMARY KEY, v int NOT NULL)")
-setup.execute("INSERT INTO cu_accounts SELECT g, 0 FROM generate_series(1, 10) g")
-setup.execute("SELECT pg_shard.create_distributed_table('cu_accounts', 'id', shard_count => 2)")
+distributed_counters(setup, "cu_accounts", 10, shard_count=2)
 
 
 def value():

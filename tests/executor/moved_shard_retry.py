@@ -24,22 +24,15 @@ import time
 import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "moves"))
-from tap import Checks, connect  # noqa: E402
+from tap import Checks, connect, distributed_counters  # noqa: E402
 
 port, database = sys.argv[1], sys.argv[2]
 dsn = f"host=127.0.0.1 port={port} dbname={database} user=postgres"
 check = Checks("moved shard retry")
 
 meta = connect(dsn)
-meta.execute("DROP TABLE IF EXISTS mr_accounts, mr_other")
-meta.execute("CREATE TABLE mr_accounts (id bigint PRIMARY KEY, v int NOT NULL)")
-meta.execute("INSERT INTO mr_accounts SELECT g, 0 FROM generate_series(1, 100) g")
-meta.execute("SELECT pg_shard.create_distributed_table('mr_accounts', 'id', shard_count => 1, "
-             "colocate_with => 'none')")
-meta.execute("CREATE TABLE mr_other (id bigint PRIMARY KEY, v int NOT NULL)")
-meta.execute("INSERT INTO mr_other SELECT g, 0 FROM generate_series(1, 100) g")
-meta.execute("SELECT pg_shard.create_distributed_table('mr_other', 'id', shard_count => 1, "
-             "colocate_with => 'none')")
+for table in ("mr_accounts", "mr_other"):
+    distributed_counters(meta, table, 100, shard_count=1, colocate_with="none")
 shard = meta.execute("SELECT shard_id FROM pg_shard.shard WHERE table_rel = 'mr_accounts'::regclass"
                      ).fetchone()[0]
 

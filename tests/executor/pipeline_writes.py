@@ -16,17 +16,14 @@ import sys
 import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "moves"))
-from tap import Checks, connect  # noqa: E402
+from tap import Checks, connect, distributed_counters  # noqa: E402
 
 port, database = sys.argv[1], sys.argv[2]
 dsn = f"host=127.0.0.1 port={port} dbname={database} user=postgres"
 check = Checks("pipeline writes")
 
 conn = connect(dsn)
-conn.execute("DROP TABLE IF EXISTS pw_accounts")
-conn.execute("CREATE TABLE pw_accounts (id bigint PRIMARY KEY, v int NOT NULL)")
-conn.execute("INSERT INTO pw_accounts SELECT g, 0 FROM generate_series(1, 40) g")
-conn.execute("SELECT pg_shard.create_distributed_table('pw_accounts', 'id', shard_count => 4)")
+distributed_counters(conn, "pw_accounts", 40, shard_count=4)
 # Two keys on different nodes.
 nodes = conn.execute(
     "SELECT k, p.node_id FROM generate_series(1, 40) k, pg_shard.shard s "

@@ -10,7 +10,7 @@ import sys
 import time
 
 import psycopg
-from tap import Checks, connect as connect_to
+from tap import Checks, connect as connect_to, distributed_counters
 
 metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
@@ -22,10 +22,7 @@ def connect(port):
 
 
 meta = connect(metadata_port)
-meta.execute("DROP TABLE IF EXISTS restart_items")
-meta.execute("CREATE TABLE restart_items (id bigint PRIMARY KEY, v int NOT NULL)")
-meta.execute("INSERT INTO restart_items SELECT g, 0 FROM generate_series(1, 100) g")
-meta.execute("SELECT pg_shard.create_distributed_table('restart_items', 'id')")
+distributed_counters(meta, "restart_items", 100)
 time.sleep(1)  # the coordinator hears of the new table
 
 client = connect(coordinator_port)

@@ -1,41 +1,34 @@
 //! Columns known to hold equal values (`a.k = b.k` in a statement's
 //! conditions), as classes: a union-find over (relation index, column).
 
+use pg_shard_core::UnionFind;
 use std::collections::HashMap;
 
 #[derive(Default)]
 pub(super) struct EquivalenceClasses {
     ids: HashMap<(usize, String), usize>,
-    parent: Vec<usize>,
+    classes: UnionFind,
 }
 
 impl EquivalenceClasses {
     /// The id of `column` of relation `relation` (a class of its own until
     /// [`Self::join`]ed).
     pub(super) fn member(&mut self, relation: usize, column: &str) -> usize {
-        let parent = &mut self.parent;
+        let classes = &mut self.classes;
         *self
             .ids
             .entry((relation, column.to_owned()))
-            .or_insert_with(|| {
-                parent.push(parent.len());
-                parent.len() - 1
-            })
+            .or_insert_with(|| classes.push())
     }
 
     /// The two members hold equal values.
     pub(super) fn join(&mut self, a: usize, b: usize) {
-        let (a, b) = (self.class(a), self.class(b));
-        self.parent[a] = b;
+        self.classes.join(a, b);
     }
 
     /// The class of a member (the same for all members joined).
-    pub(super) fn class(&mut self, mut member: usize) -> usize {
-        while self.parent[member] != member {
-            self.parent[member] = self.parent[self.parent[member]];
-            member = self.parent[member];
-        }
-        member
+    pub(super) fn class(&mut self, member: usize) -> usize {
+        self.classes.root(member)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::metadata::{LogicalTable, Node, DISTRIBUTED};
 use crate::operations::data_copy::{self, ShardTarget};
 use crate::quote;
 use crate::shard_ddl::{shard_table_name, TableShape};
-use crate::transaction::remote::{run_in_transaction, run_in_transactions};
+use crate::transaction::remote::{run_in_transaction, run_in_transactions, scripts_by_node};
 use crate::worker::fencing::guard_trigger_ddl;
 use pg_shard_core::range::{equal_ranges, KeyRange};
 use pg_shard_core::{KeyEncoding, KeyspaceId, ShardMap};
@@ -343,21 +343,11 @@ fn create_shard(
 /// The indexes and guard triggers of shards whose rows are in: one script
 /// per node, every node at once, in the remote transactions that made them.
 fn finish_shards(shards: &[NewShard]) -> Result<()> {
-    let mut by_node: Vec<(Node, Vec<&str>)> = Vec::new();
-    for shard in shards.iter().filter(|s| !s.after_rows.is_empty()) {
-        match by_node
-            .iter_mut()
-            .find(|(node, _)| *node == shard.target.node)
-        {
-            Some((_, scripts)) => scripts.push(&shard.after_rows),
-            None => by_node.push((shard.target.node.clone(), vec![&shard.after_rows])),
-        }
-    }
-    let scripts: Vec<(Node, String)> = by_node
-        .into_iter()
-        .map(|(node, scripts)| (node, scripts.join(";\n")))
-        .collect();
-    run_in_transactions(&scripts)
+    run_in_transactions(&scripts_by_node(
+        shards
+            .iter()
+            .map(|shard| (shard.target.node.clone(), &shard.after_rows)),
+    ))
 }
 
 /// Writes to the reference table on the metadata node reach every copy.

@@ -24,6 +24,7 @@ use crate::metadata::shard_lookup::{
     any_shard, at_version, is_reference_table, reference_copy, shard_of,
 };
 use crate::parse_tree::{contents, with_parameter_values, TreeContents};
+use pg_shard_core::UnionFind;
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PgList};
 use std::collections::HashMap;
@@ -423,31 +424,23 @@ unsafe fn assigns(targets: *mut pg_sys::List, attno: i16) -> bool {
 /// of range table indexes whose keys are equal, and constants.
 #[derive(Default)]
 struct KeyFacts {
-    /// Union-find parent of each range table index.
-    parent: HashMap<usize, usize>,
+    /// Classes of range table indexes whose keys are equal.
+    classes: UnionFind,
     /// The value of a class's key (by its root); None once two differ.
     constants: HashMap<usize, Option<KeyValue>>,
 }
 
 impl KeyFacts {
     fn root(&mut self, index: usize) -> usize {
-        let parent = *self.parent.entry(index).or_insert(index);
-        if parent == index {
-            return index;
-        }
-        let root = self.root(parent);
-        self.parent.insert(index, root);
-        root
+        self.classes.root(index)
     }
 
     fn join(&mut self, a: usize, b: usize) {
-        let (a, b) = (self.root(a), self.root(b));
-        if a == b {
+        let Some((merged, kept)) = self.classes.join(a, b) else {
             return;
-        }
-        self.parent.insert(a, b);
-        if let Some(constant) = self.constants.remove(&a) {
-            self.merge(b, constant);
+        };
+        if let Some(constant) = self.constants.remove(&merged) {
+            self.merge(kept, constant);
         }
     }
 

@@ -12,6 +12,7 @@
 use super::conditions::{deterministic, is_key_equality, same_key_types};
 use super::partition_key::{partition_key, range_table_entry, strip_relabel};
 use crate::parse_tree::contents;
+use pg_shard_core::UnionFind as Classes;
 use pgrx::prelude::*;
 use pgrx::PgList;
 use std::collections::HashMap;
@@ -168,8 +169,9 @@ pub(super) unsafe fn separable_from(
         if members.iter().any(|&i| classes.root(i) != root) {
             return None;
         }
-        if outer.is_some() && !(classes.parent.contains_key(&OUTER) && classes.root(OUTER) == root)
-        {
+        // (OUTER is in the members' class only if joined to it: members are
+        // range table indexes, from 1.)
+        if outer.is_some() && classes.root(OUTER) != root {
             return None;
         }
         // Sublinks reading distributed tables: each tied to this level's
@@ -386,31 +388,6 @@ unsafe fn clause_has_member(
                             .is_some()
                     })
             })
-    }
-}
-
-/// Union-find over range table indexes of distributed items.
-#[derive(Default)]
-struct Classes {
-    parent: HashMap<usize, usize>,
-}
-
-impl Classes {
-    fn root(&mut self, index: usize) -> usize {
-        let parent = *self.parent.entry(index).or_insert(index);
-        if parent == index {
-            return index;
-        }
-        let root = self.root(parent);
-        self.parent.insert(index, root);
-        root
-    }
-
-    fn join(&mut self, a: usize, b: usize) {
-        let (a, b) = (self.root(a), self.root(b));
-        if a != b {
-            self.parent.insert(a, b);
-        }
     }
 }
 

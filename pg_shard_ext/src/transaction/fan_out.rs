@@ -50,22 +50,10 @@ pub(crate) fn on_shards_in_transaction(
     sql: impl Fn(&ShardTable) -> Vec<String>,
 ) -> Result<()> {
     let shards = shard_tables(relid)?;
-    let mut by_node: Vec<(Node, Vec<String>)> = Vec::new();
-    for shard in &shards {
-        let statements = sql(shard);
-        if statements.is_empty() {
-            continue;
-        }
-        match by_node
-            .iter_mut()
-            .find(|(n, _)| n.node_id == shard.node.node_id)
-        {
-            Some((_, all)) => all.extend(statements),
-            None => by_node.push((shard.node.clone(), statements)),
-        }
-    }
-    for (node, statements) in by_node {
-        let script = statements.join(";\n");
+    let pieces = shards
+        .iter()
+        .map(|shard| (shard.node.clone(), sql(shard).join(";\n")));
+    for (node, script) in remote::scripts_by_node(pieces) {
         remote::run_in_transaction(&node, &script)?;
     }
     Ok(())

@@ -165,6 +165,28 @@ pub(crate) fn run_in_transaction(node: &Node, script: &str) -> Result<()> {
     })
 }
 
+/// One script per node of the statements in `pieces`, in their order, the
+/// nodes in the order they first appear.
+pub(crate) fn scripts_by_node<S: AsRef<str>>(
+    pieces: impl IntoIterator<Item = (Node, S)>,
+) -> Vec<(Node, String)> {
+    let mut by_node: Vec<(Node, String)> = Vec::new();
+    for (node, piece) in pieces {
+        let piece = piece.as_ref();
+        if piece.is_empty() {
+            continue;
+        }
+        match by_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, script)) => {
+                script.push_str(";\n");
+                script.push_str(piece);
+            }
+            None => by_node.push((node, piece.to_owned())),
+        }
+    }
+    by_node
+}
+
 /// Run a script on each of several nodes (distinct servers) inside their
 /// remote transactions, every node at once; a failure there is the node's.
 pub(crate) fn run_in_transactions(scripts: &[(Node, String)]) -> Result<()> {
