@@ -112,7 +112,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let changed =
             with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
                 for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone)?;
+                    connection.declare_session(map_version, &timezone, false)?;
                 }
                 // Every node starts before any is read.
                 for (connection, task) in connections.iter_mut().zip(&tasks) {

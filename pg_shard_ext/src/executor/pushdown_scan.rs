@@ -132,10 +132,12 @@ pub(crate) fn results_entry(columns: &[(pg_sys::Oid, i32, pg_sys::Oid)]) -> *mut
 }
 
 /// The order of `custom_private`'s strings: the map version, whether the
-/// statement runs whole, then five per node.
+/// statement runs whole, whether a node's query is made of branches (one
+/// per shard group), then five per node.
 const MAP_VERSION: usize = 0;
 const WHOLE: usize = 1;
-const FIRST_TASK: usize = 2;
+const BRANCHES: usize = 2;
+const FIRST_TASK: usize = 3;
 const TASK_FIELDS: usize = 5;
 
 /// Turn the final query's plan into the statement's: the function scan
@@ -206,6 +208,11 @@ pub(crate) unsafe fn attach(
         };
         push(&plan.map_version.to_string());
         push(if plan.whole { "t" } else { "f" });
+        push(if plan.tasks.iter().any(|t| t.queries.len() > 1) {
+            "t"
+        } else {
+            "f"
+        });
         for task in &plan.tasks {
             for field in task_strings(&task.node, &task.shards, task.query()) {
                 push(&field);
@@ -327,6 +334,9 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         // The newest map known (the plan's, unless it was cached across a
         // change): the nodes' shards check it.
         let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
+        // Branches per shard group run one after another, each planned
+        // without JIT and parallel workers (see `transaction::connection`).
+        let serial = strings.get(BRANCHES).is_some_and(|b| b == "t");
         if crate::transaction::paths::did_fdw_write() {
             pg_sys::ResetPlanCache();
             return Err(ShardError::PlanAfterFdwWrite);
@@ -354,14 +364,14 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
             // pipeline's).
             with_declared_transactions(&nodes, Access::Read, Some(map_version), |connections| {
                 for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone)?;
+                    connection.declare_session(map_version, &timezone, serial)?;
                 }
                 run_all(connections)
             })?;
         } else {
             autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
                 for connection in connections.iter_mut() {
-                    connection.declare_for_autocommit(map_version, &timezone)?;
+                    connection.declare_for_autocommit(map_version, &timezone, serial)?;
                 }
                 let mut connections: Vec<&mut NodeConnection> = connections.iter_mut().collect();
                 run_all(&mut connections)

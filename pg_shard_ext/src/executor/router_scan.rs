@@ -286,12 +286,12 @@ impl Statement {
                 Access::Read
             };
             with_declared_transaction(node, access, Some(map_version), |connection| {
-                connection.declare_session(map_version, &self.timezone)?;
+                connection.declare_session(map_version, &self.timezone, false)?;
                 statement(connection)
             })?
         } else {
             autocommit(node, |connection| {
-                connection.declare_for_autocommit(map_version, &self.timezone)?;
+                connection.declare_for_autocommit(map_version, &self.timezone, false)?;
                 statement(connection)
             })?
         };

@@ -36,6 +36,30 @@ const SESSION_OPTIONS: &str = "-c search_path=pg_catalog -c datestyle=ISO \
                                -c intervalstyle=postgres -c extra_float_digits=3 \
                                -c bytea_output=hex";
 
+/// What a node's query made of many shard groups' branches (UNION ALL)
+/// runs with: PostgreSQL judges JIT and parallel workers on the whole
+/// query's cost while each branch reads one shard group, so every branch
+/// compiled its expressions (at TPC-H scale factor 1, one second of q12's
+/// two) and started workers of its own, on nodes whose cores the other
+/// nodes' queries of the statement already use.
+const SERIAL_SETTINGS: [(&str, &str); 2] =
+    [("jit", "off"), ("max_parallel_workers_per_gather", "0")];
+
+/// `command` (`SET` or `SET LOCAL`) statements for [`SERIAL_SETTINGS`]
+/// (`serial`) or the node's own values.
+fn serial_settings(command: &str, serial: bool) -> Vec<String> {
+    SERIAL_SETTINGS
+        .iter()
+        .map(|(name, value)| {
+            if serial {
+                format!("{command} {name} = {value}")
+            } else {
+                format!("{command} {name} TO DEFAULT")
+            }
+        })
+        .collect()
+}
+
 pub(crate) struct NodeConnection {
     pub(super) conn: *mut PGconn,
     pub(super) node: Node,
@@ -50,6 +74,12 @@ pub(crate) struct NodeConnection {
     statements_prepared: u64,
     /// The TimeZone this session set on the node ("" for the node's own).
     timezone: String,
+    /// Whether the session plans without JIT and parallel workers (`SET`,
+    /// for autocommit statements) ...
+    session_serial: bool,
+    /// ... and whether this transaction does (`SET LOCAL`; None: as the
+    /// session).
+    local_serial: Option<bool>,
 }
 
 impl NodeConnection {
@@ -103,6 +133,8 @@ impl NodeConnection {
             prepared: Vec::new(),
             statements_prepared: 0,
             timezone: String::new(),
+            session_serial: false,
+            local_serial: None,
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         loop {
@@ -206,6 +238,7 @@ impl NodeConnection {
             ""
         };
         self.declared_version = None;
+        self.local_serial = None;
         match version {
             Some(version) => {
                 self.execute(&format!(
@@ -220,9 +253,15 @@ impl NodeConnection {
         Ok(())
     }
 
-    /// Declare map `version` and `timezone` for the session's autocommit
-    /// statements, where they differ from what it has.
-    pub(crate) fn declare_for_autocommit(&mut self, version: i64, timezone: &str) -> Result<()> {
+    /// Declare map `version`, `timezone` and how to plan (`serial`, see
+    /// [`SERIAL_SETTINGS`]) for the session's autocommit statements, where
+    /// they differ from what it has (one round trip when any changed).
+    pub(crate) fn declare_for_autocommit(
+        &mut self,
+        version: i64,
+        timezone: &str,
+        serial: bool,
+    ) -> Result<()> {
         let mut statements = Vec::new();
         if self.session_version != Some(version) {
             statements.push(format!("SET pg_shard.map_version = {version}"));
@@ -233,19 +272,28 @@ impl NodeConnection {
                 crate::quote::literal(timezone)
             ));
         }
+        if self.session_serial != serial {
+            statements.extend(serial_settings("SET", serial));
+        }
         if statements.is_empty() {
             return Ok(());
         }
         self.execute(&statements.join("; "))?;
         self.session_version = Some(version);
         self.timezone = timezone.to_string();
+        self.session_serial = serial;
         Ok(())
     }
 
-    /// Declare map `version` for the open transaction, and give the
-    /// session `timezone`, where they differ from what it has (one round
-    /// trip when either changed).
-    pub(crate) fn declare_session(&mut self, version: i64, timezone: &str) -> Result<()> {
+    /// Declare map `version` and how to plan (`serial`) for the open
+    /// transaction, and give the session `timezone`, where they differ
+    /// from what it has (one round trip when any changed).
+    pub(crate) fn declare_session(
+        &mut self,
+        version: i64,
+        timezone: &str,
+        serial: bool,
+    ) -> Result<()> {
         let mut statements = Vec::new();
         if self.declared_version != Some(version) {
             statements.push(format!("SET LOCAL pg_shard.map_version = {version}"));
@@ -256,12 +304,16 @@ impl NodeConnection {
                 crate::quote::literal(timezone)
             ));
         }
+        if self.local_serial.unwrap_or(self.session_serial) != serial {
+            statements.extend(serial_settings("SET LOCAL", serial));
+        }
         if statements.is_empty() {
             return Ok(());
         }
         self.execute(&statements.join("; "))?;
         self.declared_version = Some(version);
         self.timezone = timezone.to_string();
+        self.local_serial = Some(serial);
         Ok(())
     }
 

@@ -77,7 +77,7 @@ pub(crate) fn with_shard_copy<T>(
     with_declared_transactions(&nodes, Access::Write, version, |connections| {
         if let Some(version) = version {
             for connection in connections.iter_mut() {
-                connection.declare_session(version, "")?;
+                connection.declare_session(version, "", false)?;
             }
         }
         let mut copy = ShardCopy {
