@@ -79,6 +79,7 @@ pub extern "C-unwind" fn _PG_init() {
     planner::register_gucs();
     executor::router_scan::register();
     executor::pushdown_scan::register();
+    executor::intermediate_scan::register();
     executor::modify_scan::register();
     // The launcher needs shared_preload_libraries (as the fencing hooks do).
     // SAFETY: a plain read of a backend-global flag set by the postmaster.

@@ -35,6 +35,7 @@ unsafe extern "C-unwind" {
         flags: c_int,
     ) -> *mut pg_sys::Query;
     fn datumCopy(value: pg_sys::Datum, by_value: bool, length: c_int) -> pg_sys::Datum;
+    fn IncrementVarSublevelsUp(node: *mut pg_sys::Node, delta: c_int, min_sublevels_up: c_int);
     fn expression_tree_mutator(
         node: *mut pg_sys::Node,
         mutator: Mutator,
@@ -349,6 +350,68 @@ unsafe extern "C-unwind" fn renumber(node: *mut pg_sys::Node, context: *mut c_vo
             return false;
         }
         expression_tree_walker(node, renumber, context)
+    }
+}
+
+/// Every Var in `node`, of any level (an expression without sublinks).
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree.
+pub(crate) unsafe fn every_var(node: *mut pg_sys::Node) -> Vec<*mut pg_sys::Var> {
+    let mut found: Vec<*mut pg_sys::Var> = Vec::new();
+    // SAFETY: the walker gets our vector back and only pushes pointers.
+    unsafe {
+        collect_vars(
+            node,
+            &mut found as *mut Vec<*mut pg_sys::Var> as *mut c_void,
+        );
+    }
+    found
+}
+
+unsafe extern "C-unwind" fn collect_vars(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: context is the vector passed to `every_var`.
+    unsafe {
+        if (*node).type_ == pg_sys::NodeTag::T_Var {
+            (*(context as *mut Vec<*mut pg_sys::Var>)).push(node as *mut pg_sys::Var);
+            return false;
+        }
+        expression_tree_walker(node, collect_vars, context)
+    }
+}
+
+/// Move `node`'s references to outer levels one level in (an expression
+/// taken out of a sublink into the level around it), in place.
+///
+/// # Safety
+/// `node` is a valid expression tree.
+pub(crate) unsafe fn lower_outer_references(node: *mut pg_sys::Node) {
+    // SAFETY: PostgreSQL's own walker over a valid tree.
+    unsafe { IncrementVarSublevelsUp(node, -1, 1) }
+}
+
+/// Whether `node` holds a parameter (an expression without sublinks).
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree.
+pub(crate) unsafe fn has_params(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: the walker reads node tags only.
+    unsafe { find_param(node, std::ptr::null_mut()) }
+}
+
+unsafe extern "C-unwind" fn find_param(node: *mut pg_sys::Node, context: *mut c_void) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: a valid node.
+    unsafe {
+        if (*node).type_ == pg_sys::NodeTag::T_Param {
+            return true;
+        }
+        expression_tree_walker(node, find_param, context)
     }
 }
 

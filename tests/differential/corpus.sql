@@ -135,6 +135,32 @@ SELECT count(*) FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.cu
 
 SELECT count(*) FROM customers c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id AND o.total > 240);
 
+-- Sublinks on a distributed table by other columns than its key (its rows
+-- read as an intermediate result): EXISTS / NOT EXISTS, NULLs on either side.
+SELECT code FROM countries c WHERE EXISTS (SELECT 1 FROM customers cu WHERE cu.country = c.code AND cu.created > '2024-10-01') ORDER BY code;
+
+SELECT code FROM countries c WHERE NOT EXISTS (SELECT 1 FROM customers cu WHERE cu.country = c.code AND cu.customer_id < 5) ORDER BY code;
+
+SELECT sku FROM skus s WHERE NOT EXISTS (SELECT 1 FROM order_items i WHERE i.sku = s.sku AND i.qty > 4 AND i.price > 90) ORDER BY sku;
+
+SELECT count(*) FROM (SELECT code FROM countries c WHERE NOT EXISTS (SELECT 1 FROM customers cu WHERE cu.country = c.code AND cu.created < '2024-01-05')) s;
+
+SELECT x.code FROM (VALUES ('DE'), ('JP'), (NULL), ('XX')) x(code) WHERE NOT EXISTS (SELECT FROM customers cu WHERE cu.country = x.code);
+
+-- A comparison with an aggregate of the matching rows (grouped and joined),
+-- empty groups included, an IN on reference tables applied to both.
+SELECT sku, category FROM skus s WHERE s.weight * 10 > (SELECT avg(price) FROM order_items i WHERE i.sku = s.sku) ORDER BY sku;
+
+SELECT sku FROM skus s WHERE 0 < (SELECT sum(qty) FROM order_items i WHERE i.sku = s.sku AND i.qty > 4 AND i.price < 20) ORDER BY sku;
+
+SELECT c.code FROM countries c WHERE c.code IN (SELECT code FROM countries WHERE region = 'EU') AND date '2024-12-01' < (SELECT max(created) FROM customers cu WHERE cu.country = c.code) ORDER BY 1;
+
+SELECT code FROM countries c WHERE 30 < (SELECT count(*) FROM customers cu WHERE cu.country = c.code) ORDER BY 1;
+
+SELECT sku FROM skus s WHERE (SELECT sum(qty) FROM order_items i WHERE i.sku = s.sku AND i.qty > 100) IS NULL ORDER BY sku;
+
+SELECT s.category, count(*) FROM skus s WHERE s.weight > (SELECT min(price) / 10 FROM order_items i WHERE i.sku = s.sku) GROUP BY s.category ORDER BY 1;
+
 SELECT customer_id, (SELECT max(total) FROM orders o WHERE o.customer_id = c.customer_id) FROM customers c WHERE customer_id BETWEEN 40 AND 45;
 
 SELECT * FROM (SELECT customer_id, sum(total) AS s FROM orders GROUP BY customer_id) t WHERE s > 1200;

@@ -6,6 +6,8 @@
 //!   class);
 //! * [`pushdown_scan`]: the worker queries of a pushed-down statement, one
 //!   per node, all at once, under the final query's plan;
+//! * [`intermediate_scan`]: the rows of a statement planned apart, run
+//!   first (an `EXISTS` test on a distributed table not tied to its key);
 //! * [`modify_scan`]: a multi-shard UPDATE, DELETE or INSERT … SELECT, one
 //!   statement per shard group, every node at once;
 //! * [`aggregate_states`]: the metadata node's side of partial variance
@@ -17,6 +19,7 @@
 //! * [`row_store`]: the rows nodes send, as the scans' tuples.
 
 mod aggregate_states;
+pub(crate) mod intermediate_scan;
 pub(crate) mod modify_scan;
 pub(crate) mod moved_shards;
 pub(crate) mod pushdown_scan;

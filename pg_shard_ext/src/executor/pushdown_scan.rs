@@ -172,36 +172,6 @@ pub(crate) unsafe fn attach(
         else {
             return Ok(planned);
         };
-        let relid = (*scan).scan.scanrelid as i32;
-        let mut custom = PgBox::<pg_sys::CustomScan>::alloc_node(pg_sys::NodeTag::T_CustomScan);
-        custom.scan.plan = (*scan).scan.plan;
-        custom.scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
-        custom.scan.scanrelid = 0;
-        // Its columns come from the scan's own tuple (INDEX_VAR), as
-        // custom_scan_tlist describes it.
-        crate::parse_tree::renumber_vars(
-            custom.scan.plan.targetlist as *mut pg_sys::Node,
-            relid,
-            pg_sys::INDEX_VAR,
-        );
-        crate::parse_tree::renumber_vars(
-            custom.scan.plan.qual as *mut pg_sys::Node,
-            relid,
-            pg_sys::INDEX_VAR,
-        );
-        let mut scan_targets = PgList::<pg_sys::TargetEntry>::new();
-        for (i, (ty, typmod, collation)) in plan.columns.iter().enumerate() {
-            let var = pg_sys::makeVar(relid, (i + 1) as i16, *ty, *typmod, *collation, 0);
-            let name = CString::new(format!("c{}", i + 1)).unwrap_or_default();
-            scan_targets.push(pg_sys::makeTargetEntry(
-                var as *mut pg_sys::Expr,
-                (i + 1) as i16,
-                pg_sys::pstrdup(name.as_ptr()),
-                false,
-            ));
-        }
-        custom.custom_scan_tlist = scan_targets.into_pg();
-        custom.methods = &SCAN_METHODS.0;
         let mut private = PgList::<pg_sys::Node>::new();
         let mut push = |text: &str| {
             private.push(pg_sys::makeString(stored_scan::palloc_string(text)) as *mut pg_sys::Node);
@@ -218,8 +188,8 @@ pub(crate) unsafe fn attach(
                 push(&field);
             }
         }
-        custom.custom_private = private.into_pg();
-        let custom = custom.into_pg() as *mut pg_sys::Plan;
+        let custom =
+            stored_scan::custom_scan_for(scan, &plan.columns, &SCAN_METHODS.0, private.into_pg());
         if parent.is_null() {
             (*planned).planTree = custom;
         } else if (*parent).lefttree == scan as *mut pg_sys::Plan {

@@ -400,3 +400,58 @@ pub(crate) fn palloc_string(text: &str) -> *mut std::ffi::c_char {
     // SAFETY: copies a NUL-terminated string into the current context.
     unsafe { pg_sys::pstrdup(owned.as_ptr()) }
 }
+
+/// A custom scan with `methods` and `private` in place of `scan`, a
+/// function scan standing for rows pg_shard computes (`columns`, the
+/// function's): the same plan fields, its columns read from its own tuple
+/// (INDEX_VAR), as `custom_scan_tlist` describes it.
+///
+/// # Safety
+/// `scan` is a function scan of a plan being completed.
+pub(crate) unsafe fn custom_scan_for(
+    scan: *mut pg_sys::FunctionScan,
+    columns: &[(pg_sys::Oid, i32, pg_sys::Oid)],
+    methods: *const pg_sys::CustomScanMethods,
+    private: *mut pg_sys::List,
+) -> *mut pg_sys::Plan {
+    // SAFETY: new nodes in the planner's context; the scan's fields are
+    // moved over.
+    unsafe {
+        let relid = (*scan).scan.scanrelid as i32;
+        let mut custom = PgBox::<pg_sys::CustomScan>::alloc_node(pg_sys::NodeTag::T_CustomScan);
+        custom.scan.plan = (*scan).scan.plan;
+        custom.scan.plan.type_ = pg_sys::NodeTag::T_CustomScan;
+        custom.scan.scanrelid = 0;
+        crate::parse_tree::renumber_vars(
+            custom.scan.plan.targetlist as *mut pg_sys::Node,
+            relid,
+            pg_sys::INDEX_VAR,
+        );
+        crate::parse_tree::renumber_vars(
+            custom.scan.plan.qual as *mut pg_sys::Node,
+            relid,
+            pg_sys::INDEX_VAR,
+        );
+        let mut scan_targets = PgList::<pg_sys::TargetEntry>::new();
+        for (i, (ty, typmod, collation)) in columns.iter().enumerate() {
+            let var = pg_sys::makeVar(relid, (i + 1) as i16, *ty, *typmod, *collation, 0);
+            let name = std::ffi::CString::new(format!("c{}", i + 1)).unwrap_or_default();
+            scan_targets.push(pg_sys::makeTargetEntry(
+                var as *mut pg_sys::Expr,
+                (i + 1) as i16,
+                pg_sys::pstrdup(name.as_ptr()),
+                false,
+            ));
+        }
+        custom.custom_scan_tlist = scan_targets.into_pg();
+        custom.methods = methods;
+        custom.custom_private = private;
+        custom.into_pg() as *mut pg_sys::Plan
+    }
+}
+
+/// Store `text` as a plan string.
+pub(crate) fn plan_string(text: &str) -> *mut pg_sys::Node {
+    // SAFETY: a new String node in the current context.
+    unsafe { pg_sys::makeString(palloc_string(text)) as *mut pg_sys::Node }
+}

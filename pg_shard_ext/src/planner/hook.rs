@@ -72,7 +72,44 @@ unsafe extern "C-unwind" fn plan(
                     });
                 }
             }
-            None => {}
+            None => {
+                // EXISTS tests on distributed tables not tied to their
+                // keys, read as intermediate results computed first.
+                // SAFETY: parse is the tree about to be planned; it is
+                // changed only when every distributed table qualified.
+                let intermediates = unsafe {
+                    pg_sys::panic::pgrx_extern_c_guard(|| {
+                        // (Not has_partitioned_relation: the tables are
+                        // in sublinks, which it does not look into.)
+                        if extension_installed() {
+                            super::intermediate::rewrite(parse).or_report()
+                        } else {
+                            None
+                        }
+                    })
+                };
+                if let Some(intermediates) = intermediates {
+                    // SAFETY: chaining as below; the plan is then completed
+                    // in the planner's context.
+                    unsafe {
+                        let planned = match PREVIOUS_PLANNER {
+                            Some(previous) => {
+                                previous(parse, query_string, cursor_options, bound_params)
+                            }
+                            None => postgres_standard_planner(
+                                parse,
+                                query_string,
+                                cursor_options,
+                                bound_params,
+                            ),
+                        };
+                        return pg_sys::panic::pgrx_extern_c_guard(|| {
+                            crate::executor::intermediate_scan::attach(planned, &intermediates)
+                                .or_report()
+                        });
+                    }
+                }
+            }
         }
     }
     let rewrite = if reading_catalog() {

@@ -31,6 +31,7 @@ mod aggregates;
 mod combine;
 mod conditions;
 mod hook;
+pub(crate) mod intermediate;
 mod modify;
 mod partition_key;
 mod pruning;

@@ -185,13 +185,17 @@ pub(super) unsafe fn plan(
 /// transactions, and see what the ones before them wrote; once one of them
 /// wrote over postgres_fdw, whose connections these would not see, the
 /// rest take that path too ([`crate::transaction::paths`]).
+/// An intermediate result's statement counts as the client's: pg_shard
+/// runs it at once, on the client statement's behalf, in its transaction
+/// ([`crate::planner::intermediate::Running`]).
 pub(super) unsafe fn client_statement(query_string: *const std::ffi::c_char) -> bool {
     // SAFETY: both strings are NUL-terminated when not NULL.
     unsafe {
         let top = pg_sys::debug_query_string;
-        !top.is_null()
-            && !query_string.is_null()
-            && (top == query_string || CStr::from_ptr(top) == CStr::from_ptr(query_string))
+        !query_string.is_null()
+            && ((!top.is_null()
+                && (top == query_string || CStr::from_ptr(top) == CStr::from_ptr(query_string)))
+                || super::intermediate::is_running(CStr::from_ptr(query_string)))
     }
 }
 
