@@ -92,17 +92,8 @@ unsafe extern "C-unwind" fn plan(
                     // SAFETY: chaining as below; the plan is then completed
                     // in the planner's context.
                     unsafe {
-                        let planned = match PREVIOUS_PLANNER {
-                            Some(previous) => {
-                                previous(parse, query_string, cursor_options, bound_params)
-                            }
-                            None => postgres_standard_planner(
-                                parse,
-                                query_string,
-                                cursor_options,
-                                bound_params,
-                            ),
-                        };
+                        let planned =
+                            next_planner(parse, query_string, cursor_options, bound_params);
                         return pg_sys::panic::pgrx_extern_c_guard(|| {
                             crate::executor::intermediate_scan::attach(planned, &intermediates)
                                 .or_report()
@@ -154,12 +145,7 @@ unsafe extern "C-unwind" fn plan(
     };
     // SAFETY: chaining with the arguments we were given; errors raised in
     // planning longjmp through this frame, which owns nothing.
-    let planned = unsafe {
-        match PREVIOUS_PLANNER {
-            Some(previous) => previous(parse, query_string, cursor_options, bound_params),
-            None => postgres_standard_planner(parse, query_string, cursor_options, bound_params),
-        }
-    };
+    let planned = unsafe { next_planner(parse, query_string, cursor_options, bound_params) };
     if let Some(level) = settings_level {
         // SAFETY: pops the nest level pushed by enable_partitionwise.
         unsafe { pg_sys::panic::pgrx_extern_c_guard(|| pg_sys::AtEOXact_GUC(true, level)) };
@@ -178,6 +164,26 @@ unsafe extern "C-unwind" fn plan(
         }
     }
     planned
+}
+
+/// The planner before ours (another extension's hook, or PostgreSQL's).
+///
+/// # Safety
+/// The arguments the hook was called with.
+unsafe fn next_planner(
+    parse: *mut pg_sys::Query,
+    query_string: *const std::ffi::c_char,
+    cursor_options: i32,
+    bound_params: pg_sys::ParamListInfo,
+) -> *mut pg_sys::PlannedStmt {
+    // SAFETY: chaining with the caller's arguments; errors longjmp through
+    // this frame, which owns nothing.
+    unsafe {
+        match PREVIOUS_PLANNER {
+            Some(previous) => previous(parse, query_string, cursor_options, bound_params),
+            None => postgres_standard_planner(parse, query_string, cursor_options, bound_params),
+        }
+    }
 }
 
 /// What a generic postgres_fdw plan of a statement with parameters costs

@@ -3,7 +3,8 @@
 //! values of the compared columns, of the rows its own conditions keep.
 
 use super::{
-    deparse, outer_values, single_table, split_conditions, table_columns, Candidate, Change,
+    conjunction, deparse, outer_values, single_table, split_conditions, table_columns, Candidate,
+    Change,
 };
 use crate::error::Result;
 use pgrx::prelude::*;
@@ -106,17 +107,4 @@ pub(super) unsafe fn candidate(
             }),
         }))
     }
-}
-
-/// The AND of `conditions` (NULL for none).
-pub(super) unsafe fn conjunction(conditions: Vec<*mut pg_sys::Node>) -> *mut pg_sys::Node {
-    if conditions.is_empty() {
-        return std::ptr::null_mut();
-    }
-    let mut list = PgList::<pg_sys::Node>::new();
-    for condition in conditions {
-        list.push(condition);
-    }
-    // SAFETY: a list of valid boolean expressions.
-    unsafe { pg_sys::make_ands_explicit(list.into_pg()) as *mut pg_sys::Node }
 }

@@ -356,8 +356,8 @@ unsafe fn outer_values(
         .filter(|(index, _)| *index != excluded)
         .map(|(_, conjunct)| conjunct)
         .collect();
-        (*v.jointree).quals = exists::conjunction(kept);
-        if !scalar::reads_reference_tables_alone(values)
+        (*v.jointree).quals = conjunction(kept);
+        if !reads_reference_tables_alone(values)
             || pg_sys::contain_agg_clause(outer)
             || pg_sys::contain_window_function(outer)
         {
@@ -469,4 +469,36 @@ unsafe fn level_vars(node: *mut pg_sys::Node) -> LevelVars {
         found.params = crate::parse_tree::has_params(node);
     }
     found
+}
+
+/// The AND of `conditions` (NULL for none).
+unsafe fn conjunction(conditions: Vec<*mut pg_sys::Node>) -> *mut pg_sys::Node {
+    if conditions.is_empty() {
+        return std::ptr::null_mut();
+    }
+    let mut list = PgList::<pg_sys::Node>::new();
+    for condition in conditions {
+        list.push(condition);
+    }
+    // SAFETY: a list of valid boolean expressions.
+    unsafe { pg_sys::make_ands_explicit(list.into_pg()) as *mut pg_sys::Node }
+}
+
+/// Whether `query` reads no distributed table, refers to no level around
+/// it and has no parameters (it may run on its own, on any node).
+unsafe fn reads_reference_tables_alone(query: *mut pg_sys::Query) -> bool {
+    // SAFETY: a valid query.
+    unsafe {
+        let found = contents(query);
+        !found
+            .range_entries
+            .iter()
+            .any(|&rte| super::separable::is_distributed_entry(rte))
+            && !found
+                .calls
+                .iter()
+                .any(|&node| (*node).type_ == pg_sys::NodeTag::T_Param)
+            && (1..=4).all(|up| !pg_sys::contain_vars_of_level(query as *mut pg_sys::Node, up))
+            && !pg_sys::contain_volatile_functions(query as *mut pg_sys::Node)
+    }
 }

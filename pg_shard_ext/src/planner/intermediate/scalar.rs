@@ -17,12 +17,11 @@
 //! applied to the intermediate statement too: only the groups the outer
 //! rows can match are computed.
 
-use super::exists::conjunction;
 use super::{
-    deparse, level_vars, single_table, split_conditions, Candidate, Change, Column, Correlation,
+    conjunction, deparse, level_vars, reads_reference_tables_alone, single_table, split_conditions,
+    Candidate, Change, Column, Correlation,
 };
 use crate::error::Result;
-use crate::parse_tree::contents;
 use pgrx::prelude::*;
 use pgrx::PgList;
 use std::ffi::{CStr, CString};
@@ -314,24 +313,5 @@ unsafe fn outer_restriction(
             return Some(copy as *mut pg_sys::Node);
         }
         None
-    }
-}
-
-/// Whether `query` reads no distributed table, refers to no level around
-/// it and has no parameters (it may run on its own, on any node).
-pub(super) unsafe fn reads_reference_tables_alone(query: *mut pg_sys::Query) -> bool {
-    // SAFETY: a valid query.
-    unsafe {
-        let found = contents(query);
-        !found
-            .range_entries
-            .iter()
-            .any(|&rte| super::super::separable::is_distributed_entry(rte))
-            && !found
-                .calls
-                .iter()
-                .any(|&node| (*node).type_ == pg_sys::NodeTag::T_Param)
-            && (1..=4).all(|up| !pg_sys::contain_vars_of_level(query as *mut pg_sys::Node, up))
-            && !pg_sys::contain_volatile_functions(query as *mut pg_sys::Node)
     }
 }
