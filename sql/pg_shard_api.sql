@@ -503,10 +503,12 @@ REVOKE ALL ON FUNCTION pg_shard.start_job_runner() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.recover_prepared_transactions() FROM PUBLIC;
 
 -- Stands for the workers' rows in the final query of a pushed-down
--- statement (pg_shard_ext/src/executor/pushdown_scan.rs); its scan is
--- replaced by pg_shard's own, so it never runs.
+-- statement (pg_shard_ext/src/executor/pushdown_scan.rs) and for
+-- intermediate results; its scan is replaced by pg_shard's own, so it never
+-- runs. PARALLEL RESTRICTED: that scan runs in the leader, while the rest of
+-- the statement (reference and local tables) may use parallel workers.
 CREATE FUNCTION pg_shard.worker_results() RETURNS SETOF record
-LANGUAGE plpgsql PARALLEL UNSAFE ROWS 1000 SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql PARALLEL RESTRICTED ROWS 1000 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RAISE EXCEPTION 'pg_shard.worker_results() only runs inside pg_shard''s plans';
 END

@@ -36,6 +36,13 @@ unsafe extern "C-unwind" {
     ) -> *mut pg_sys::Query;
     fn datumCopy(value: pg_sys::Datum, by_value: bool, length: c_int) -> pg_sys::Datum;
     fn IncrementVarSublevelsUp(node: *mut pg_sys::Node, delta: c_int, min_sublevels_up: c_int);
+    fn ChangeVarNodes(
+        node: *mut pg_sys::Node,
+        old_varno: c_int,
+        new_varno: c_int,
+        sublevels_up: c_int,
+    );
+    fn checkExprHasSubLink(node: *mut pg_sys::Node) -> bool;
     fn expression_tree_mutator(
         node: *mut pg_sys::Node,
         mutator: Mutator,
@@ -159,7 +166,10 @@ unsafe extern "C-unwind" fn substitute(
                 return query_tree_mutator(node as *mut pg_sys::Query, substitute, context, 0)
                     as *mut pg_sys::Node;
             }
-            pg_sys::NodeTag::T_Param => {
+            // (A sublink's own parameters, `x IN (SELECT …)`, stay.)
+            pg_sys::NodeTag::T_Param
+                if (*(node as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN =>
+            {
                 let param = node as *mut pg_sys::Param;
                 match parameter_constant(substitution.params, param) {
                     Some(constant) => return constant,
@@ -391,6 +401,25 @@ unsafe extern "C-unwind" fn collect_vars(node: *mut pg_sys::Node, context: *mut 
 pub(crate) unsafe fn lower_outer_references(node: *mut pg_sys::Node) {
     // SAFETY: PostgreSQL's own walker over a valid tree.
     unsafe { IncrementVarSublevelsUp(node, -1, 1) }
+}
+
+/// Point `node`'s references to range table index `from` of its own level
+/// (inside its sublinks too) at index `to` instead, in place.
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree of a parse tree.
+pub(crate) unsafe fn move_level_references(node: *mut pg_sys::Node, from: i32, to: i32) {
+    // SAFETY: PostgreSQL's own walker over a valid tree.
+    unsafe { ChangeVarNodes(node, from, to, 0) }
+}
+
+/// Whether `node` holds a sublink.
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree of a parse tree.
+pub(crate) unsafe fn has_sublinks(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: PostgreSQL's own walker over a valid tree.
+    unsafe { checkExprHasSubLink(node) }
 }
 
 /// Whether `node` holds a parameter (an expression without sublinks).

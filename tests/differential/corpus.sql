@@ -161,6 +161,22 @@ SELECT sku FROM skus s WHERE (SELECT sum(qty) FROM order_items i WHERE i.sku = s
 
 SELECT s.category, count(*) FROM skus s WHERE s.weight > (SELECT min(price) / 10 FROM order_items i WHERE i.sku = s.sku) GROUP BY s.category ORDER BY 1;
 
+-- A distributed table beside such a sublink (TPC-H q17's shape): its rows
+-- are an intermediate result too, restricted through the reference table
+-- it is joined with; conditions with parameters or outer joins keep it on
+-- the postgres_fdw path.
+SELECT sum(i.price * i.qty) FROM order_items i, skus s WHERE s.sku = i.sku AND s.category = 'books' AND i.qty < (SELECT 1.1 * avg(qty) FROM order_items i2 WHERE i2.sku = s.sku);
+
+SELECT s.category, count(*), sum(i.qty) FROM order_items i JOIN skus s ON s.sku = i.sku WHERE s.weight < 5 AND i.price > (SELECT avg(price) FROM order_items i2 WHERE i2.sku = i.sku AND i2.qty > 1) GROUP BY s.category ORDER BY 1;
+
+SELECT count(*), sum(o.total) FROM orders o WHERE o.status = 'paid' AND o.total * 2 > (SELECT max(i.price) FROM order_items i WHERE i.sku = 'sku-' || (o.order_id % 40));
+
+SELECT c.country, count(*) FROM customers c, countries co WHERE co.code = c.country AND co.region = 'EU' AND c.created < (SELECT max(o.ordered_at)::date - 200 FROM orders o WHERE o.status = co.name) GROUP BY 1 ORDER BY 1;
+
+SELECT c.customer_id, c.name FROM customers c WHERE c.customer_id < 60 AND NOT EXISTS (SELECT 1 FROM customers c2 WHERE c2.country = c.country AND c2.created < c.created - 300) ORDER BY 1;
+
+SELECT s.sku, count(i.item_no) FROM skus s LEFT JOIN order_items i ON i.sku = s.sku AND i.qty = 5 WHERE s.weight < (SELECT min(price) FROM order_items i2 WHERE i2.sku = s.sku) GROUP BY s.sku ORDER BY 1;
+
 SELECT customer_id, (SELECT max(total) FROM orders o WHERE o.customer_id = c.customer_id) FROM customers c WHERE customer_id BETWEEN 40 AND 45;
 
 SELECT * FROM (SELECT customer_id, sum(total) AS s FROM orders GROUP BY customer_id) t WHERE s > 1200;

@@ -24,6 +24,7 @@ check = Checks("prepared router")
 conn = connect(dsn)
 fdw = connect(dsn)
 fdw.execute("SET pg_shard.enable_router_executor = off")
+fdw.execute("SET pg_shard.enable_pushdown_executor = off")
 conn.execute("DROP TABLE IF EXISTS pr_orders, pr_items")
 conn.execute("CREATE TABLE pr_orders (id bigint PRIMARY KEY, v int NOT NULL, note text)")
 conn.execute("CREATE TABLE pr_items (order_id bigint, line int, qty int, PRIMARY KEY (order_id, line))")
@@ -56,6 +57,17 @@ plans = conn.execute(
     "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'SELECT v, note%'"
 ).fetchone()
 check(f"the plan cache settled on a generic plan ({plans})", plans and plans[0] > 100)
+
+# A statement across shard groups with a parameter and an `IN (SELECT …)`
+# (whose own parameter is part of the statement) is pushed down too.
+across = ("SELECT count(*), sum(qty) FROM pr_items WHERE qty > %s "
+          "AND order_id IN (SELECT id FROM pr_orders WHERE v < 50)")
+plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (COSTS OFF) " + across, (1,)).fetchall())
+check("a parameter beside an IN sublink keeps the statement on the pushdown class",
+      "pg_shard Pushdown" in plan)
+got = [conn.execute(across, (q,), prepare=True).fetchone() for q in (0, 1, 2, 3)]
+want = [fdw.execute(across, (q,)).fetchone() for q in (0, 1, 2, 3)]
+check(f"and its answers agree with postgres_fdw ({got}, {want})", got == want)
 
 try:
     conn.execute("INSERT INTO pr_orders (id, v) VALUES (%s, 1)", (None,), prepare=True)

@@ -8,7 +8,9 @@
 
 use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
-use crate::planner::intermediate::{Intermediates, Running, ENTRY_PREFIX};
+use crate::planner::intermediate::{
+    Intermediates, Running, ENTRY_PREFIX, FEW_VALUES, MAX_VALUES, PARAMETERS_PER_RESTRICTION,
+};
 use pgrx::prelude::*;
 use pgrx::PgList;
 use std::ffi::{CStr, CString};
@@ -53,6 +55,12 @@ pub(crate) unsafe fn attach(
             let columns = intermediates.columns.get(number)?;
             let mut private = PgList::<pg_sys::Node>::new();
             private.push(stored_scan::plan_string(query));
+            for values in intermediates.parameters.get(number)? {
+                private.push(stored_scan::plan_string(&values.query));
+                private.push(stored_scan::plan_string(
+                    &values.array_type.to_u32().to_string(),
+                ));
+            }
             replaced += 1;
             Some(stored_scan::custom_scan_for(
                 scan,
@@ -165,9 +173,18 @@ unsafe fn run(node: *mut pg_sys::ScanState) -> Result<()> {
         // Through a cursor, a batch at a time: the rows are held only in
         // the tuplestore (work_mem, then a temporary file).
         let mut rows: u64 = 0;
+        let counted;
         {
+            let (mut types, mut values, nulls, values_counted) = match parameters(&strings[1..]) {
+                Ok(found) => found,
+                Err(e) => {
+                    pg_sys::SPI_finish();
+                    return Err(e);
+                }
+            };
+            counted = values_counted;
             let _running = Running::start(&text);
-            let plan = pg_sys::SPI_prepare(text.as_ptr(), 0, std::ptr::null_mut());
+            let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
             if plan.is_null() {
                 pg_sys::SPI_finish();
                 return Err(ShardError::Internal(
@@ -177,8 +194,8 @@ unsafe fn run(node: *mut pg_sys::ScanState) -> Result<()> {
             let portal = pg_sys::SPI_cursor_open(
                 std::ptr::null(),
                 plan,
-                std::ptr::null_mut(),
-                std::ptr::null(),
+                values.as_mut_ptr(),
+                nulls.as_ptr(),
                 true,
             );
             loop {
@@ -205,9 +222,87 @@ unsafe fn run(node: *mut pg_sys::ScanState) -> Result<()> {
         }
         pg_sys::SPI_finish();
         (*state).store = store;
-        (*state).set_timings(vec![(started.elapsed().as_secs_f64() * 1000.0, rows)]);
+        let mut timings = vec![(started.elapsed().as_secs_f64() * 1000.0, rows)];
+        timings.extend(counted);
+        (*state).set_timings(timings);
         Ok(())
     }
+}
+
+/// The intermediate statement's parameters from `described` (each
+/// restriction's values query and array type): their types, values and
+/// nulls for SPI. Each values query reads reference tables, here; up to
+/// [`FEW_VALUES`] values are passed as the first array, up to
+/// [`MAX_VALUES`] as the second, more lift the restriction. Also each
+/// values query's time and count of values, for EXPLAIN ANALYZE.
+#[allow(clippy::type_complexity)]
+unsafe fn parameters(
+    described: &[String],
+) -> Result<(
+    Vec<pg_sys::Oid>,
+    Vec<pg_sys::Datum>,
+    Vec<std::ffi::c_char>,
+    Vec<(f64, u64)>,
+)> {
+    let mut counted = Vec::new();
+    let mut types = Vec::new();
+    let mut values = Vec::new();
+    let mut nulls = Vec::new();
+    for pair in described.chunks(2) {
+        let [query, array_type] = pair else {
+            return Err(ShardError::Internal(
+                "an intermediate parameter without its type".into(),
+            ));
+        };
+        let array_type: u32 = array_type
+            .parse()
+            .map_err(|_| ShardError::Internal("an intermediate parameter's type".into()))?;
+        let text = CString::new(query.as_str())
+            .map_err(|_| ShardError::Internal("a values query with a NUL".into()))?;
+        let started = Instant::now();
+        // SAFETY: inside the scan's SPI connection; the array stays in
+        // SPI's memory until SPI_finish, after the cursor is closed.
+        let (count, array) = unsafe {
+            if pg_sys::SPI_execute(text.as_ptr(), true, 1) != pg_sys::SPI_OK_SELECT as i32
+                || pg_sys::SPI_processed != 1
+            {
+                return Err(ShardError::Internal(
+                    "a restriction's values query failed".into(),
+                ));
+            }
+            let table = pg_sys::SPI_tuptable;
+            let row = *(*table).vals;
+            let mut null = false;
+            let count = pg_sys::SPI_getbinval(row, (*table).tupdesc, 1, &mut null);
+            let count = if null { 0 } else { count.value() as i64 };
+            let array = pg_sys::SPI_getbinval(row, (*table).tupdesc, 2, &mut null);
+            (count, (!null).then_some(array))
+        };
+        counted.push((
+            started.elapsed().as_secs_f64() * 1000.0,
+            count.max(0) as u64,
+        ));
+        // (`= ANY ($1)` unless $2, `IN (SELECT unnest($3))` unless $4.)
+        let few = count <= FEW_VALUES;
+        let many = count > FEW_VALUES && count <= MAX_VALUES;
+        for (used, array) in [(few, array.filter(|_| few)), (many, array.filter(|_| many))] {
+            types.push(pg_sys::Oid::from(array_type));
+            types.push(pg_sys::BOOLOID);
+            match array {
+                Some(array) => {
+                    values.push(array);
+                    nulls.push(b' ' as std::ffi::c_char);
+                }
+                None => {
+                    values.push(pg_sys::Datum::from(0));
+                    nulls.push(b'n' as std::ffi::c_char);
+                }
+            }
+            values.push(pg_sys::Datum::from(!used));
+            nulls.push(b' ' as std::ffi::c_char);
+        }
+    }
+    Ok((types, values, nulls, counted))
 }
 
 unsafe extern "C-unwind" fn explain(
@@ -232,9 +327,28 @@ unsafe extern "C-unwind" fn explain(
             if let Some(query) = strings.first() {
                 property(c"Intermediate Query", query);
             }
+            for (number, pair) in strings[1.min(strings.len())..].chunks(2).enumerate() {
+                let first = PARAMETERS_PER_RESTRICTION * number + 1;
+                let label = CString::new(format!("Values of ${} and ${}", first, first + 2))
+                    .unwrap_or_default();
+                property(&label, &pair[0]);
+            }
             if (*es).analyze {
-                if let Some(&[(ms, rows)]) = (*state).timings().map(|t| t.as_slice()) {
+                if let Some([(ms, rows), restrictions @ ..]) =
+                    (*state).timings().map(|t| t.as_slice())
+                {
                     property(c"Intermediate Rows", &format!("{rows} in {ms:.3} ms"));
+                    for (ms, count) in restrictions {
+                        let count = *count as i64;
+                        let found = if count > MAX_VALUES {
+                            format!("more than {MAX_VALUES} in {ms:.3} ms, not restricted")
+                        } else if count > FEW_VALUES {
+                            format!("{count} in {ms:.3} ms, passed as a set")
+                        } else {
+                            format!("{count} in {ms:.3} ms, passed as an array")
+                        };
+                        property(c"Restriction Values", &found);
+                    }
                 }
             }
         })

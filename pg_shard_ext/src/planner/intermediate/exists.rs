@@ -2,9 +2,9 @@
 //! statement by other columns than its key: the test reads the distinct
 //! values of the compared columns, of the rows its own conditions keep.
 
+use super::restriction::{conditions, outer_values};
 use super::{
-    conjunction, deparse, outer_values, single_table, split_conditions, table_columns, Candidate,
-    Change,
+    conjunction, deparse, single_table, split_conditions, table_columns, Candidate, Change,
 };
 use crate::error::Result;
 use pgrx::prelude::*;
@@ -59,12 +59,14 @@ pub(super) unsafe fn candidate(
         let Some((mut local, correlations)) = split_conditions(subquery) else {
             return Ok(None);
         };
-        let own_conditions = local.len();
+        let mut restrictions = Vec::new();
         for correlation in &correlations {
             if let Some(values) = outer_values(level, conjunct, correlation)? {
-                local.push(values);
+                restrictions.push(values);
             }
         }
+        let (restricting, parameters) = conditions(restrictions);
+        local.extend(restricting);
         let compared: Vec<i16> = correlations.iter().map(|c| c.attno).collect();
         let comparisons = correlations
             .iter()
@@ -91,7 +93,7 @@ pub(super) unsafe fn candidate(
             ));
         }
         (*statement).targetList = targets.into_pg();
-        (*statement).hasSubLinks = local.len() > own_conditions;
+        (*statement).hasSubLinks = !parameters.is_empty();
         (*(*statement).jointree).quals = conjunction(local);
         let text = deparse(statement);
         let Some(rest) = text.strip_prefix("SELECT ") else {
@@ -100,6 +102,8 @@ pub(super) unsafe fn candidate(
         Ok(Some(Candidate {
             query: format!("SELECT DISTINCT {rest}"),
             relid,
+            sublink_query: Some(subquery),
+            parameters,
             columns: columns.into_iter().map(|(_, c)| c).collect(),
             change: Change::Exists(Test {
                 subquery,

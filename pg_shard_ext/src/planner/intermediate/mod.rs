@@ -15,11 +15,19 @@
 //!   WHERE l_partkey = ps_partkey …)`): the aggregate grouped by the
 //!   compared columns, joined on them.
 //!
-//! Taken only when every distributed table of the statement is in such a
-//! sublink, so the rest reads reference tables and local ones.
+//! * [`table`]: a distributed table in a level's FROM of such a statement
+//!   (TPC-H q17): its rows the level's conditions select.
+//!
+//! Taken when at least one sublink qualifies and every distributed table of
+//! the statement is in one or in a level's FROM list, so the statement
+//! itself reads reference tables, local ones and intermediate results.
 
 mod exists;
+mod restriction;
+
+pub(crate) use restriction::{Values, FEW_VALUES, MAX_VALUES, PARAMETERS_PER_RESTRICTION};
 mod scalar;
+mod table;
 
 use crate::error::{Result, ShardError};
 use crate::executor::pushdown_scan::results_entry;
@@ -40,6 +48,9 @@ pub(crate) struct Intermediates {
     pub(crate) queries: Vec<String>,
     /// Each result's columns (type, typmod, collation).
     pub(crate) columns: Vec<Vec<Column>>,
+    /// Each statement's restrictions' values (each takes
+    /// [`PARAMETERS_PER_RESTRICTION`] parameters).
+    pub(crate) parameters: Vec<Vec<Values>>,
     pub(crate) relids: Vec<pg_sys::Oid>,
 }
 
@@ -84,6 +95,11 @@ pub(crate) type Column = (pg_sys::Oid, i32, pg_sys::Oid);
 pub(super) struct Candidate {
     query: String,
     relid: pg_sys::Oid,
+    /// The sublink's query it takes the place of (None for a table in a
+    /// level's FROM).
+    sublink_query: Option<*mut pg_sys::Query>,
+    /// The values its restrictions take, computed first.
+    parameters: Vec<restriction::Values>,
     columns: Vec<Column>,
     change: Change,
 }
@@ -91,6 +107,7 @@ pub(super) struct Candidate {
 enum Change {
     Exists(exists::Test),
     Scalar(scalar::Comparison),
+    Table(table::Table),
 }
 
 /// Rewrite `parse`'s sublinks on distributed tables into reads of
@@ -121,7 +138,7 @@ pub(super) unsafe fn rewrite(parse: *mut pg_sys::Query) -> Result<Option<Interme
         }
         // The sublinks in any level's WHERE (a subquery's in FROM too).
         let mut candidates = Vec::new();
-        for level in found.queries {
+        for &level in &found.queries {
             if (*level).jointree.is_null() {
                 continue;
             }
@@ -142,12 +159,36 @@ pub(super) unsafe fn rewrite(parse: *mut pg_sys::Query) -> Result<Option<Interme
                 }
             }
         }
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        if candidates.len() < distributed {
+            // The distributed tables outside those sublinks, read as
+            // intermediate results of their own.
+            let sublinks: Vec<_> = candidates.iter().filter_map(|c| c.sublink_query).collect();
+            for &level in &found.queries {
+                if sublinks.contains(&level) {
+                    continue;
+                }
+                let entries = PgList::<pg_sys::RangeTblEntry>::from_pg((*level).rtable);
+                for (index, rte) in entries.iter_ptr().enumerate() {
+                    if !super::separable::is_distributed_entry(rte) {
+                        continue;
+                    }
+                    match table::candidate(level, index as i32 + 1)? {
+                        Some(candidate) => candidates.push(candidate),
+                        None => return Ok(None),
+                    }
+                }
+            }
+        }
         if candidates.len() != distributed {
             return Ok(None);
         }
         let mut intermediates = Intermediates {
             queries: Vec::new(),
             columns: Vec::new(),
+            parameters: Vec::new(),
             relids: Vec::new(),
         };
         for (number, candidate) in candidates.into_iter().enumerate() {
@@ -160,9 +201,11 @@ pub(super) unsafe fn rewrite(parse: *mut pg_sys::Query) -> Result<Option<Interme
             match &candidate.change {
                 Change::Exists(test) => test.read(rtable),
                 Change::Scalar(comparison) => comparison.join(rtable, &candidate.columns),
+                Change::Table(table) => table.replace(rtable),
             }
             intermediates.queries.push(candidate.query);
             intermediates.columns.push(candidate.columns);
+            intermediates.parameters.push(candidate.parameters);
             intermediates.relids.push(candidate.relid);
         }
         Ok(Some(intermediates))
@@ -299,96 +342,6 @@ unsafe fn correlation(conjunct: *mut pg_sys::Node) -> Option<Correlation> {
             }
         }
         None
-    }
-}
-
-/// `column IN (SELECT outer expression FROM … WHERE …)`: the values the
-/// comparison's outer side takes in `level`'s rows before its conjunct
-/// number `excluded` (the one holding the sublink) applies, when `level`
-/// reads reference tables alone (so a worker can compute them). Any
-/// superset of those values keeps the sublink's answer for every row of
-/// `level`: rows of the sublink's table with other values match none.
-unsafe fn outer_values(
-    level: *mut pg_sys::Query,
-    excluded: usize,
-    correlation: &Correlation,
-) -> Result<Option<*mut pg_sys::Node>> {
-    // SAFETY: a valid level; it is copied, not changed.
-    unsafe {
-        let l = &*level;
-        if l.commandType != pg_sys::CmdType::CMD_SELECT
-            || !l.setOperations.is_null()
-            || !l.cteList.is_null()
-            || !l.rowMarks.is_null()
-            || l.hasRecursive
-            || l.jointree.is_null()
-        {
-            return Ok(None);
-        }
-        let values = pg_sys::copyObjectImpl(level as *const std::ffi::c_void) as *mut pg_sys::Query;
-        let outer = pg_sys::copyObjectImpl(correlation.outer as *const _) as *mut pg_sys::Node;
-        crate::parse_tree::lower_outer_references(outer);
-        let mut targets = PgList::<pg_sys::TargetEntry>::new();
-        targets.push(pg_sys::makeTargetEntry(
-            outer as *mut pg_sys::Expr,
-            1,
-            pg_sys::pstrdup(c"v".as_ptr()),
-            false,
-        ));
-        let v = &mut *values;
-        v.targetList = targets.into_pg();
-        v.groupClause = std::ptr::null_mut();
-        v.havingQual = std::ptr::null_mut();
-        v.sortClause = std::ptr::null_mut();
-        v.distinctClause = std::ptr::null_mut();
-        v.windowClause = std::ptr::null_mut();
-        v.limitCount = std::ptr::null_mut();
-        v.limitOffset = std::ptr::null_mut();
-        v.hasAggs = false;
-        v.hasWindowFuncs = false;
-        v.hasTargetSRFs = false;
-        v.hasDistinctOn = false;
-        let kept: Vec<*mut pg_sys::Node> = PgList::<pg_sys::Node>::from_pg(
-            pg_sys::make_ands_implicit((*v.jointree).quals as *mut pg_sys::Expr),
-        )
-        .iter_ptr()
-        .enumerate()
-        .filter(|(index, _)| *index != excluded)
-        .map(|(_, conjunct)| conjunct)
-        .collect();
-        (*v.jointree).quals = conjunction(kept);
-        if !reads_reference_tables_alone(values)
-            || pg_sys::contain_agg_clause(outer)
-            || pg_sys::contain_window_function(outer)
-        {
-            return Ok(None);
-        }
-        match super::router::relation_kinds(&contents(values))? {
-            Some(kinds) if kinds.values().all(|k| *k == super::router::Kind::Reference) => {}
-            _ => return Ok(None),
-        }
-        let (ty, typmod, collation) = correlation.column;
-        let mut param = PgBox::<pg_sys::Param>::alloc_node(pg_sys::NodeTag::T_Param);
-        param.paramkind = pg_sys::ParamKind::PARAM_SUBLINK;
-        param.paramid = 1;
-        param.paramtype = ty;
-        param.paramtypmod = typmod;
-        param.paramcollid = collation;
-        param.location = -1;
-        let test = pg_sys::copyObjectImpl(correlation.operator as *const _) as *mut pg_sys::OpExpr;
-        let mut args = PgList::<pg_sys::Node>::new();
-        args.push(
-            pg_sys::makeVar(1, correlation.attno, ty, typmod, collation, 0) as *mut pg_sys::Node,
-        );
-        args.push(param.into_pg() as *mut pg_sys::Node);
-        (*test).args = args.into_pg();
-        let mut sublink = PgBox::<pg_sys::SubLink>::alloc_node(pg_sys::NodeTag::T_SubLink);
-        sublink.subLinkType = pg_sys::SubLinkType::ANY_SUBLINK;
-        sublink.subLinkId = 0;
-        sublink.testexpr = test as *mut pg_sys::Node;
-        sublink.subselect = values as *mut pg_sys::Node;
-        sublink.location = -1;
-        Ok(Some(sublink.into_pg() as *mut pg_sys::Node))
     }
 }
 

@@ -17,9 +17,10 @@
 //! applied to the intermediate statement too: only the groups the outer
 //! rows can match are computed.
 
+use super::restriction::{conditions, in_restriction, reference_values, Restriction};
 use super::{
-    conjunction, deparse, level_vars, reads_reference_tables_alone, single_table, split_conditions,
-    Candidate, Change, Column, Correlation,
+    conjunction, deparse, level_vars, single_table, split_conditions, Candidate, Change, Column,
+    Correlation,
 };
 use crate::error::Result;
 use pgrx::prelude::*;
@@ -143,13 +144,14 @@ pub(super) unsafe fn candidate(
         let Some((mut local, correlations)) = split_conditions(subquery) else {
             return Ok(None);
         };
-        let mut propagated = false;
+        let mut restrictions = Vec::new();
         for correlation in &correlations {
-            if let Some(restriction) = outer_restriction(level, correlation) {
-                local.push(restriction);
-                propagated = true;
+            if let Some(restriction) = restriction(level, correlation)? {
+                restrictions.push(restriction);
             }
         }
+        let (restricting, parameters) = conditions(restrictions);
+        local.extend(restricting);
         // The aggregate grouped by the compared columns, of the rows the
         // sublink's own conditions keep.
         let statement =
@@ -180,13 +182,15 @@ pub(super) unsafe fn candidate(
             pg_sys::exprCollation(value),
         ));
         (*statement).targetList = entries.into_pg();
-        (*statement).hasSubLinks = propagated;
+        (*statement).hasSubLinks = !parameters.is_empty();
         (*(*statement).jointree).quals = conjunction(local);
         let groups: Vec<String> = (1..=correlations.len()).map(|n| n.to_string()).collect();
         let query = format!("{} GROUP BY {}", deparse(statement), groups.join(", "));
         Ok(Some(Candidate {
             query,
             relid,
+            sublink_query: Some(subquery),
+            parameters,
             columns,
             change: Change::Scalar(Comparison {
                 level,
@@ -253,65 +257,35 @@ unsafe fn all_null_over_no_rows(args: *mut pg_sys::List) -> bool {
     }
 }
 
-/// For a comparison with an outer column that `level`'s WHERE restricts by
-/// `column IN (SELECT … FROM reference tables)`: the same restriction on
-/// the sublink's column, for the intermediate statement.
-unsafe fn outer_restriction(
+/// What keeps the intermediate statement to the groups `level`'s rows can
+/// match on `correlation`'s column: the level's own `IN (…)` on the outer
+/// column, or else the values its conditions on the outer column's
+/// reference table allow.
+unsafe fn restriction(
     level: *mut pg_sys::Query,
     correlation: &Correlation,
-) -> Option<*mut pg_sys::Node> {
-    // SAFETY: valid trees; the sublink found is copied, not changed.
+) -> Result<Option<Restriction>> {
+    // SAFETY: valid trees; what is taken from them is copied.
     unsafe {
+        if let Some(found) = in_restriction(level, correlation) {
+            return Ok(Some(found));
+        }
         let outer = super::super::partition_key::strip_relabel(correlation.outer);
-        if (*outer).type_ != pg_sys::NodeTag::T_Var {
-            return None;
+        if (*outer).type_ != pg_sys::NodeTag::T_Var
+            || (*(outer as *mut pg_sys::Var)).varlevelsup != 1
+            || (*(outer as *mut pg_sys::Var)).vartype != correlation.column.0
+        {
+            return Ok(None);
         }
-        let outer = outer as *mut pg_sys::Var;
-        if (*outer).varlevelsup != 1 || (*outer).vartype != correlation.column.0 {
-            return None;
-        }
-        let conditions = PgList::<pg_sys::Node>::from_pg(pg_sys::make_ands_implicit(
-            (*(*level).jointree).quals as *mut pg_sys::Expr,
-        ));
-        for condition in conditions.iter_ptr() {
-            if (*condition).type_ != pg_sys::NodeTag::T_SubLink {
-                continue;
-            }
-            let sublink = condition as *mut pg_sys::SubLink;
-            if (*sublink).subLinkType != pg_sys::SubLinkType::ANY_SUBLINK
-                || (*(*sublink).testexpr).type_ != pg_sys::NodeTag::T_OpExpr
-            {
-                continue;
-            }
-            let test = (*sublink).testexpr as *mut pg_sys::OpExpr;
-            let args = PgList::<pg_sys::Node>::from_pg((*test).args);
-            let Some(tested) = args.get_ptr(0) else {
-                continue;
-            };
-            let tested = super::super::partition_key::strip_relabel(tested);
-            if args.len() != 2
-                || (*tested).type_ != pg_sys::NodeTag::T_Var
-                || (*(tested as *mut pg_sys::Var)).varlevelsup != 0
-                || (*(tested as *mut pg_sys::Var)).varno != (*outer).varno
-                || (*(tested as *mut pg_sys::Var)).varattno != (*outer).varattno
-                || !reads_reference_tables_alone((*sublink).subselect as *mut pg_sys::Query)
-            {
-                continue;
-            }
-            let copy = pg_sys::copyObjectImpl(sublink as *const _) as *mut pg_sys::SubLink;
-            let copied_test = (*copy).testexpr as *mut pg_sys::OpExpr;
-            let mut new_args = PgList::<pg_sys::Node>::new();
-            let (ty, typmod, collation) = correlation.column;
-            new_args.push(
-                pg_sys::makeVar(1, correlation.attno, ty, typmod, collation, 0)
-                    as *mut pg_sys::Node,
-            );
-            if let Some(param) = PgList::<pg_sys::Node>::from_pg((*copied_test).args).get_ptr(1) {
-                new_args.push(param);
-            }
-            (*copied_test).args = new_args.into_pg();
-            return Some(copy as *mut pg_sys::Node);
-        }
-        None
+        let column = pg_sys::copyObjectImpl(outer as *const _) as *mut pg_sys::Var;
+        (*column).varlevelsup = 0;
+        let (ty, typmod, collation) = correlation.column;
+        let tested = pg_sys::makeVar(1, correlation.attno, ty, typmod, collation, 0);
+        reference_values(
+            level,
+            column,
+            correlation.operator,
+            tested as *mut pg_sys::Node,
+        )
     }
 }
