@@ -98,6 +98,40 @@ EXECUTE im_lines_above(40);
 SELECT count(*) FROM im_lines_local l, im_parts_local p WHERE p.part_id = l.part_id AND p.kind = 'nut' AND l.order_id > 40
    AND l.qty <= (SELECT avg(qty) FROM im_lines_local l2 WHERE l2.part_id = p.part_id);
 DEALLOCATE im_lines_above;
+-- a condition that reads the outer table and another one (OR) stays in the
+-- statement on the metadata node; only conditions on the table alone, or a
+-- whole IN on a reference table, go into its intermediate statement
+SELECT count(*), sum(l.qty) FROM im_lines l, im_parts p
+ WHERE p.part_id = l.part_id AND (l.part_id IN (SELECT part_id FROM im_parts WHERE kind = 'gear') OR p.kind = 'nut')
+   AND l.qty <= (SELECT avg(qty) FROM im_lines l2 WHERE l2.part_id = p.part_id);
+SELECT count(*), sum(l.qty) FROM im_lines_local l, im_parts_local p
+ WHERE p.part_id = l.part_id AND (l.part_id IN (SELECT part_id FROM im_parts_local WHERE kind = 'gear') OR p.kind = 'nut')
+   AND l.qty <= (SELECT avg(qty) FROM im_lines_local l2 WHERE l2.part_id = p.part_id);
+SELECT count(*), sum(l.qty) FROM im_lines l, im_parts p
+ WHERE p.part_id = l.part_id AND l.part_id IN (SELECT part_id FROM im_parts WHERE kind = 'gear')
+   AND l.qty <= (SELECT avg(qty) FROM im_lines l2 WHERE l2.part_id = p.part_id);
+SELECT count(*), sum(l.qty) FROM im_lines_local l, im_parts_local p
+ WHERE p.part_id = l.part_id AND l.part_id IN (SELECT part_id FROM im_parts_local WHERE kind = 'gear')
+   AND l.qty <= (SELECT avg(qty) FROM im_lines_local l2 WHERE l2.part_id = p.part_id);
+-- a column of a NOT NULL domain the statement does not read (the result
+-- holds NULL there)
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+CREATE DOMAIN public.im_grade AS int NOT NULL CHECK (VALUE > 0);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+CREATE DOMAIN public.im_grade AS int NOT NULL CHECK (VALUE > 0);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+CREATE DOMAIN public.im_grade AS int NOT NULL CHECK (VALUE > 0);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+CREATE DOMAIN public.im_grade AS int NOT NULL CHECK (VALUE > 0);
+CREATE TABLE im_graded (id bigint PRIMARY KEY, part_id int, grade im_grade);
+SELECT pg_shard.create_distributed_table('im_graded', 'id', shard_count => 4);
+INSERT INTO im_graded SELECT g, 1 + g % 30, 1 + g % 5 FROM generate_series(1, 100) g;
+SELECT im_reads_intermediate('SELECT count(*) FROM im_graded g, im_parts p WHERE p.part_id = g.part_id AND p.kind = ''bolt'' AND g.id > (SELECT min(id) FROM im_graded g2 WHERE g2.part_id = p.part_id)');
+SELECT count(*), sum(g.id) FROM im_graded g, im_parts p WHERE p.part_id = g.part_id AND p.kind = 'bolt' AND g.id > (SELECT min(id) FROM im_graded g2 WHERE g2.part_id = p.part_id);
+CREATE TABLE im_graded_local AS SELECT * FROM im_graded;
+SELECT count(*), sum(g.id) FROM im_graded_local g, im_parts_local p WHERE p.part_id = g.part_id AND p.kind = 'bolt' AND g.id > (SELECT min(id) FROM im_graded_local g2 WHERE g2.part_id = p.part_id);
+DROP TABLE im_graded, im_graded_local;
+
 -- not taken: the outer table inside a join (an outer join's conditions must
 -- not move), or read as a whole row; still right over postgres_fdw
 SELECT im_reads_intermediate('SELECT count(*) FROM im_parts p LEFT JOIN im_lines l ON l.part_id = p.part_id WHERE p.part_id < (SELECT max(qty) FROM im_lines l2 WHERE l2.part_id = p.part_id)');

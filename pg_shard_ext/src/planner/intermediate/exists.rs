@@ -82,7 +82,7 @@ pub(super) unsafe fn candidate(
             let expr = if compared.contains(&attno) {
                 pg_sys::makeVar(1, attno, *ty, *typmod, *collation, 0) as *mut pg_sys::Expr
             } else {
-                pg_sys::makeNullConst(*ty, *typmod, *collation) as *mut pg_sys::Expr
+                super::null_of(*ty, *typmod, *collation) as *mut pg_sys::Expr
             };
             let name = CString::new(name.as_str()).unwrap_or_default();
             targets.push(pg_sys::makeTargetEntry(

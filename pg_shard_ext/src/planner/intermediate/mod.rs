@@ -379,6 +379,20 @@ unsafe fn table_columns(relid: pg_sys::Oid) -> Option<Vec<(String, Column)>> {
     }
 }
 
+/// A NULL standing for a column the statement does not read: of the
+/// type's base type (`NULL::domain` would check the domain's constraints,
+/// and keep the statement off the pushdown class). The scan declares the
+/// column's own type; a NULL is the same in either.
+unsafe fn null_of(ty: pg_sys::Oid, typmod: i32, collation: pg_sys::Oid) -> *mut pg_sys::Node {
+    // SAFETY: a type cache lookup and a new node.
+    unsafe {
+        let mut base_typmod: i32 = -1;
+        let base = pg_sys::getBaseTypeAndTypmod(ty, &mut base_typmod);
+        let typmod = if base == ty { typmod } else { base_typmod };
+        pg_sys::makeNullConst(base, typmod, collation) as *mut pg_sys::Node
+    }
+}
+
 /// `statement` (a copy of a sublink's query, changed into an intermediate
 /// statement) as text, its names schema-qualified.
 unsafe fn deparse(statement: *mut pg_sys::Query) -> String {

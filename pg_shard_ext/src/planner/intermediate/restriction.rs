@@ -69,6 +69,21 @@ impl Restriction {
             if array_type == pg_sys::InvalidOid {
                 return None;
             }
+            // The worker parses `tested = ANY (values)` again, with the
+            // tested column's type and collation, and the values were made
+            // DISTINCT by their type's own equality: taken only when that
+            // is the comparison the statement made.
+            let input = (*self.operator).inputcollid;
+            let cache = pg_sys::lookup_type_cache(element, pg_sys::TYPECACHE_EQ_OPR as i32);
+            if pg_sys::exprType(self.tested) != element
+                || cache.is_null()
+                || (*cache).eq_opr != (*self.operator).opno
+                || pg_sys::exprCollation(self.tested) != input
+                || collation != input
+                || (input != pg_sys::InvalidOid && !pg_sys::get_collation_isdeterministic(input))
+            {
+                return None;
+            }
             let parameter = |number: i32, ty: pg_sys::Oid| {
                 let mut param = PgBox::<pg_sys::Param>::alloc_node(pg_sys::NodeTag::T_Param);
                 param.paramkind = pg_sys::ParamKind::PARAM_EXTERN;
@@ -361,9 +376,10 @@ pub(super) unsafe fn entry(
 }
 
 /// The conditions of `level`'s WHERE on its entry `varno` alone: columns
-/// of that entry and constants, nothing volatile, no parameters; sublinks
-/// only when `sublinks` and each reads reference tables alone. None when
-/// the level's WHERE cannot be read so.
+/// of that entry and constants, nothing volatile, no parameters; when
+/// `sublinks`, also a condition that is one sublink testing such columns
+/// against a query of reference tables alone. None when the level's WHERE
+/// cannot be read so.
 pub(super) unsafe fn own_conditions(
     level: *mut pg_sys::Query,
     varno: i32,
@@ -376,31 +392,31 @@ pub(super) unsafe fn own_conditions(
         ));
         let mut own = Vec::new();
         for conjunct in conjuncts.iter_ptr() {
-            let nested = crate::parse_tree::level_sublinks(conjunct);
-            if !nested.is_empty()
-                && (!sublinks
-                    || !nested.iter().all(|&s| {
-                        reads_reference_tables_alone((*s).subselect as *mut pg_sys::Query)
-                    }))
-            {
-                continue;
-            }
-            // (The sublinks qualified read no column of this level.)
-            let vars = if nested.is_empty() {
-                crate::parse_tree::every_var(conjunct)
-            } else {
-                let mut vars = Vec::new();
-                for s in &nested {
-                    vars.extend(crate::parse_tree::every_var((**s).testexpr));
+            // A sublink is taken only as the whole condition (`column IN
+            // (SELECT … reference tables)`): its test reads the entry's
+            // columns alone, its query nothing of this statement.
+            let tested = if crate::parse_tree::has_sublinks(conjunct) {
+                if !sublinks || (*conjunct).type_ != pg_sys::NodeTag::T_SubLink {
+                    continue;
                 }
-                vars
+                let sublink = conjunct as *mut pg_sys::SubLink;
+                if !reads_reference_tables_alone((*sublink).subselect as *mut pg_sys::Query)
+                    || (*sublink).testexpr.is_null()
+                    || crate::parse_tree::has_sublinks((*sublink).testexpr)
+                {
+                    continue;
+                }
+                (*sublink).testexpr
+            } else {
+                conjunct
             };
+            let vars = crate::parse_tree::every_var(tested);
             if vars.is_empty()
                 || vars
                     .iter()
                     .any(|&v| (*v).varlevelsup != 0 || (*v).varno != varno || (*v).varattno <= 0)
                 || pg_sys::contain_volatile_functions(conjunct)
-                || (nested.is_empty() && crate::parse_tree::has_params(conjunct))
+                || crate::parse_tree::has_params(tested)
             {
                 continue;
             }

@@ -13,7 +13,7 @@
 use super::restriction::{
     self, entry, own_conditions, reference_values, single_table_query, Restriction,
 };
-use super::{deparse, table_columns, Candidate, Change};
+use super::{deparse, null_of, table_columns, Candidate, Change};
 use crate::error::Result;
 use crate::planner::partition_key::strip_relabel;
 use pgrx::prelude::*;
@@ -101,7 +101,7 @@ pub(super) unsafe fn candidate(level: *mut pg_sys::Query, varno: i32) -> Result<
                 if used.contains(&attno) {
                     pg_sys::makeVar(varno, attno, *ty, *typmod, *collation, 0) as *mut pg_sys::Node
                 } else {
-                    pg_sys::makeNullConst(*ty, *typmod, *collation) as *mut pg_sys::Node
+                    null_of(*ty, *typmod, *collation)
                 }
             })
             .collect();
