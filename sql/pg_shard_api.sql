@@ -37,6 +37,8 @@ COMMENT ON FUNCTION pg_shard.undistribute_table(regclass) IS
 -- Worker-side guards (pg_shard_ext/src/worker/fencing.rs).
 CREATE FUNCTION pg_shard.shard_guard_row() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_row';
+CREATE FUNCTION pg_shard.shard_guard_inserted() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_inserted';
 CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_statement';
 

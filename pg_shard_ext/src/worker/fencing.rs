@@ -6,9 +6,14 @@
 //!   statement) rejects the statement when the shard is frozen or retired, or
 //!   when the session declared (`SET pg_shard.map_version`) a map version
 //!   older than the epoch at which this worker took the shard;
-//! * `pg_shard_guard_row` (BEFORE INSERT/UPDATE, per row) rejects a row whose
+//! * `pg_shard_guard_row` (BEFORE UPDATE, per row) rejects a row whose
 //!   distribution key hashes outside the shard's range. Its arguments are the
 //!   distribution column and the range, which never change for a shard table.
+//! * `pg_shard_guard_inserted` (AFTER INSERT, per statement, over the
+//!   statement's new rows as a transition table) does the same for inserted
+//!   rows: a BEFORE row trigger would keep COPY from inserting in batches,
+//!   which costs more than the check itself. A rejection raised after the
+//!   rows were written rolls them back with the statement.
 //!
 //! Rejections carry one SQLSTATE, [`WRONG_SHARD_SQLSTATE`] (`PS001`), so a
 //! router can tell "refresh the map and retry" from every other error. The
@@ -88,21 +93,47 @@ pub(crate) fn guard_trigger_ddl(
          FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_statement()"
     )];
     if let Some(column) = dist_column {
-        ddl.push(format!(
-            "CREATE TRIGGER pg_shard_guard_row BEFORE INSERT OR UPDATE ON {qualified_shard} \
-             FOR EACH ROW EXECUTE FUNCTION pg_shard.shard_guard_row({}, {}, {})",
+        let arguments = format!(
+            "{}, {}, {}",
             quote::literal(column),
             quote::literal(&range_start.to_string()),
             quote::literal(&range_end.to_string()),
+        );
+        ddl.push(format!(
+            "CREATE TRIGGER pg_shard_guard_row BEFORE UPDATE ON {qualified_shard} \
+             FOR EACH ROW EXECUTE FUNCTION pg_shard.shard_guard_row({arguments})"
+        ));
+        ddl.push(format!(
+            "CREATE TRIGGER pg_shard_guard_inserted AFTER INSERT ON {qualified_shard} \
+             REFERENCING NEW TABLE AS pg_shard_inserted_rows \
+             FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_inserted({arguments})"
         ));
     }
     ddl
 }
 
+/// Whether `statement` (one of [`guard_trigger_ddl`]'s) creates a trigger
+/// that names the distribution column.
+pub(crate) fn names_distribution_column(statement: &str) -> bool {
+    statement.starts_with("CREATE TRIGGER pg_shard_guard_row ")
+        || statement.starts_with("CREATE TRIGGER pg_shard_guard_inserted ")
+}
+
+/// The triggers that name the distribution column, to drop before
+/// [`guard_trigger_ddl`]'s are made again for a renamed column.
+pub(crate) const COLUMN_GUARD_TRIGGERS: [&str; 2] =
+    ["pg_shard_guard_row", "pg_shard_guard_inserted"];
+
 /// Function-manager info for the hand-declared C trigger functions below
 /// (they are declared in sql/pg_shard_api.sql).
 #[no_mangle]
 pub extern "C" fn pg_finfo_shard_guard_row() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_shard_guard_inserted() -> &'static pg_sys::Pg_finfo_record {
     const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
     &V1
 }
@@ -127,6 +158,24 @@ pub unsafe extern "C-unwind" fn shard_guard_row(fcinfo: pg_sys::FunctionCallInfo
     let verdict = unsafe { pg_sys::panic::pgrx_extern_c_guard(|| check_row(fcinfo)) };
     match verdict {
         Ok(tuple) => tuple,
+        // SAFETY: at the top of an extern "C-unwind" function, nothing left to drop.
+        Err(rejection) => unsafe { raise_wrong_shard(rejection) },
+    }
+}
+
+/// The inserted rows' guard (a statement trigger over the transition
+/// table); see [`shard_guard_row`] for why it is hand-written.
+///
+/// # Safety
+/// Called by the PostgreSQL function manager with a valid `fcinfo`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn shard_guard_inserted(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: as for shard_guard_row.
+    let verdict = unsafe { pg_sys::panic::pgrx_extern_c_guard(|| check_inserted(fcinfo)) };
+    match verdict {
+        Ok(()) => pg_sys::Datum::from(0usize),
         // SAFETY: at the top of an extern "C-unwind" function, nothing left to drop.
         Err(rejection) => unsafe { raise_wrong_shard(rejection) },
     }
@@ -200,7 +249,7 @@ unsafe fn row_guard(
         }
     }
     if trigger.tgnargs != 3 {
-        error!("pg_shard_guard_row needs the arguments (column, range_start, range_end)");
+        error!("pg_shard's row guards need the arguments (column, range_start, range_end)");
     }
     // SAFETY: the caller guarantees tgargs holds tgnargs (= 3) C strings.
     let args = unsafe { std::slice::from_raw_parts(trigger.tgargs, 3) };
@@ -212,13 +261,13 @@ unsafe fn row_guard(
     };
     let (column, start, end) = (arg(0), arg(1), arg(2));
     let (Ok(start), Ok(end)) = (start.parse::<i64>(), end.parse::<i64>()) else {
-        error!("pg_shard_guard_row: invalid range arguments");
+        error!("pg_shard's row guard: invalid range arguments");
     };
     let Some(position) = attributes.iter().position(|a| {
         // SAFETY: attname is a NUL-terminated NameData.
         !a.attisdropped && unsafe { CStr::from_ptr(a.attname.data.as_ptr()) }.to_str() == Ok(column)
     }) else {
-        error!("pg_shard_guard_row: shard has no column \"{column}\"");
+        error!("pg_shard's row guard: shard has no column \"{column}\"");
     };
     let type_oid = attributes[position].atttypid;
     let guard = RowGuard {
@@ -251,35 +300,89 @@ fn check_row(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Rejectio
         let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
         let guard = row_guard(&*data.tg_trigger, attributes);
         let attno = std::num::NonZeroUsize::MIN.saturating_add(guard.position);
-        let Some(datum) = pgrx::heap_getattr_raw(tuple, attno, tupdesc) else {
-            let column = CStr::from_ptr(attributes[guard.position].attname.data.as_ptr());
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_NOT_NULL_VIOLATION,
-                format!(
-                    "null value in distribution column \"{}\" of a shard table",
-                    column.to_string_lossy()
-                )
-            );
-        };
-        let id = match keyspace_id_of_base_type(datum, guard.base_type, guard.type_oid) {
-            Ok(id) => id,
-            Err(error) => error.report(),
-        };
-        if id < guard.start || id > guard.end {
-            return Err(Rejection::new(
-                relation_name(relation),
-                format!(
-                    "keyspace id {} (bigint {}) of the row is outside the shard's range {}..{}",
-                    id.0,
-                    id.to_sql(),
-                    guard.start.to_sql(),
-                    guard.end.to_sql()
-                ),
-            ));
-        }
+        let key = pgrx::heap_getattr_raw(tuple, attno, tupdesc);
+        check_key(key, &guard, relation, attributes)?;
         Ok(pg_sys::Datum::from(tuple))
     }
+}
+
+/// Every row of the statement's transition table of inserted rows.
+fn check_inserted(fcinfo: pg_sys::FunctionCallInfo) -> Result<(), Rejection> {
+    // SAFETY: PostgreSQL hands an AFTER statement trigger with a transition
+    // table a valid TriggerData whose tuplestore lives for the call; the
+    // slot is made and dropped here, and the store is read from its start
+    // and left rewound for any other trigger that reads it.
+    unsafe {
+        let data = trigger_data(fcinfo);
+        let store = data.tg_newtable;
+        if store.is_null() {
+            error!("pg_shard_guard_inserted must be an AFTER INSERT statement trigger with a NEW TABLE");
+        }
+        let relation = data.tg_relation;
+        let tupdesc = (*relation).rd_att;
+        let attributes = (*tupdesc).attrs.as_slice((*tupdesc).natts as usize);
+        let guard = row_guard(&*data.tg_trigger, attributes);
+        let attno = guard.position as i32 + 1;
+        let slot = pg_sys::MakeSingleTupleTableSlot(tupdesc, &pg_sys::TTSOpsMinimalTuple);
+        pg_sys::tuplestore_rescan(store);
+        let mut verdict = Ok(());
+        while verdict.is_ok() && pg_sys::tuplestore_gettupleslot(store, true, false, slot) {
+            if ((*slot).tts_nvalid as i32) < attno {
+                pg_sys::slot_getsomeattrs_int(slot, attno);
+            }
+            let index = guard.position;
+            let key = if *(*slot).tts_isnull.add(index) {
+                None
+            } else {
+                Some(*(*slot).tts_values.add(index))
+            };
+            verdict = check_key(key, &guard, relation, attributes);
+        }
+        pg_sys::tuplestore_rescan(store);
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        verdict
+    }
+}
+
+/// One row's key (None: NULL) against the shard's range.
+///
+/// # Safety
+/// `key` is a datum of the guarded column's type; `relation` is open.
+unsafe fn check_key(
+    key: Option<pg_sys::Datum>,
+    guard: &RowGuard,
+    relation: pg_sys::Relation,
+    attributes: &[pg_sys::FormData_pg_attribute],
+) -> Result<(), Rejection> {
+    let Some(datum) = key else {
+        // SAFETY: attname is a NUL-terminated NameData.
+        let column = unsafe { CStr::from_ptr(attributes[guard.position].attname.data.as_ptr()) };
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_NOT_NULL_VIOLATION,
+            format!(
+                "null value in distribution column \"{}\" of a shard table",
+                column.to_string_lossy()
+            )
+        );
+    };
+    let id = match keyspace_id_of_base_type(datum, guard.base_type, guard.type_oid) {
+        Ok(id) => id,
+        Err(error) => error.report(),
+    };
+    if id < guard.start || id > guard.end {
+        return Err(Rejection::new(
+            relation_name(relation),
+            format!(
+                "keyspace id {} (bigint {}) of the row is outside the shard's range {}..{}",
+                id.0,
+                id.to_sql(),
+                guard.start.to_sql(),
+                guard.end.to_sql()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 thread_local! {

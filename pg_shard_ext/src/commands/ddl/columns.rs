@@ -217,10 +217,10 @@ fn rename_distribution_column(
         let ranges = shard_ranges(relid)?;
         on_shards_in_transaction(relid, |shard| {
             let (range_start, range_end) = ranges.get(&shard.shard_id).copied().unwrap_or_default();
-            let mut sql = vec![
-                text.spliced(span, &shard.qualified),
-                format!("DROP TRIGGER pg_shard_guard_row ON {}", shard.qualified),
-            ];
+            let mut sql = vec![text.spliced(span, &shard.qualified)];
+            for trigger in crate::worker::fencing::COLUMN_GUARD_TRIGGERS {
+                sql.push(format!("DROP TRIGGER {trigger} ON {}", shard.qualified));
+            }
             sql.extend(
                 crate::worker::fencing::guard_trigger_ddl(
                     &shard.qualified,
@@ -229,7 +229,7 @@ fn rename_distribution_column(
                     range_end,
                 )
                 .into_iter()
-                .filter(|s| s.starts_with("CREATE TRIGGER pg_shard_guard_row ")),
+                .filter(|s| crate::worker::fencing::names_distribution_column(s)),
             );
             // (As the table's owner: see crate::worker::local_shard.)
             sql.push(format!(
