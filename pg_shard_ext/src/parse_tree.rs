@@ -363,7 +363,8 @@ unsafe extern "C-unwind" fn renumber(node: *mut pg_sys::Node, context: *mut c_vo
     }
 }
 
-/// Every Var in `node`, of any level (an expression without sublinks).
+/// Every Var in `node`, of any level, outside its sublinks' queries (a
+/// sublink's test expression is looked at).
 ///
 /// # Safety
 /// `node` is NULL or a valid expression tree.
@@ -385,11 +386,17 @@ unsafe extern "C-unwind" fn collect_vars(node: *mut pg_sys::Node, context: *mut 
     }
     // SAFETY: context is the vector passed to `every_var`.
     unsafe {
-        if (*node).type_ == pg_sys::NodeTag::T_Var {
-            (*(context as *mut Vec<*mut pg_sys::Var>)).push(node as *mut pg_sys::Var);
-            return false;
+        match (*node).type_ {
+            pg_sys::NodeTag::T_Var => {
+                (*(context as *mut Vec<*mut pg_sys::Var>)).push(node as *mut pg_sys::Var);
+                false
+            }
+            // A sublink's query is not looked at (its own levels).
+            pg_sys::NodeTag::T_SubLink => {
+                collect_vars((*(node as *mut pg_sys::SubLink)).testexpr, context)
+            }
+            _ => expression_tree_walker(node, collect_vars, context),
         }
-        expression_tree_walker(node, collect_vars, context)
     }
 }
 
@@ -422,7 +429,9 @@ pub(crate) unsafe fn has_sublinks(node: *mut pg_sys::Node) -> bool {
     unsafe { checkExprHasSubLink(node) }
 }
 
-/// Whether `node` holds a parameter (an expression without sublinks).
+/// Whether `node` holds a parameter outside its sublinks' queries (those
+/// are not looked at; a sublink's `PARAM_SUBLINK`s in its test expression
+/// stand for the sublink's output and are not counted).
 ///
 /// # Safety
 /// `node` is NULL or a valid expression tree.
@@ -437,10 +446,15 @@ unsafe extern "C-unwind" fn find_param(node: *mut pg_sys::Node, context: *mut c_
     }
     // SAFETY: a valid node.
     unsafe {
-        if (*node).type_ == pg_sys::NodeTag::T_Param {
-            return true;
+        match (*node).type_ {
+            pg_sys::NodeTag::T_Param => {
+                (*(node as *mut pg_sys::Param)).paramkind != pg_sys::ParamKind::PARAM_SUBLINK
+            }
+            pg_sys::NodeTag::T_SubLink => {
+                find_param((*(node as *mut pg_sys::SubLink)).testexpr, context)
+            }
+            _ => expression_tree_walker(node, find_param, context),
         }
-        expression_tree_walker(node, find_param, context)
     }
 }
 

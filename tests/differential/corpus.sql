@@ -177,6 +177,26 @@ SELECT c.customer_id, c.name FROM customers c WHERE c.customer_id < 60 AND NOT E
 
 SELECT s.sku, count(i.item_no) FROM skus s LEFT JOIN order_items i ON i.sku = s.sku AND i.qty = 5 WHERE s.weight < (SELECT min(price) FROM order_items i2 WHERE i2.sku = s.sku) GROUP BY s.sku ORDER BY 1;
 
+-- TPC-H q22's shape: the reference table's rows restricted by a comparison
+-- with an aggregate of reference tables alone (computed first), an
+-- anti-join on a distributed table by another column than its key.
+SELECT s.category, count(*), sum(s.weight) FROM skus s WHERE s.category IN ('books', 'toys') AND s.weight > (SELECT avg(weight) FROM skus WHERE weight > 2 AND category IN ('books', 'toys')) AND NOT EXISTS (SELECT 1 FROM order_items i WHERE i.sku = s.sku AND i.qty = 5 AND i.price > 60) GROUP BY 1 ORDER BY 1;
+
+SELECT count(*) FROM skus s, countries c WHERE c.code = 'DE' AND (s.weight > (SELECT avg(weight) FROM skus) OR c.region = 'NA') AND NOT EXISTS (SELECT 1 FROM order_items i WHERE i.sku = s.sku AND i.qty = 5);
+
+-- Joins of co-located tables with filtered reference tables (TPC-H q8's
+-- shape): each node reads a filtered reference table once for all its
+-- shard groups; outer joins, whole rows and two readings of one table.
+SELECT co.region, count(*), sum(i.qty * i.price) FROM orders o JOIN order_items i USING (customer_id, order_id) JOIN skus s ON s.sku = i.sku JOIN customers c USING (customer_id) JOIN countries co ON co.code = c.country WHERE s.category = 'books' AND co.region IN ('EU', 'NA') GROUP BY 1 ORDER BY 1;
+
+SELECT s.category, count(i.item_no) FROM orders o JOIN order_items i USING (customer_id, order_id) LEFT JOIN skus s ON s.sku = i.sku AND s.weight > 10 WHERE o.status = 'paid' GROUP BY 1 ORDER BY 1;
+
+SELECT count(*), min(s::text) FROM orders o JOIN order_items i USING (customer_id, order_id), skus s WHERE s.sku = i.sku AND s.category = 'toys' AND o.total > 200;
+
+SELECT s1.category, count(*) FROM order_items i JOIN orders o USING (customer_id, order_id), skus s1, skus s2 WHERE s1.sku = i.sku AND s2.sku = 'sku-' || ((i.item_no + 1) % 40) AND s1.category = 'food' AND s2.weight < 8 GROUP BY 1 ORDER BY 1;
+
+SELECT c.country, count(*) FROM customers c JOIN orders o USING (customer_id), countries co WHERE co.code = c.country AND co.name LIKE '%a%' AND o.status IN (SELECT status FROM orders WHERE customer_id = 7) GROUP BY 1 ORDER BY 1;
+
 SELECT customer_id, (SELECT max(total) FROM orders o WHERE o.customer_id = c.customer_id) FROM customers c WHERE customer_id BETWEEN 40 AND 45;
 
 SELECT * FROM (SELECT customer_id, sum(total) AS s FROM orders GROUP BY customer_id) t WHERE s > 1200;

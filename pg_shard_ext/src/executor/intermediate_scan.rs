@@ -263,7 +263,9 @@ unsafe fn parameters(
         // SAFETY: inside the scan's SPI connection; the array stays in
         // SPI's memory until SPI_finish, after the cursor is closed.
         let (count, array) = unsafe {
-            if pg_sys::SPI_execute(text.as_ptr(), true, 1) != pg_sys::SPI_OK_SELECT as i32
+            // (No row limit: the query returns one row, and a limit would
+            // keep PostgreSQL from running it with parallel workers.)
+            if pg_sys::SPI_execute(text.as_ptr(), true, 0) != pg_sys::SPI_OK_SELECT as i32
                 || pg_sys::SPI_processed != 1
             {
                 return Err(ShardError::Internal(

@@ -38,6 +38,8 @@ pub(crate) struct PushdownPlan {
 /// One node's part: the queries of its shard groups.
 pub(crate) struct NodeTask {
     pub(crate) node: Node,
+    /// A WITH clause the queries share (reference tables read once).
+    pub(crate) prefix: String,
     pub(crate) queries: Vec<String>,
     pub(crate) partitions: Vec<pg_sys::Oid>,
     pub(crate) shards: Vec<String>,
@@ -46,13 +48,15 @@ pub(crate) struct NodeTask {
 impl NodeTask {
     fn query(&self) -> String {
         if self.queries.len() == 1 {
-            return self.queries[0].clone();
+            return format!("{}{}", self.prefix, self.queries[0]);
         }
-        self.queries
+        let branches = self
+            .queries
             .iter()
             .map(|q| format!("({q})"))
             .collect::<Vec<_>>()
-            .join(" UNION ALL ")
+            .join(" UNION ALL ");
+        format!("{}{branches}", self.prefix)
     }
 }
 

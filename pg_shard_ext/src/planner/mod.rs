@@ -38,6 +38,8 @@ mod pruning;
 mod pushdown;
 mod router;
 mod separable;
+mod shared_reads;
+mod single_table;
 mod worker_query;
 
 pub(crate) use hook::install;

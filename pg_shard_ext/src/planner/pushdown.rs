@@ -16,6 +16,7 @@
 use super::partition_key::Busy;
 use super::router::{calls_are_portable, client_statement, relation_kinds, Kind};
 use super::separable::{is_distributed_entry, runs_whole, separable_from};
+use super::shared_reads::{shared_reads, SharedRead};
 use super::worker_query::{qualified_name, worker_query, ShardRelation};
 use crate::error::Result;
 use crate::executor::pushdown_scan::{NodeTask, PushdownPlan};
@@ -293,6 +294,15 @@ pub(super) unsafe fn node_tasks(
             .count()
             > 1
     };
+    // Reference tables every branch reads under its own conditions, read
+    // once per node when a node runs more than one branch.
+    let per_group = joins_distributed && grouping == Grouping::Rows;
+    // SAFETY: a valid Query, not changed.
+    let shared = if per_group {
+        unsafe { shared_reads(worker, kinds)? }
+    } else {
+        Vec::new()
+    };
     let mut tasks: Vec<NodeTask> = Vec::with_capacity(by_node.len());
     for (node, groups) in by_node {
         let parts: Vec<Vec<usize>> = if joins_distributed || grouping == Grouping::Statements {
@@ -300,22 +310,48 @@ pub(super) unsafe fn node_tasks(
         } else {
             vec![groups]
         };
+        let sharing = if parts.len() > 1 {
+            shared.as_slice()
+        } else {
+            &[]
+        };
         let mut task = NodeTask {
             node: node.clone(),
+            prefix: String::new(),
             queries: Vec::new(),
             partitions: Vec::new(),
             shards: Vec::new(),
         };
         for part in parts {
             // SAFETY: a copy of the worker query for this part.
-            let Some((text, partitions, names)) =
-                (unsafe { node_query(worker, &node, &part, &per_table, distributed, kinds)? })
-            else {
+            let Some((text, partitions, names)) = (unsafe {
+                node_query(
+                    worker,
+                    &node,
+                    &part,
+                    &per_table,
+                    distributed,
+                    kinds,
+                    sharing,
+                )?
+            }) else {
                 return Ok(None);
             };
             task.queries.push(text);
             task.partitions.extend(partitions);
             task.shards.extend(names);
+        }
+        let mut ctes = Vec::new();
+        for read in sharing {
+            let Some(copy) = reference_copy(read.relid, node.node_id)? else {
+                return Ok(None);
+            };
+            let query =
+                crate::quote::replace_names(&read.query, &[(qualified_name(read.relid), copy)]);
+            ctes.push(format!("{} AS MATERIALIZED ({query})", read.name));
+        }
+        if !ctes.is_empty() {
+            task.prefix = format!("WITH {} ", ctes.join(", "));
         }
         tasks.push(task);
     }
@@ -342,6 +378,7 @@ unsafe fn node_query(
     )],
     distributed: &[pg_sys::Oid],
     kinds: &HashMap<pg_sys::Oid, Kind>,
+    shared: &[SharedRead],
 ) -> Result<Option<NodeQuery>> {
     let on_node = |relid: pg_sys::Oid| -> Option<Vec<crate::metadata::shard_lookup::Shard>> {
         let (_, ranges) = per_table.iter().find(|(r, _)| *r == relid)?;
@@ -377,6 +414,11 @@ unsafe fn node_query(
         let mut renames = Vec::new();
         for (&relid, kind) in kinds {
             let name_on_node = match kind {
+                Kind::Reference if shared.iter().any(|s| s.relid == relid) => shared
+                    .iter()
+                    .find(|s| s.relid == relid)
+                    .map(|s| s.name.clone())
+                    .unwrap_or_default(),
                 Kind::Reference => match reference_copy(relid, node.node_id)? {
                     Some(copy) => copy,
                     None => return Ok(None),

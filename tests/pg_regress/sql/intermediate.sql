@@ -107,6 +107,21 @@ SELECT count(*), sum(l.qty) FROM im_lines l, im_parts p
 SELECT count(*), sum(l.qty) FROM im_lines_local l, im_parts_local p
  WHERE p.part_id = l.part_id AND (l.part_id IN (SELECT part_id FROM im_parts_local WHERE kind = 'gear') OR p.kind = 'nut')
    AND l.qty <= (SELECT avg(qty) FROM im_lines_local l2 WHERE l2.part_id = p.part_id);
+-- the whole IN goes into the outer table's intermediate statement
+CREATE FUNCTION im_intermediate_queries(statement text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    line text;
+BEGIN
+    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF, VERBOSE) ' || statement LOOP
+        IF line LIKE '%FROM public.im_lines l' OR line LIKE '%WHERE%' THEN
+            RETURN NEXT btrim(line);
+        END IF;
+    END LOOP;
+END
+$$;
+SELECT im_intermediate_queries($$SELECT count(*), sum(l.qty) FROM im_lines l, im_parts p
+ WHERE p.part_id = l.part_id AND l.part_id IN (SELECT part_id FROM im_parts WHERE kind = 'gear')
+   AND l.qty <= (SELECT avg(qty) FROM im_lines l2 WHERE l2.part_id = p.part_id)$$);
 SELECT count(*), sum(l.qty) FROM im_lines l, im_parts p
  WHERE p.part_id = l.part_id AND l.part_id IN (SELECT part_id FROM im_parts WHERE kind = 'gear')
    AND l.qty <= (SELECT avg(qty) FROM im_lines l2 WHERE l2.part_id = p.part_id);
@@ -166,6 +181,25 @@ SELECT band, count(*) FROM im_keys x WHERE x.band <= 2 AND NOT EXISTS (SELECT 1 
 SELECT band, count(*) FROM im_keys x WHERE x.band <= 2 AND NOT EXISTS (SELECT 1 FROM im_hits_local h WHERE h.k = x.k) GROUP BY band ORDER BY band;
 SELECT band, count(*) FROM im_keys x WHERE EXISTS (SELECT 1 FROM im_hits h WHERE h.k = x.k) GROUP BY band ORDER BY band;
 SELECT band, count(*) FROM im_keys x WHERE EXISTS (SELECT 1 FROM im_hits_local h WHERE h.k = x.k) GROUP BY band ORDER BY band;
+-- an EXISTS whose level reads reference tables alone is restricted by all
+-- of that level's other conditions (TPC-H q22: a comparison with an
+-- average of reference tables; an OR with another table): the 2,950 keys
+-- of band 2 above its average key, and those or the 99 below 100
+SELECT im_restrictions('SELECT count(*) FROM im_keys x WHERE x.band <= 2 AND x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) AND NOT EXISTS (SELECT 1 FROM im_hits h WHERE h.k = x.k)');
+SELECT count(*), sum(k) FROM im_keys x WHERE x.band <= 2 AND x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) AND NOT EXISTS (SELECT 1 FROM im_hits h WHERE h.k = x.k);
+SELECT count(*), sum(k) FROM im_keys x WHERE x.band <= 2 AND x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) AND NOT EXISTS (SELECT 1 FROM im_hits_local h WHERE h.k = x.k);
+SELECT im_restrictions('SELECT count(*) FROM im_keys x, im_keys y WHERE y.k = x.k + 1 AND (x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) OR y.band = 1) AND x.band <= 2 AND NOT EXISTS (SELECT 1 FROM im_hits h WHERE h.k = x.k)');
+SELECT count(*) FROM im_keys x, im_keys y WHERE y.k = x.k + 1 AND (x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) OR y.band = 1) AND x.band <= 2 AND NOT EXISTS (SELECT 1 FROM im_hits h WHERE h.k = x.k);
+SELECT count(*) FROM im_keys x, im_keys y WHERE y.k = x.k + 1 AND (x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) OR y.band = 1) AND x.band <= 2 AND NOT EXISTS (SELECT 1 FROM im_hits_local h WHERE h.k = x.k);
+-- a distributed table beside a sublink, restricted through a reference
+-- table whose own conditions hold such a comparison: 2,950 values for
+-- both intermediate statements; not the OR with another table's column
+SELECT im_restrictions('SELECT count(*), sum(h.id) FROM im_hits h, im_keys x WHERE x.k = h.k AND x.band = 2 AND x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) AND h.id > (SELECT min(id) FROM im_hits h2 WHERE h2.k = x.k)');
+SELECT count(*), sum(h.id) FROM im_hits h, im_keys x WHERE x.k = h.k AND x.band = 2 AND x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) AND h.id > (SELECT min(id) FROM im_hits h2 WHERE h2.k = x.k);
+SELECT count(*), sum(h.id) FROM im_hits_local h, im_keys x WHERE x.k = h.k AND x.band = 2 AND x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) AND h.id > (SELECT min(id) FROM im_hits_local h2 WHERE h2.k = x.k);
+SELECT im_restrictions('SELECT count(*) FROM im_hits h, im_keys x, im_keys y WHERE x.k = h.k AND y.k = x.k + 1 AND x.band = 2 AND (x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) OR y.band = 3) AND h.id > (SELECT min(id) FROM im_hits h2 WHERE h2.k = x.k)');
+SELECT count(*) FROM im_hits h, im_keys x, im_keys y WHERE x.k = h.k AND y.k = x.k + 1 AND x.band = 2 AND (x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) OR y.band = 3) AND h.id > (SELECT min(id) FROM im_hits h2 WHERE h2.k = x.k);
+SELECT count(*) FROM im_hits_local h, im_keys x, im_keys y WHERE x.k = h.k AND y.k = x.k + 1 AND x.band = 2 AND (x.k > (SELECT avg(k) FROM im_keys WHERE band = 2) OR y.band = 3) AND h.id > (SELECT min(id) FROM im_hits_local h2 WHERE h2.k = x.k);
 -- a table beside the sublink, restricted through im_keys by 5,900 values
 SELECT count(*), sum(h.id) FROM im_hits h, im_keys x WHERE x.k = h.k AND x.band = 2
    AND h.id > (SELECT min(id) FROM im_hits h2 WHERE h2.k = x.k);

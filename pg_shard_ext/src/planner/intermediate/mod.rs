@@ -29,6 +29,7 @@ pub(crate) use restriction::{Values, FEW_VALUES, MAX_VALUES, PARAMETERS_PER_REST
 mod scalar;
 mod table;
 
+use super::single_table::{conjunction, reads_reference_tables_alone};
 use crate::error::{Result, ShardError};
 use crate::executor::pushdown_scan::results_entry;
 use crate::guc::GucScope;
@@ -383,7 +384,11 @@ unsafe fn table_columns(relid: pg_sys::Oid) -> Option<Vec<(String, Column)>> {
 /// type's base type (`NULL::domain` would check the domain's constraints,
 /// and keep the statement off the pushdown class). The scan declares the
 /// column's own type; a NULL is the same in either.
-unsafe fn null_of(ty: pg_sys::Oid, typmod: i32, collation: pg_sys::Oid) -> *mut pg_sys::Node {
+pub(super) unsafe fn null_of(
+    ty: pg_sys::Oid,
+    typmod: i32,
+    collation: pg_sys::Oid,
+) -> *mut pg_sys::Node {
     // SAFETY: a type cache lookup and a new node.
     unsafe {
         let mut base_typmod: i32 = -1;
@@ -395,7 +400,7 @@ unsafe fn null_of(ty: pg_sys::Oid, typmod: i32, collation: pg_sys::Oid) -> *mut 
 
 /// `statement` (a copy of a sublink's query, changed into an intermediate
 /// statement) as text, its names schema-qualified.
-unsafe fn deparse(statement: *mut pg_sys::Query) -> String {
+pub(super) unsafe fn deparse(statement: *mut pg_sys::Query) -> String {
     let _path = GucScope::set_one("search_path", "pg_catalog");
     // SAFETY: deparsing a valid Query into a palloc'd string.
     unsafe {
@@ -436,36 +441,4 @@ unsafe fn level_vars(node: *mut pg_sys::Node) -> LevelVars {
         found.params = crate::parse_tree::has_params(node);
     }
     found
-}
-
-/// The AND of `conditions` (NULL for none).
-unsafe fn conjunction(conditions: Vec<*mut pg_sys::Node>) -> *mut pg_sys::Node {
-    if conditions.is_empty() {
-        return std::ptr::null_mut();
-    }
-    let mut list = PgList::<pg_sys::Node>::new();
-    for condition in conditions {
-        list.push(condition);
-    }
-    // SAFETY: a list of valid boolean expressions.
-    unsafe { pg_sys::make_ands_explicit(list.into_pg()) as *mut pg_sys::Node }
-}
-
-/// Whether `query` reads no distributed table, refers to no level around
-/// it and has no parameters (it may run on its own, on any node).
-unsafe fn reads_reference_tables_alone(query: *mut pg_sys::Query) -> bool {
-    // SAFETY: a valid query.
-    unsafe {
-        let found = contents(query);
-        !found
-            .range_entries
-            .iter()
-            .any(|&rte| super::separable::is_distributed_entry(rte))
-            && !found
-                .calls
-                .iter()
-                .any(|&node| (*node).type_ == pg_sys::NodeTag::T_Param)
-            && (1..=4).all(|up| !pg_sys::contain_vars_of_level(query as *mut pg_sys::Node, up))
-            && !pg_sys::contain_volatile_functions(query as *mut pg_sys::Node)
-    }
 }

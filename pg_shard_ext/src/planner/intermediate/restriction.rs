@@ -10,6 +10,7 @@
 //! [`Restriction::condition`]); more than [`MAX_VALUES`] of them lift the
 //! restriction.
 
+use super::super::single_table::{entry, own_conditions, single_table_query};
 use super::{conjunction, deparse, reads_reference_tables_alone, Correlation};
 use crate::error::Result;
 use crate::parse_tree::contents;
@@ -336,7 +337,7 @@ pub(super) unsafe fn reference_values(
         {
             return Ok(None);
         }
-        let Some(conditions) = own_conditions(level, varno, false) else {
+        let Some(conditions) = own_conditions(level, varno, true) else {
             return Ok(None);
         };
         if conditions.is_empty() {
@@ -348,134 +349,6 @@ pub(super) unsafe fn reference_values(
             operator,
             values,
         }))
-    }
-}
-
-/// `level`'s range table entry number `varno`, if the level's FROM list
-/// names it directly (not inside a join: a condition of the WHERE on it
-/// alone then holds for each of its rows the level uses).
-pub(super) unsafe fn entry(
-    level: *mut pg_sys::Query,
-    varno: i32,
-) -> Option<*mut pg_sys::RangeTblEntry> {
-    // SAFETY: a valid level.
-    unsafe {
-        if (*level).jointree.is_null() || varno < 1 {
-            return None;
-        }
-        let from = PgList::<pg_sys::Node>::from_pg((*(*level).jointree).fromlist);
-        let listed = from.iter_ptr().any(|item| {
-            (*item).type_ == pg_sys::NodeTag::T_RangeTblRef
-                && (*(item as *mut pg_sys::RangeTblRef)).rtindex == varno
-        });
-        if !listed {
-            return None;
-        }
-        PgList::<pg_sys::RangeTblEntry>::from_pg((*level).rtable).get_ptr(varno as usize - 1)
-    }
-}
-
-/// The conditions of `level`'s WHERE on its entry `varno` alone: columns
-/// of that entry and constants, nothing volatile, no parameters; when
-/// `sublinks`, also a condition that is one sublink testing such columns
-/// against a query of reference tables alone. None when the level's WHERE
-/// cannot be read so.
-pub(super) unsafe fn own_conditions(
-    level: *mut pg_sys::Query,
-    varno: i32,
-    sublinks: bool,
-) -> Option<Vec<*mut pg_sys::Node>> {
-    // SAFETY: a valid level; the conditions are not changed.
-    unsafe {
-        let conjuncts = PgList::<pg_sys::Node>::from_pg(pg_sys::make_ands_implicit(
-            (*(*level).jointree).quals as *mut pg_sys::Expr,
-        ));
-        let mut own = Vec::new();
-        for conjunct in conjuncts.iter_ptr() {
-            // A sublink is taken only as the whole condition (`column IN
-            // (SELECT … reference tables)`): its test reads the entry's
-            // columns alone, its query nothing of this statement.
-            let tested = if crate::parse_tree::has_sublinks(conjunct) {
-                if !sublinks || (*conjunct).type_ != pg_sys::NodeTag::T_SubLink {
-                    continue;
-                }
-                let sublink = conjunct as *mut pg_sys::SubLink;
-                if !reads_reference_tables_alone((*sublink).subselect as *mut pg_sys::Query)
-                    || (*sublink).testexpr.is_null()
-                    || crate::parse_tree::has_sublinks((*sublink).testexpr)
-                {
-                    continue;
-                }
-                (*sublink).testexpr
-            } else {
-                conjunct
-            };
-            let vars = crate::parse_tree::every_var(tested);
-            if vars.is_empty()
-                || vars
-                    .iter()
-                    .any(|&v| (*v).varlevelsup != 0 || (*v).varno != varno || (*v).varattno <= 0)
-                || pg_sys::contain_volatile_functions(conjunct)
-                || crate::parse_tree::has_params(tested)
-            {
-                continue;
-            }
-            own.push(conjunct);
-        }
-        Some(own)
-    }
-}
-
-/// `SELECT targets FROM table WHERE conditions` for `level`'s entry
-/// `varno` (the targets and conditions are the level's expressions on it;
-/// they are copied).
-pub(super) unsafe fn single_table_query(
-    level: *mut pg_sys::Query,
-    varno: i32,
-    conditions: Vec<*mut pg_sys::Node>,
-    targets: Vec<*mut pg_sys::Node>,
-) -> *mut pg_sys::Query {
-    // SAFETY: valid nodes; copies are changed, new nodes in the current
-    // memory context.
-    unsafe {
-        let copy = |node: *mut pg_sys::Node| {
-            let copied = pg_sys::copyObjectImpl(node as *const _) as *mut pg_sys::Node;
-            crate::parse_tree::move_level_references(copied, varno, 1);
-            copied
-        };
-        let mut query = PgBox::<pg_sys::Query>::alloc_node(pg_sys::NodeTag::T_Query);
-        query.commandType = pg_sys::CmdType::CMD_SELECT;
-        query.querySource = pg_sys::QuerySource::QSRC_ORIGINAL;
-        query.canSetTag = true;
-        let rte = PgList::<pg_sys::RangeTblEntry>::from_pg((*level).rtable)
-            .get_ptr(varno as usize - 1)
-            .unwrap_or(std::ptr::null_mut());
-        let mut rtable = PgList::<pg_sys::RangeTblEntry>::new();
-        rtable.push(pg_sys::copyObjectImpl(rte as *const _) as *mut pg_sys::RangeTblEntry);
-        query.rtable = rtable.into_pg();
-        let mut from = PgList::<pg_sys::Node>::new();
-        let mut reference =
-            PgBox::<pg_sys::RangeTblRef>::alloc_node(pg_sys::NodeTag::T_RangeTblRef);
-        reference.rtindex = 1;
-        from.push(reference.into_pg() as *mut pg_sys::Node);
-        let has_sublinks = conditions
-            .iter()
-            .any(|&c| crate::parse_tree::has_sublinks(c));
-        let quals = conjunction(conditions.into_iter().map(copy).collect());
-        query.jointree = pg_sys::makeFromExpr(from.into_pg(), quals);
-        query.hasSubLinks = has_sublinks;
-        let mut entries = PgList::<pg_sys::TargetEntry>::new();
-        for (i, target) in targets.into_iter().enumerate() {
-            let name = std::ffi::CString::new(format!("c{}", i + 1)).unwrap_or_default();
-            entries.push(pg_sys::makeTargetEntry(
-                copy(target) as *mut pg_sys::Expr,
-                (i + 1) as i16,
-                pg_sys::pstrdup(name.as_ptr()),
-                false,
-            ));
-        }
-        query.targetList = entries.into_pg();
-        query.into_pg()
     }
 }
 

@@ -10,9 +10,8 @@
 //! statement then reads no distributed table and runs on the metadata
 //! node.
 
-use super::restriction::{
-    self, entry, own_conditions, reference_values, single_table_query, Restriction,
-};
+use super::super::single_table::{entry, own_conditions, single_table_query};
+use super::restriction::{self, reference_values, Restriction};
 use super::{deparse, null_of, table_columns, Candidate, Change};
 use crate::error::Result;
 use crate::planner::partition_key::strip_relabel;
