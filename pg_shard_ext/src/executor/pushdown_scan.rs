@@ -310,7 +310,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
         // Branches per shard group run one after another, each planned
         // without JIT and parallel workers (see `transaction::connection`).
-        let serial = strings.get(BRANCHES).is_some_and(|b| b == "t");
+        let branches = strings.get(BRANCHES).is_some_and(|b| b == "t");
         if crate::transaction::paths::did_fdw_write() {
             pg_sys::ResetPlanCache();
             return Err(ShardError::PlanAfterFdwWrite);
@@ -338,14 +338,14 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
             // pipeline's).
             with_declared_transactions(&nodes, Access::Read, Some(map_version), |connections| {
                 for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone, serial)?;
+                    connection.declare_session(map_version, &timezone, branches)?;
                 }
                 run_all(connections)
             })?;
         } else {
             autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
                 for connection in connections.iter_mut() {
-                    connection.declare_for_autocommit(map_version, &timezone, serial)?;
+                    connection.declare_for_autocommit(map_version, &timezone, branches)?;
                 }
                 let mut connections: Vec<&mut NodeConnection> = connections.iter_mut().collect();
                 run_all(&mut connections)

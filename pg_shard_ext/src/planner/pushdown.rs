@@ -297,11 +297,12 @@ pub(super) unsafe fn node_tasks(
     // Reference tables every branch reads under its own conditions, read
     // once per node when a node runs more than one branch.
     let per_group = joins_distributed && grouping == Grouping::Rows;
-    // SAFETY: a valid Query, not changed.
-    let shared = if per_group {
+    // SAFETY: a valid Query, not changed (the branches that share reads
+    // are printed from a copy without the conditions the CTEs apply).
+    let (shared, sharing_worker) = if per_group {
         unsafe { shared_reads(worker, kinds)? }
     } else {
-        Vec::new()
+        (Vec::new(), worker)
     };
     let mut tasks: Vec<NodeTask> = Vec::with_capacity(by_node.len());
     for (node, groups) in by_node {
@@ -310,10 +311,10 @@ pub(super) unsafe fn node_tasks(
         } else {
             vec![groups]
         };
-        let sharing = if parts.len() > 1 {
-            shared.as_slice()
+        let (sharing, branch_worker) = if parts.len() > 1 && !shared.is_empty() {
+            (shared.as_slice(), sharing_worker)
         } else {
-            &[]
+            (&[][..], worker)
         };
         let mut task = NodeTask {
             node: node.clone(),
@@ -326,7 +327,7 @@ pub(super) unsafe fn node_tasks(
             // SAFETY: a copy of the worker query for this part.
             let Some((text, partitions, names)) = (unsafe {
                 node_query(
-                    worker,
+                    branch_worker,
                     &node,
                     &part,
                     &per_table,

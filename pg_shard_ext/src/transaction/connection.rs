@@ -37,21 +37,30 @@ const SESSION_OPTIONS: &str = "-c search_path=pg_catalog -c datestyle=ISO \
                                -c bytea_output=hex";
 
 /// What a node's query made of many shard groups' branches (UNION ALL)
-/// runs with: PostgreSQL judges JIT and parallel workers on the whole
+/// runs with. PostgreSQL judges JIT and parallel workers on the whole
 /// query's cost while each branch reads one shard group, so every branch
 /// compiled its expressions (at TPC-H scale factor 1, one second of q12's
 /// two) and started workers of its own, on nodes whose cores the other
-/// nodes' queries of the statement already use.
-const SERIAL_SETTINGS: [(&str, &str); 2] =
-    [("jit", "off"), ("max_parallel_workers_per_gather", "0")];
+/// nodes' queries of the statement already use. And it plans each branch
+/// as if a random page read cost four sequential ones (uncached data):
+/// over one shard group's tables that made hash joins of whole shards win
+/// over probing their indexes for a few thousand rows, three times slower
+/// (TPC-H SF 1, one worker's statement: q4 1.4–1.6 s against 0.35–0.5 s,
+/// q8 1.6 s against 0.5 s, q10 1.6 against 1.4; q18 2.1–2.6 against
+/// 2.7–2.8, q3 and q9 within noise).
+const BRANCH_SETTINGS: [(&str, &str); 3] = [
+    ("jit", "off"),
+    ("max_parallel_workers_per_gather", "0"),
+    ("random_page_cost", "2"),
+];
 
-/// `command` (`SET` or `SET LOCAL`) statements for [`SERIAL_SETTINGS`]
-/// (`serial`) or the node's own values.
-fn serial_settings(command: &str, serial: bool) -> Vec<String> {
-    SERIAL_SETTINGS
+/// `command` (`SET` or `SET LOCAL`) statements for [`BRANCH_SETTINGS`]
+/// (`branches`) or the node's own values.
+fn branch_settings(command: &str, branches: bool) -> Vec<String> {
+    BRANCH_SETTINGS
         .iter()
         .map(|(name, value)| {
-            if serial {
+            if branches {
                 format!("{command} {name} = {value}")
             } else {
                 format!("{command} {name} TO DEFAULT")
@@ -76,10 +85,10 @@ pub(crate) struct NodeConnection {
     timezone: String,
     /// Whether the session plans without JIT and parallel workers (`SET`,
     /// for autocommit statements) ...
-    session_serial: bool,
+    session_branches: bool,
     /// ... and whether this transaction does (`SET LOCAL`; None: as the
     /// session).
-    local_serial: Option<bool>,
+    local_branches: Option<bool>,
 }
 
 impl NodeConnection {
@@ -133,8 +142,8 @@ impl NodeConnection {
             prepared: Vec::new(),
             statements_prepared: 0,
             timezone: String::new(),
-            session_serial: false,
-            local_serial: None,
+            session_branches: false,
+            local_branches: None,
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         loop {
@@ -238,7 +247,7 @@ impl NodeConnection {
             ""
         };
         self.declared_version = None;
-        self.local_serial = None;
+        self.local_branches = None;
         match version {
             Some(version) => {
                 self.execute(&format!(
@@ -253,14 +262,14 @@ impl NodeConnection {
         Ok(())
     }
 
-    /// Declare map `version`, `timezone` and how to plan (`serial`, see
-    /// [`SERIAL_SETTINGS`]) for the session's autocommit statements, where
+    /// Declare map `version`, `timezone` and how to plan (`branches`, see
+    /// [`BRANCH_SETTINGS`]) for the session's autocommit statements, where
     /// they differ from what it has (one round trip when any changed).
     pub(crate) fn declare_for_autocommit(
         &mut self,
         version: i64,
         timezone: &str,
-        serial: bool,
+        branches: bool,
     ) -> Result<()> {
         let mut statements = Vec::new();
         if self.session_version != Some(version) {
@@ -272,8 +281,8 @@ impl NodeConnection {
                 crate::quote::literal(timezone)
             ));
         }
-        if self.session_serial != serial {
-            statements.extend(serial_settings("SET", serial));
+        if self.session_branches != branches {
+            statements.extend(branch_settings("SET", branches));
         }
         if statements.is_empty() {
             return Ok(());
@@ -281,18 +290,18 @@ impl NodeConnection {
         self.execute(&statements.join("; "))?;
         self.session_version = Some(version);
         self.timezone = timezone.to_string();
-        self.session_serial = serial;
+        self.session_branches = branches;
         Ok(())
     }
 
-    /// Declare map `version` and how to plan (`serial`) for the open
+    /// Declare map `version` and how to plan (`branches`) for the open
     /// transaction, and give the session `timezone`, where they differ
     /// from what it has (one round trip when any changed).
     pub(crate) fn declare_session(
         &mut self,
         version: i64,
         timezone: &str,
-        serial: bool,
+        branches: bool,
     ) -> Result<()> {
         let mut statements = Vec::new();
         if self.declared_version != Some(version) {
@@ -304,8 +313,8 @@ impl NodeConnection {
                 crate::quote::literal(timezone)
             ));
         }
-        if self.local_serial.unwrap_or(self.session_serial) != serial {
-            statements.extend(serial_settings("SET LOCAL", serial));
+        if self.local_branches.unwrap_or(self.session_branches) != branches {
+            statements.extend(branch_settings("SET LOCAL", branches));
         }
         if statements.is_empty() {
             return Ok(());
@@ -313,7 +322,7 @@ impl NodeConnection {
         self.execute(&statements.join("; "))?;
         self.declared_version = Some(version);
         self.timezone = timezone.to_string();
-        self.local_serial = Some(serial);
+        self.local_branches = Some(branches);
         Ok(())
     }
 
