@@ -14,7 +14,7 @@
 //! keep their conditions on it (applied again, to the CTE's rows).
 
 use super::router::Kind;
-use super::single_table::{conjunction, entry, own_conditions, single_table_query};
+use super::single_table::{conjunction, entry, null_of, own_conditions, single_table_query};
 use crate::error::Result;
 use crate::parse_tree::contents;
 use pgrx::prelude::*;
@@ -173,7 +173,7 @@ unsafe fn read_by_column(
                     0,
                 ) as *mut pg_sys::Node
             } else {
-                super::intermediate::null_of(
+                null_of(
                     attribute.atttypid,
                     attribute.atttypmod,
                     attribute.attcollation,

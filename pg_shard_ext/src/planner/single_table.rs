@@ -171,3 +171,21 @@ pub(super) unsafe fn reads_reference_tables_alone(query: *mut pg_sys::Query) -> 
             && !pg_sys::contain_volatile_functions(query as *mut pg_sys::Node)
     }
 }
+
+/// A NULL standing for a column the statement does not read: of the
+/// type's base type (`NULL::domain` would check the domain's constraints,
+/// and keep the statement off the pushdown class). The scan declares the
+/// column's own type; a NULL is the same in either.
+pub(super) unsafe fn null_of(
+    ty: pg_sys::Oid,
+    typmod: i32,
+    collation: pg_sys::Oid,
+) -> *mut pg_sys::Node {
+    // SAFETY: a type cache lookup and a new node.
+    unsafe {
+        let mut base_typmod: i32 = -1;
+        let base = pg_sys::getBaseTypeAndTypmod(ty, &mut base_typmod);
+        let typmod = if base == ty { typmod } else { base_typmod };
+        pg_sys::makeNullConst(base, typmod, collation) as *mut pg_sys::Node
+    }
+}

@@ -115,8 +115,12 @@ pub(crate) fn guard_trigger_ddl(
 /// Whether `statement` (one of [`guard_trigger_ddl`]'s) creates a trigger
 /// that names the distribution column.
 pub(crate) fn names_distribution_column(statement: &str) -> bool {
-    statement.starts_with("CREATE TRIGGER pg_shard_guard_row ")
-        || statement.starts_with("CREATE TRIGGER pg_shard_guard_inserted ")
+    COLUMN_GUARD_TRIGGERS.iter().any(|trigger| {
+        statement
+            .strip_prefix("CREATE TRIGGER ")
+            .and_then(|rest| rest.strip_prefix(trigger))
+            .is_some_and(|rest| rest.starts_with(' '))
+    })
 }
 
 /// The triggers that name the distribution column, to drop before
@@ -124,25 +128,22 @@ pub(crate) fn names_distribution_column(statement: &str) -> bool {
 pub(crate) const COLUMN_GUARD_TRIGGERS: [&str; 2] =
     ["pg_shard_guard_row", "pg_shard_guard_inserted"];
 
-/// Function-manager info for the hand-declared C trigger functions below
-/// (they are declared in sql/pg_shard_api.sql).
-#[no_mangle]
-pub extern "C" fn pg_finfo_shard_guard_row() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
+/// Function-manager info (version 1) for the hand-declared C trigger
+/// functions below (they are declared in sql/pg_shard_api.sql).
+macro_rules! finfo_v1 {
+    ($($name:ident),*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    )*};
 }
-
-#[no_mangle]
-pub extern "C" fn pg_finfo_shard_guard_inserted() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
-
-#[no_mangle]
-pub extern "C" fn pg_finfo_shard_guard_statement() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
+finfo_v1!(
+    pg_finfo_shard_guard_row,
+    pg_finfo_shard_guard_inserted,
+    pg_finfo_shard_guard_statement
+);
 
 /// Row-level guard. Written by hand rather than with `#[pg_trigger]` because
 /// a rejection must carry a custom SQLSTATE, which pgrx's error reporting

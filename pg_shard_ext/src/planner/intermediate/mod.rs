@@ -29,7 +29,7 @@ pub(crate) use restriction::{Values, FEW_VALUES, MAX_VALUES, PARAMETERS_PER_REST
 mod scalar;
 mod table;
 
-use super::single_table::{conjunction, reads_reference_tables_alone};
+use super::single_table::{conjunction, null_of, reads_reference_tables_alone};
 use crate::error::{Result, ShardError};
 use crate::executor::pushdown_scan::results_entry;
 use crate::guc::GucScope;
@@ -377,24 +377,6 @@ unsafe fn table_columns(relid: pg_sys::Oid) -> Option<Vec<(String, Column)>> {
         }
         pg_sys::RelationClose(relation);
         (!dropped).then_some(columns)
-    }
-}
-
-/// A NULL standing for a column the statement does not read: of the
-/// type's base type (`NULL::domain` would check the domain's constraints,
-/// and keep the statement off the pushdown class). The scan declares the
-/// column's own type; a NULL is the same in either.
-pub(super) unsafe fn null_of(
-    ty: pg_sys::Oid,
-    typmod: i32,
-    collation: pg_sys::Oid,
-) -> *mut pg_sys::Node {
-    // SAFETY: a type cache lookup and a new node.
-    unsafe {
-        let mut base_typmod: i32 = -1;
-        let base = pg_sys::getBaseTypeAndTypmod(ty, &mut base_typmod);
-        let typmod = if base == ty { typmod } else { base_typmod };
-        pg_sys::makeNullConst(base, typmod, collation) as *mut pg_sys::Node
     }
 }
 
