@@ -55,7 +55,7 @@ lint:
 bench: ## criterion benchmarks of the core crate
 	cargo bench -p pg_shard_core --bench keyspace
 
-bench-triggers: install ## COPY of 1M rows into a shard with and without the guard triggers
+bench-triggers: install ## the guard triggers' cost: COPY of 1M rows and single-row INSERTs, with and without them
 	benches/shard_guard.sh
 
 bench-tpch: install ## TPC-H at scale factor 1 (PGSHARD_TPCH_SCALE): the cluster against one PostgreSQL

@@ -2,17 +2,19 @@
 # Cost of the worker-side guard triggers, with the triggers enabled and
 # disabled on the same shard table:
 #  1. bulk load: COPY of N rows (default 1,000,000), repeated R times
-#     (default 3), median reported;
-#  2. single-row INSERTs by one pgbench client for S seconds (default 20),
-#     the statement guard's per-statement cost.
+#     (default 3) per mode, alternating, median reported;
+#  2. single-row INSERTs: STATEMENTS (default 300,000) of them in a
+#     server-side loop, ROUNDS (default 5) rounds per mode, alternating;
+#     the guards' cost per statement.
 #
 # Uses its own throwaway cluster (metadata 26320, one worker 26321).
-# Run with: make bench-triggers   (or benches/shard_guard.sh ROWS REPEATS SECONDS)
+# Run with: make bench-triggers   (or benches/shard_guard.sh ROWS REPEATS STATEMENTS ROUNDS)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rows=${1:-1000000}
 repeats=${2:-3}
-seconds=${3:-20}
+statements=${3:-300000}
+rounds=${4:-5}
 
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench
 export PGSHARD_BASE_PORT=26320
@@ -45,16 +47,20 @@ time_copy() {
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 declare -A result
+# The modes alternate so that a change in the host's load falls on both.
+for _ in $(seq 1 "$repeats"); do
+    for mode in with_triggers without_triggers; do
+        if [ "$mode" = without_triggers ]; then
+            worker -c "ALTER TABLE $shard DISABLE TRIGGER USER" >/dev/null
+        else
+            worker -c "ALTER TABLE $shard ENABLE TRIGGER USER" >/dev/null
+        fi
+        result[runs_$mode]="${result[runs_$mode]:-} $(time_copy)"
+    done
+done
 for mode in with_triggers without_triggers; do
-    if [ "$mode" = without_triggers ]; then
-        worker -c "ALTER TABLE $shard DISABLE TRIGGER USER" >/dev/null
-    else
-        worker -c "ALTER TABLE $shard ENABLE TRIGGER USER" >/dev/null
-    fi
-    times=()
-    for _ in $(seq 1 "$repeats"); do times+=("$(time_copy)"); done
-    result[$mode]=$(printf '%s\n' "${times[@]}" | median)
-    echo "$mode: runs ${times[*]} s, median ${result[$mode]} s"
+    result[$mode]=$(printf '%s\n' ${result[runs_$mode]} | median)
+    echo "$mode: runs${result[runs_$mode]} s, median ${result[$mode]} s"
 done
 with=${result[with_triggers]}
 without=${result[without_triggers]}
@@ -63,26 +69,34 @@ awk -v rows="$rows" -v with="$with" -v without="$without" 'BEGIN {
         rows, with, without, (with - without) * 100 / without, (with - without) * 1e9 / rows
 }'
 
-# Single-row inserts: one client, prepared statements, fresh keys.
-script=$(mktemp)
-trap 'rm -f "$data" "$script"; "$repo/scripts/cluster.sh" destroy' EXIT
-cat >"$script" <<SQL
-\\set k random(1, 1000000000)
-INSERT INTO $shard VALUES (:k, :client_id * 1000000000 + :k, 'x') ON CONFLICT DO NOTHING;
-SQL
-for mode in with_triggers without_triggers; do
-    if [ "$mode" = without_triggers ]; then
-        worker -c "ALTER TABLE $shard DISABLE TRIGGER USER" >/dev/null
-    else
-        worker -c "ALTER TABLE $shard ENABLE TRIGGER USER" >/dev/null
-    fi
-    worker -c "TRUNCATE $shard" -c "CHECKPOINT" >/dev/null
-    tps=$(pgbench -n -h 127.0.0.1 -p 26321 -U postgres -M prepared -c 1 -T "$seconds" \
-        -f "$script" pg_shard_bench 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-    echo "single-row INSERT $mode: $tps tps"
-    result[insert_$mode]=$tps
+# Single-row inserts: one statement's own cost, measured inside the server
+# (a DO loop of STATEMENTS single-row INSERTs, each a statement of its own
+# that fires the statement triggers) so that the client round trip, which
+# varies by tens of microseconds between runs on this host, does not drown
+# a cost of about a microsecond. The modes alternate, ROUNDS rounds each,
+# median reported.
+for _ in $(seq 1 "$rounds"); do
+    for mode in with_triggers without_triggers; do
+        if [ "$mode" = without_triggers ]; then
+            worker -c "ALTER TABLE $shard DISABLE TRIGGER USER" >/dev/null
+        else
+            worker -c "ALTER TABLE $shard ENABLE TRIGGER USER" >/dev/null
+        fi
+        worker -c "TRUNCATE $shard" -c "CHECKPOINT" >/dev/null
+        start=$(date +%s.%N)
+        worker -c "DO \$\$ BEGIN FOR i IN 1..$statements LOOP
+                       INSERT INTO $shard VALUES (i, i, 'x');
+                   END LOOP; END \$\$"
+        end=$(date +%s.%N)
+        per=$(awk -v a="$start" -v b="$end" -v n="$statements" 'BEGIN { printf "%.3f\n", (b - a) * 1e6 / n }')
+        result[insert_$mode]="${result[insert_$mode]:-} $per"
+    done
 done
-awk -v with="${result[insert_with_triggers]}" -v without="${result[insert_without_triggers]}" 'BEGIN {
-    printf "single-row INSERT: with_triggers=%.0f tps without_triggers=%.0f tps latency +%.1f us per statement\n",
-        with, without, (1e6 / with - 1e6 / without)
+for mode in with_triggers without_triggers; do
+    result[insert_median_$mode]=$(printf '%s\n' ${result[insert_$mode]} | median)
+    echo "single-row INSERT $mode: runs${result[insert_$mode]} us, median ${result[insert_median_$mode]} us"
+done
+awk -v with="${result[insert_median_with_triggers]}" -v without="${result[insert_median_without_triggers]}" 'BEGIN {
+    printf "single-row INSERT: with_triggers=%.2fus without_triggers=%.2fus overhead=+%.2fus per statement\n",
+        with, without, with - without
 }'
