@@ -89,6 +89,8 @@ pub(crate) struct NodeConnection {
     /// ... and whether this transaction does (`SET LOCAL`; None: as the
     /// session).
     local_branches: Option<bool>,
+    /// Made on the first wait once connected, freed on drop.
+    pub(super) wait_set: std::cell::Cell<Option<super::node_wait::WaitSet>>,
 }
 
 impl NodeConnection {
@@ -144,6 +146,7 @@ impl NodeConnection {
             timezone: String::new(),
             session_branches: false,
             local_branches: None,
+            wait_set: std::cell::Cell::new(None),
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         loop {
@@ -644,6 +647,9 @@ impl Drop for NodeConnection {
                 self.cancel();
             }
             PQfinish(self.conn);
+        }
+        if let Some(set) = self.wait_set.take() {
+            set.free();
         }
     }
 }

@@ -2,12 +2,37 @@
 //! together, so that a cancel, `statement_timeout` or the postmaster's
 //! death ends the wait at once; and the cancel request sent to the node
 //! when the backend stops waiting for good.
+//!
+//! Each connection keeps its wait set (an epoll set of the latch, the
+//! postmaster's death and the socket) for its life: `WaitLatchOrSocket`
+//! builds and closes one on every call, five system calls around each
+//! wait, which a single-row statement by key pays once per round trip.
 
 use super::connection::NodeConnection;
 use super::libpq::*;
 use pgrx::pg_sys;
 use std::ffi::{c_char, c_int};
 use std::time::Instant;
+
+/// A connection's wait set, made on its first wait.
+#[derive(Clone, Copy)]
+pub(super) struct WaitSet {
+    set: *mut pg_sys::WaitEventSet,
+    /// The socket it watches (libpq may change sockets while connecting).
+    socket: c_int,
+    /// Its position in the set and the events it waits for there.
+    position: c_int,
+    events: u32,
+}
+
+impl WaitSet {
+    /// Free the set (its epoll descriptor included).
+    pub(super) fn free(self) {
+        // SAFETY: a set made by `NodeConnection::wait_set` and freed once:
+        // its owner forgets it here.
+        unsafe { pg_sys::FreeWaitEventSet(self.set) };
+    }
+}
 
 impl NodeConnection {
     /// Wait for `events` on the socket, or the latch, until `deadline`;
@@ -30,21 +55,7 @@ impl NodeConnection {
                 }
                 None => -1,
             };
-            let mut flags = events | pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH;
-            if deadline.is_some() {
-                flags |= pg_sys::WL_TIMEOUT;
-            }
-            // SAFETY: MyLatch is the backend's latch; the socket belongs to
-            // this open connection.
-            let fired = unsafe {
-                pg_sys::WaitLatchOrSocket(
-                    pg_sys::MyLatch,
-                    flags as c_int,
-                    PQsocket(self.conn),
-                    timeout,
-                    pg_sys::PG_WAIT_EXTENSION,
-                )
-            } as u32;
+            let fired = self.wait_once(events, timeout);
             if fired & pg_sys::WL_LATCH_SET != 0 {
                 // SAFETY: resetting our own latch before serving interrupts.
                 unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
@@ -57,6 +68,104 @@ impl NodeConnection {
                 return false;
             }
         }
+    }
+
+    /// One wait, for whichever comes first: the latch, `events` on the
+    /// socket, or `timeout` (ms, -1 for none). What fired, as WL_* flags.
+    fn wait_once(&self, events: u32, timeout: std::ffi::c_long) -> u32 {
+        // SAFETY: a valid connection.
+        let connected = unsafe { PQstatus(self.conn) } == CONNECTION_OK;
+        if !connected {
+            // While connecting libpq may close its socket and open another
+            // under the same number, which a kept set would no longer
+            // watch: a set made for this wait only.
+            let flags =
+                events | pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH | pg_sys::WL_TIMEOUT;
+            // SAFETY: MyLatch is the backend's latch; the socket belongs to
+            // this connection.
+            return unsafe {
+                pg_sys::WaitLatchOrSocket(
+                    pg_sys::MyLatch,
+                    flags as c_int,
+                    PQsocket(self.conn),
+                    timeout,
+                    pg_sys::PG_WAIT_EXTENSION,
+                )
+            } as u32;
+        }
+        let set = self.wait_set(events);
+        let mut event = pg_sys::WaitEvent::default();
+        // SAFETY: a set of this connection's, valid until freed with it;
+        // one event slot for one event.
+        let count = unsafe {
+            pg_sys::WaitEventSetWait(set, timeout, &mut event, 1, pg_sys::PG_WAIT_EXTENSION)
+        };
+        if count == 0 {
+            pg_sys::WL_TIMEOUT
+        } else {
+            event.events
+        }
+    }
+
+    /// The connection's wait set, watching its socket for `events`: made
+    /// on the first wait (and again if libpq changed sockets), changed in
+    /// place when the events differ from the last wait's.
+    fn wait_set(&self, events: u32) -> *mut pg_sys::WaitEventSet {
+        // SAFETY: a valid connection.
+        let socket = unsafe { PQsocket(self.conn) };
+        match self.wait_set.get() {
+            Some(cached) if cached.socket == socket => {
+                if cached.events != events {
+                    // SAFETY: the socket's position in this set.
+                    unsafe {
+                        pg_sys::ModifyWaitEvent(
+                            cached.set,
+                            cached.position,
+                            events,
+                            std::ptr::null_mut(),
+                        )
+                    };
+                    self.wait_set.set(Some(WaitSet { events, ..cached }));
+                }
+                return cached.set;
+            }
+            Some(stale) => {
+                self.wait_set.set(None);
+                stale.free();
+            }
+            None => {}
+        }
+        // SAFETY: a set in TopMemoryContext (it outlives transactions, as
+        // the connection does), freed with the connection; MyLatch is the
+        // backend's latch and the socket belongs to this open connection.
+        let (set, position) = unsafe {
+            let set = pg_sys::CreateWaitEventSet(pg_sys::TopMemoryContext, 3);
+            let no_socket = pg_sys::PGINVALID_SOCKET;
+            let (no_latch, no_data) = (std::ptr::null_mut(), std::ptr::null_mut());
+            pg_sys::AddWaitEventToSet(
+                set,
+                pg_sys::WL_LATCH_SET,
+                no_socket,
+                pg_sys::MyLatch,
+                no_data,
+            );
+            pg_sys::AddWaitEventToSet(
+                set,
+                pg_sys::WL_EXIT_ON_PM_DEATH,
+                no_socket,
+                no_latch,
+                no_data,
+            );
+            let position = pg_sys::AddWaitEventToSet(set, events, socket, no_latch, no_data);
+            (set, position)
+        };
+        self.wait_set.set(Some(WaitSet {
+            set,
+            socket,
+            position,
+            events,
+        }));
+        set
     }
 
     /// Ask the node to cancel what this connection runs (best effort).
