@@ -38,7 +38,7 @@ use pgrx::prelude::*;
 
 mod access;
 mod commands;
-mod copy_text;
+mod copy_rows;
 mod error;
 mod executor;
 mod guc;

@@ -15,7 +15,7 @@
 //! shard groups are being moved, a transaction that already wrote over
 //! postgres_fdw.
 
-use crate::copy_text::LineEncoder;
+use crate::copy_rows::{binary_possible, CopyFormat, LineEncoder};
 use crate::error::{Result, ShardError};
 use crate::keyspace::key_to_keyspace_id;
 use crate::metadata::shard_lookup;
@@ -274,7 +274,11 @@ unsafe fn run_copy(
             })
             .collect();
         let starts: Vec<i64> = shards.iter().map(|(start, _)| *start).collect();
-        let mut encoder = LineEncoder::new(descriptor, &positions);
+        let format = if binary_possible(descriptor, &positions) {
+            CopyFormat::Binary
+        } else {
+            CopyFormat::Text
+        };
 
         let estate = pg_sys::CreateExecutorState();
         let econtext = pg_sys::MakePerTupleExprContext(estate);
@@ -292,24 +296,27 @@ unsafe fn run_copy(
         let mut batch = Batch::new(natts);
         crate::transaction::paths::router_wrote();
         let source = format!("COPY {}", table.display);
-        let ((), rows) = with_shard_copy(targets, Some(version), &source, |copy| loop {
-            pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-            batch_memory.reset();
-            batch.clear();
-            let more = batch_memory.switch_to(|_| {
-                let more = batch.read(
-                    reader,
-                    econtext,
-                    key_position,
-                    key_type,
-                    &starts,
-                    table,
-                    key_column,
-                )?;
-                send_batch(&batch, &mut encoder, copy).map(|_| more)
-            })?;
-            if !more {
-                return Ok(());
+        let ((), rows) = with_shard_copy(targets, Some(version), &source, format, |copy| {
+            let mut encoder = LineEncoder::new(descriptor, &positions, copy.format());
+            loop {
+                pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+                batch_memory.reset();
+                batch.clear();
+                let more = batch_memory.switch_to(|_| {
+                    let more = batch.read(
+                        reader,
+                        econtext,
+                        key_position,
+                        key_type,
+                        &starts,
+                        table,
+                        key_column,
+                    )?;
+                    send_batch(&batch, &mut encoder, copy).map(|_| more)
+                })?;
+                if !more {
+                    return Ok(());
+                }
             }
         })?;
         pg_sys::EndCopyFrom(reader);
@@ -497,7 +504,7 @@ impl Drop for ContextPushed {
     }
 }
 
-/// Print a batch's rows under portable settings and hand them to `copy`.
+/// Encode a batch's rows (text under portable settings) and hand them to `copy`.
 fn send_batch(batch: &Batch, encoder: &mut LineEncoder, copy: &mut ShardCopy) -> Result<()> {
     let mut line = Vec::new();
     with_settings(PORTABLE_TEXT, || {

@@ -166,7 +166,7 @@ fn distribute_table(
     let mut partitions = Vec::new();
     let mut shards = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
-        let shard = create_shard(&shape, relid, &group, Some(column), version, false)?;
+        let shard = new_shard(&shape, relid, &group, Some(column), version, false)?;
         let target = shard.target.clone();
         shards.push(shard);
         let range = KeyRange::new(
@@ -183,6 +183,7 @@ fn distribute_table(
         entries.push((range, target));
     }
     let map = ShardMap::new(version, entries)?;
+    create_shards(&shards)?;
     data_copy::copy_into_shards(relid, &shape, column, &map)?;
     finish_shards(&shards)?;
     crate::commands::ddl::run_internal(&format!("TRUNCATE ONLY {}", shape.qualified()))?;
@@ -265,23 +266,26 @@ fn create_colocation_group(
     Ok(colocation_id)
 }
 
-/// A shard table just made, and the statements that add its guard
-/// triggers on its node.
+/// A shard table to make: where it goes, the statements that make it and
+/// those that add its indexes and guard triggers on its node.
 struct NewShard {
     target: ShardTarget,
+    /// The table and the worker's ownership record ([`create_shards`]).
+    create: String,
     /// Its indexes and guard triggers, for once its rows are in.
     after_rows: String,
 }
 
-/// Create the shard of `shape` in `group` on the group's node: the table and
-/// the worker's ownership record, in one round trip. Its indexes and guard
+/// The shard of `shape` in `group`, recorded in the catalog, with the
+/// statements that make it on the group's node: the table and the worker's
+/// ownership record ([`create_shards`]). Its indexes and guard
 /// triggers come once its rows are in ([`finish_shards`]): until the
 /// transaction commits nobody else sees the table; an index built over the
 /// rows at once is a sorted build, not one insertion per row; and the rows
 /// were routed by the same keyspace ids the row guard computes, which would
 /// only slow their COPY (a row trigger also keeps COPY from inserting in
 /// batches).
-fn create_shard(
+fn new_shard(
     shape: &TableShape,
     relid: pg_sys::Oid,
     group: &ShardGroup,
@@ -327,9 +331,8 @@ fn create_shard(
         "active",
         epoch,
     ));
-    let script = statements.join(";\n");
-    run_in_transaction(&group.node, &script)?;
     Ok(NewShard {
+        create: statements.join(";\n"),
         target: ShardTarget {
             node: group.node.clone(),
             qualified_shard,
@@ -338,6 +341,16 @@ fn create_shard(
         },
         after_rows: after_rows.join(";\n"),
     })
+}
+
+/// Make `shards` on their nodes: one script per node, every node at once,
+/// in the remote transactions that will fill and finish them.
+fn create_shards(shards: &[NewShard]) -> Result<()> {
+    run_in_transactions(&scripts_by_node(
+        shards
+            .iter()
+            .map(|shard| (shard.target.node.clone(), &shard.create)),
+    ))
 }
 
 /// The indexes and guard triggers of shards whose rows are in: one script
@@ -372,8 +385,9 @@ fn make_reference_table(relid: pg_sys::Oid) -> Result<()> {
     catalog::insert_logical_table(relid, "reference", None, colocation_id)?;
     let mut shards = Vec::new();
     for group in catalog::shard_groups(colocation_id)? {
-        shards.push(create_shard(&shape, relid, &group, None, version, false)?);
+        shards.push(new_shard(&shape, relid, &group, None, version, false)?);
     }
+    create_shards(&shards)?;
     let targets: Vec<ShardTarget> = shards.iter().map(|s| s.target.clone()).collect();
     data_copy::copy_into_all(relid, &shape, &targets)?;
     finish_shards(&shards)?;
@@ -410,7 +424,8 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
             range_end: full.end.to_sql(),
             node: node.clone(),
         };
-        let shard = create_shard(&shape, *relid, &group, None, version, true)?;
+        let shard = new_shard(&shape, *relid, &group, None, version, true)?;
+        create_shards(std::slice::from_ref(&shard))?;
         let copy = shard.target.qualified_shard.clone();
         data_copy::copy_into_all(*relid, &shape, std::slice::from_ref(&shard.target))?;
         finish_shards(std::slice::from_ref(&shard))?;

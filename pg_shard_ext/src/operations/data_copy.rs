@@ -6,6 +6,7 @@
 //! transactions, every node at once, so the shard triggers check every row
 //! on arrival.
 
+use crate::copy_rows::CopyFormat;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::operations::table_scan;
@@ -39,16 +40,24 @@ pub(crate) fn copy_into_shards(
         .map(|(_, target)| copy_target(target, &columns))
         .collect();
     let source = format!("distributing {}", shape.display_name);
-    let ((), copied) = with_shard_copy(targets, None, &source, |copy| {
-        scan(relid, shape, Some(dist_column), |keyspace_id, line| {
-            let Some(keyspace_id) = keyspace_id else {
-                return Err(ShardError::InvalidArgument(format!(
-                    "table {} has rows with a NULL in distribution column \"{dist_column}\"",
-                    shape.display_name
-                )));
-            };
-            copy.push(map.index_of(keyspace_id), line)
-        })
+    let format = scan_format(relid, shape)?;
+    let ((), copied) = with_shard_copy(targets, None, &source, format, |copy| {
+        let format = copy.format();
+        scan(
+            relid,
+            shape,
+            Some(dist_column),
+            format,
+            |keyspace_id, line| {
+                let Some(keyspace_id) = keyspace_id else {
+                    return Err(ShardError::InvalidArgument(format!(
+                        "table {} has rows with a NULL in distribution column \"{dist_column}\"",
+                        shape.display_name
+                    )));
+                };
+                copy.push(map.index_of(keyspace_id), line)
+            },
+        )
     })?;
     Ok(copied)
 }
@@ -66,9 +75,11 @@ pub(crate) fn copy_into_all(
         .map(|target| copy_target(target, &columns))
         .collect();
     let source = format!("copying {}", shape.display_name);
-    let (rows, _) = with_shard_copy(targets, None, &source, |copy| {
+    let format = scan_format(relid, shape)?;
+    let (rows, _) = with_shard_copy(targets, None, &source, format, |copy| {
         let mut rows = 0;
-        scan(relid, shape, None, |_, line| {
+        let format = copy.format();
+        scan(relid, shape, None, format, |_, line| {
             rows += 1;
             for target in 0..copy.targets() {
                 copy.push(target, line)?;
@@ -88,16 +99,28 @@ fn copy_target(target: &ShardTarget, columns: &str) -> CopyTarget {
     }
 }
 
-/// Every row of the table as a COPY text line, printed under
-/// [`PORTABLE_TEXT`] settings so that the worker reads back what was meant.
+/// The format the table's rows can travel in (binary when every column's
+/// type allows).
+fn scan_format(relid: pg_sys::Oid, shape: &TableShape) -> Result<CopyFormat> {
+    table_scan::copy_format(relid, &column_names(shape))
+}
+
+fn column_names(shape: &TableShape) -> Vec<String> {
+    shape.columns.iter().map(|c| c.name.clone()).collect()
+}
+
+/// Every row of the table as one row of COPY data in `format`, text
+/// printed under [`PORTABLE_TEXT`] settings so that the worker reads back
+/// what was meant.
 fn scan(
     relid: pg_sys::Oid,
     shape: &TableShape,
     key_column: Option<&str>,
+    format: CopyFormat,
     each_row: impl FnMut(Option<KeyspaceId>, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    let columns: Vec<String> = shape.columns.iter().map(|c| c.name.clone()).collect();
+    let columns = column_names(shape);
     with_settings(PORTABLE_TEXT, || {
-        table_scan::for_each_copy_line(relid, &columns, key_column, each_row)
+        table_scan::for_each_copy_line(relid, &columns, key_column, format, each_row)
     })
 }

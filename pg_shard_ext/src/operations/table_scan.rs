@@ -3,7 +3,7 @@
 //! casts and no per-value strings, since a table being distributed may be
 //! large.
 
-use crate::copy_text::LineEncoder;
+use crate::copy_rows::{binary_possible, CopyFormat, LineEncoder};
 use crate::error::{Result, ShardError};
 use crate::keyspace::key_to_keyspace_id;
 use pg_shard_core::KeyspaceId;
@@ -11,8 +11,59 @@ use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
 use std::ffi::CStr;
 
-/// Hand every row of `relid` to `each_row` as one COPY text line of
-/// `columns` (in that order), with the keyspace id of `key_column` when
+/// The format rows of `columns` of `relid` can travel in: binary when
+/// every column's type allows ([`binary_possible`]).
+pub(crate) fn copy_format(relid: pg_sys::Oid, columns: &[String]) -> Result<CopyFormat> {
+    // SAFETY: the relation is opened and closed here; its descriptor is
+    // read while open.
+    unsafe {
+        let relation = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let descriptor = (*relation).rd_att;
+        let positions = column_positions(descriptor, columns);
+        let format = match positions {
+            Ok(ref positions) if binary_possible(descriptor, positions) => CopyFormat::Binary,
+            _ => CopyFormat::Text,
+        };
+        pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+        positions.map(|_| format)
+    }
+}
+
+/// The positions (zero-based) of `columns` in `descriptor`.
+///
+/// # Safety
+/// `descriptor` must be a valid tuple descriptor.
+unsafe fn column_positions(
+    descriptor: pg_sys::TupleDesc,
+    columns: &[String],
+) -> Result<Vec<usize>> {
+    columns
+        .iter()
+        // SAFETY: as the caller vouches.
+        .map(|name| unsafe { find_column(descriptor, name) }.map(|(position, _)| position))
+        .collect()
+}
+
+/// The position (zero-based) and type of column `name` of `descriptor`.
+///
+/// # Safety
+/// `descriptor` must be a valid tuple descriptor.
+unsafe fn find_column(descriptor: pg_sys::TupleDesc, name: &str) -> Result<(usize, pg_sys::Oid)> {
+    // SAFETY: as the caller vouches; attname is a NUL-terminated NameData.
+    let attributes = unsafe { (*descriptor).attrs.as_slice((*descriptor).natts as usize) };
+    attributes
+        .iter()
+        .enumerate()
+        .find(|(_, a)| {
+            !a.attisdropped
+                && unsafe { CStr::from_ptr(a.attname.data.as_ptr()) }.to_bytes() == name.as_bytes()
+        })
+        .map(|(position, a)| (position, a.atttypid))
+        .ok_or_else(|| ShardError::Internal(format!("column \"{name}\" not found in the table")))
+}
+
+/// Hand every row of `relid` to `each_row` as one row of COPY data of
+/// `columns` (in that order) in `format`, with the keyspace id of `key_column` when
 /// one is named (None for a NULL key). Reads with the latest snapshot after
 /// this transaction's own earlier commands: the caller holds a lock that
 /// keeps writers out, and must see every committed row.
@@ -20,6 +71,7 @@ pub(crate) fn for_each_copy_line(
     relid: pg_sys::Oid,
     columns: &[String],
     key_column: Option<&str>,
+    format: CopyFormat,
     mut each_row: impl FnMut(Option<KeyspaceId>, &[u8]) -> Result<()>,
 ) -> Result<()> {
     let mut row_memory = PgMemoryContexts::new("pg_shard table scan row");
@@ -35,26 +87,11 @@ pub(crate) fn for_each_copy_line(
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let relation = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let descriptor = (*relation).rd_att;
-        let attributes = (*descriptor).attrs.as_slice((*descriptor).natts as usize);
-        let find = |name: &str| -> Result<(usize, pg_sys::Oid)> {
-            attributes
-                .iter()
-                .enumerate()
-                .find(|(_, a)| {
-                    !a.attisdropped
-                        && CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == name.as_bytes()
-                })
-                .map(|(position, a)| (position, a.atttypid))
-                .ok_or_else(|| {
-                    ShardError::Internal(format!("column \"{name}\" not found in the table"))
-                })
-        };
-        let positions = columns
-            .iter()
-            .map(|name| find(name).map(|(position, _)| position))
-            .collect::<Result<Vec<_>>>()?;
-        let mut encoder = LineEncoder::new(descriptor, &positions);
-        let key = key_column.map(find).transpose()?;
+        let positions = column_positions(descriptor, columns)?;
+        let mut encoder = LineEncoder::new(descriptor, &positions, format);
+        let key = key_column
+            .map(|name| find_column(descriptor, name))
+            .transpose()?;
         let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut());
         let slot = pg_sys::table_slot_create(relation, std::ptr::null_mut());
         let mut result = Ok(());

@@ -104,10 +104,7 @@ impl NodeConnection {
         let database = crate::spi::query_value::<String>("SELECT current_database()::text")?
             .unwrap_or_else(|| "postgres".into());
         let user = crate::metadata::catalog::acting_user()?;
-        // SAFETY: returns a static string naming the database's encoding.
-        let encoding = unsafe { CStr::from_ptr(pg_sys::GetDatabaseEncodingName()) }
-            .to_string_lossy()
-            .into_owned();
+        let encoding = database_encoding();
         let settings = [
             ("host", node.host.clone()),
             ("port", node.port.to_string()),
@@ -185,6 +182,16 @@ impl NodeConnection {
 
     pub(crate) fn node(&self) -> &Node {
         &self.node
+    }
+
+    /// The encoding of the node's database (`server_encoding`).
+    pub(crate) fn server_encoding(&self) -> Option<String> {
+        // SAFETY: a valid connection; the value (or NULL) is libpq's,
+        // copied at once.
+        unsafe {
+            let value = PQparameterStatus(self.conn, c"server_encoding".as_ptr());
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+        }
     }
 
     /// Whether the node's session is outside any transaction (a failed
@@ -635,6 +642,14 @@ impl NodeConnection {
     pub(super) fn result_error(&self, result: &ResultGuard) -> ShardError {
         super::node_errors::result_error(&self.node, result, || self.error_message())
     }
+}
+
+/// The name of this database's encoding (as `server_encoding` names it).
+pub(crate) fn database_encoding() -> String {
+    // SAFETY: returns a static string naming the database's encoding.
+    unsafe { CStr::from_ptr(pg_sys::GetDatabaseEncodingName()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Drop for NodeConnection {

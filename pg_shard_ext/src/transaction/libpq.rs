@@ -105,6 +105,10 @@ unsafe extern "C" {
     pub(super) fn PQflush(conn: *mut PGconn) -> c_int;
     pub(super) fn PQconsumeInput(conn: *mut PGconn) -> c_int;
     pub(super) fn PQisBusy(conn: *mut PGconn) -> c_int;
+    pub(super) fn PQparameterStatus(
+        conn: *const PGconn,
+        param_name: *const c_char,
+    ) -> *const c_char;
     pub(super) fn PQgetResult(conn: *mut PGconn) -> *mut PGresult;
 
     pub(super) fn PQresultStatus(res: *const PGresult) -> c_int;

@@ -1,24 +1,35 @@
 //! Streaming rows into shard tables with COPY, every node at once, in the
 //! local transaction's remote transactions.
 //!
-//! Rows (COPY text lines) are buffered per target shard; a full buffer is
-//! sent as one `COPY … FROM STDIN` on its node's connection without waiting
-//! for the node to store it. Its outcome is read only before that node's
-//! next COPY (or at the end), so the metadata node reading rows and every
-//! worker storing them go on together. A connection holds one COPY at a
-//! time, so a node's shards take turns.
+//! Rows (COPY text lines) are buffered per target shard. A connection holds
+//! one COPY at a time, so a node's shards take turns: whenever a node is
+//! free (checked every [`PUMP_EVERY_ROWS`] rows, without waiting) it gets
+//! its fullest buffer as one `COPY … FROM STDIN`, sent without waiting for
+//! the node to store it. The metadata node reading rows and every worker
+//! storing them so go on together; the metadata node waits for a node only
+//! when the buffers together outgrow [`MAX_BUFFERED_BYTES`].
+//!
+//! Sending a shard's buffer when it reached a fixed size (as this did
+//! before) made the metadata node and the workers take turns: rows routed
+//! by a hash fill every buffer at the same rate, so they all filled at
+//! once, were sent one node's shard after another while the reading
+//! stopped, and then all refilled while the workers had nothing to do.
 
+use crate::copy_rows::CopyFormat;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::transaction::connection::NodeConnection;
 use crate::transaction::remote::{with_declared_transactions, Access};
 
-/// A shard's buffer is sent when it reaches this size: small enough that
-/// the buffers fill one after another, keeping every node busy while the
-/// metadata node reads on, instead of all at once at the end.
-const FLUSH_BYTES: usize = 512 << 10;
-/// What a node's libpq holds is passed on to it every so many rows.
-const SEND_EVERY_ROWS: u64 = 1_000;
+/// A free node is given its fullest buffer once that holds this much:
+/// smaller COPYs would cost more in round trips than they save in waiting.
+const MIN_SEND_BYTES: usize = 128 << 10;
+/// The buffers together hold at most this much (the bound on memory):
+/// beyond it the metadata node waits for the fullest buffer's node.
+const MAX_BUFFERED_BYTES: usize = 16 << 20;
+/// The nodes are checked (what libpq holds passed on, finished COPYs read,
+/// free nodes given rows) every so many rows.
+const PUMP_EVERY_ROWS: u64 = 1_000;
 
 /// Where one target's rows go: its node, its table there (quoted) and the
 /// columns the rows hold (a quoted list).
@@ -48,11 +59,14 @@ pub(crate) struct ShardCopy<'a, 'c> {
     copying: Vec<Option<InFlight>>,
     /// What the rows come from, for errors (`COPY orders`).
     source: String,
+    format: CopyFormat,
     statements: Vec<String>,
     tables: Vec<String>,
     /// Each target's node, as a position in `connections`.
     node_of: Vec<usize>,
     buffers: Vec<Buffer>,
+    /// The bytes all buffers hold.
+    buffered: usize,
     rows_in: u64,
     rows_sent: u64,
 }
@@ -62,32 +76,54 @@ pub(crate) struct ShardCopy<'a, 'c> {
 /// stored. An error leaves no node in the middle of a COPY, and the local
 /// transaction's abort rolls every node back. A row a node refuses is
 /// named in the error's CONTEXT by `source` and its number in the input.
+/// `format` is the format the caller's rows can take; binary becomes text
+/// when a node's database has another encoding than ours (binary COPY does
+/// not convert): `work` encodes its rows as [`ShardCopy::format`] says.
 pub(crate) fn with_shard_copy<T>(
     targets: Vec<CopyTarget>,
     version: Option<i64>,
     source: &str,
+    format: CopyFormat,
     work: impl FnOnce(&mut ShardCopy) -> Result<T>,
 ) -> Result<(T, u64)> {
     let (nodes, node_of) = distinct_nodes(targets.iter().map(|t| &t.node));
-    let statements: Vec<String> = targets
-        .iter()
-        .map(|t| format!("COPY {} ({}) FROM STDIN", t.table, t.columns))
-        .collect();
-    let tables: Vec<String> = targets.into_iter().map(|t| t.table).collect();
     with_declared_transactions(&nodes, Access::Write, version, |connections| {
         if let Some(version) = version {
             for connection in connections.iter_mut() {
                 connection.declare_session(version, "", false)?;
             }
         }
+        let local_encoding = crate::transaction::connection::database_encoding();
+        let format = if connections
+            .iter()
+            .all(|connection| connection.server_encoding().as_deref() == Some(&*local_encoding))
+        {
+            format
+        } else {
+            CopyFormat::Text
+        };
+        let statements: Vec<String> = targets
+            .iter()
+            .map(|t| {
+                format!(
+                    "COPY {} ({}) FROM STDIN{}",
+                    t.table,
+                    t.columns,
+                    format.options()
+                )
+            })
+            .collect();
+        let tables: Vec<String> = targets.iter().map(|t| t.table.clone()).collect();
         let mut copy = ShardCopy {
             copying: (0..connections.len()).map(|_| None).collect(),
             connections,
             source: source.to_string(),
+            format,
             buffers: (0..statements.len()).map(|_| Buffer::default()).collect(),
             statements,
             tables,
             node_of,
+            buffered: 0,
             rows_in: 0,
             rows_sent: 0,
         };
@@ -106,11 +142,15 @@ impl ShardCopy<'_, '_> {
         let buffer = &mut self.buffers[target];
         buffer.bytes.extend_from_slice(line);
         buffer.rows.push(self.rows_in);
-        if buffer.bytes.len() >= FLUSH_BYTES {
-            self.send(target)?;
+        self.buffered += line.len();
+        if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
+            self.pump()?;
         }
-        if self.rows_in.is_multiple_of(SEND_EVERY_ROWS) {
-            self.send_some()?;
+        while self.buffered > MAX_BUFFERED_BYTES {
+            match self.fullest(None) {
+                Some(target) => self.send(target)?,
+                None => break,
+            }
         }
         Ok(())
     }
@@ -120,6 +160,44 @@ impl ShardCopy<'_, '_> {
         self.statements.len()
     }
 
+    /// The format the rows pushed must be in.
+    pub(crate) fn format(&self) -> CopyFormat {
+        self.format
+    }
+
+    /// The target (of `node`'s, or of any node) whose buffer holds most;
+    /// None when they are all empty.
+    fn fullest(&self, node: Option<usize>) -> Option<usize> {
+        (0..self.buffers.len())
+            .filter(|&target| node.is_none_or(|node| self.node_of[target] == node))
+            .filter(|&target| !self.buffers[target].rows.is_empty())
+            .max_by_key(|&target| self.buffers[target].bytes.len())
+    }
+
+    /// Without waiting: pass on what libpq holds, read the outcome of every
+    /// COPY that ended, and give each free node its fullest buffer when it
+    /// holds at least [`MIN_SEND_BYTES`].
+    fn pump(&mut self) -> Result<()> {
+        for node in 0..self.connections.len() {
+            if self.copying[node].is_some() {
+                let done = self.connections[node]
+                    .copy_in_done()
+                    .map_err(ShardError::into_node_failure)?;
+                if !done {
+                    continue;
+                }
+                self.finish(node)?;
+            }
+            if let Some(target) = self.fullest(Some(node)) {
+                if self.buffers[target].bytes.len() >= MIN_SEND_BYTES {
+                    self.send(target)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Send `target`'s buffer, once its node has finished the COPY before.
     fn send(&mut self, target: usize) -> Result<()> {
         let node = self.node_of[target];
         self.finish(node)?;
@@ -127,21 +205,35 @@ impl ShardCopy<'_, '_> {
         if buffer.rows.is_empty() {
             return Ok(());
         }
+        self.buffered -= buffer.bytes.len();
         self.rows_sent += buffer.rows.len() as u64;
         self.copying[node] = Some(InFlight {
             target,
             rows: buffer.rows,
         });
         self.connections[node]
-            .start_copy_in(&self.statements[target], &buffer.bytes)
+            .start_copy_in(
+                &self.statements[target],
+                &[self.format.header(), &buffer.bytes, self.format.trailer()],
+            )
             .map_err(|error| self.row_error(node, error))
     }
 
+    /// Send every buffer left, the nodes taking turns so that one stores a
+    /// batch while the next is sent to another.
     fn send_all(&mut self) -> Result<()> {
-        for target in 0..self.buffers.len() {
-            self.send(target)?;
+        loop {
+            let mut sent = false;
+            for node in 0..self.connections.len() {
+                if let Some(target) = self.fullest(Some(node)) {
+                    self.send(target)?;
+                    sent = true;
+                }
+            }
+            if !sent {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     fn finish(&mut self, node: usize) -> Result<()> {
@@ -196,17 +288,6 @@ impl ShardCopy<'_, '_> {
             hint: notes.hint,
             context: Some(context),
         }
-    }
-
-    fn send_some(&mut self) -> Result<()> {
-        for (node, connection) in self.connections.iter_mut().enumerate() {
-            if self.copying[node].is_some() {
-                connection
-                    .send_some()
-                    .map_err(ShardError::into_node_failure)?;
-            }
-        }
-        Ok(())
     }
 
     /// Read every outstanding outcome (also after an error, so that no
