@@ -79,8 +79,10 @@ impl NodeConnection {
             // While connecting libpq may close its socket and open another
             // under the same number, which a kept set would no longer
             // watch: a set made for this wait only.
-            let flags =
-                events | pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH | pg_sys::WL_TIMEOUT;
+            let mut flags = events | pg_sys::WL_LATCH_SET | pg_sys::WL_EXIT_ON_PM_DEATH;
+            if timeout >= 0 {
+                flags |= pg_sys::WL_TIMEOUT;
+            }
             // SAFETY: MyLatch is the backend's latch; the socket belongs to
             // this connection.
             return unsafe {
@@ -114,7 +116,8 @@ impl NodeConnection {
         // SAFETY: a valid connection.
         let socket = unsafe { PQsocket(self.conn) };
         match self.wait_set.get() {
-            Some(cached) if cached.socket == socket => {
+            // (A position of -1: adding the events failed; made again.)
+            Some(cached) if cached.socket == socket && cached.position >= 0 => {
                 if cached.events != events {
                     // SAFETY: the socket's position in this set.
                     unsafe {
@@ -136,12 +139,25 @@ impl NodeConnection {
             None => {}
         }
         // SAFETY: a set in TopMemoryContext (it outlives transactions, as
-        // the connection does), freed with the connection; MyLatch is the
-        // backend's latch and the socket belongs to this open connection.
-        let (set, position) = unsafe {
-            let set = pg_sys::CreateWaitEventSet(pg_sys::TopMemoryContext, 3);
-            let no_socket = pg_sys::PGINVALID_SOCKET;
-            let (no_latch, no_data) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // the connection does), freed with the connection.
+        let set = unsafe { pg_sys::CreateWaitEventSet(pg_sys::TopMemoryContext, 3) };
+        // Kept before anything else can raise an error, so that an error
+        // adding its events still frees it with the connection.
+        self.wait_set.set(Some(WaitSet {
+            set,
+            socket,
+            position: -1,
+            events,
+        }));
+        // SAFETY: MyLatch is the backend's latch and the socket belongs to
+        // this open connection. Postmaster death can only be watched under
+        // a postmaster (not in single-user mode), as WaitLatchOrSocket does.
+        let position = unsafe {
+            let (no_socket, no_latch, no_data) = (
+                pg_sys::PGINVALID_SOCKET,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
             pg_sys::AddWaitEventToSet(
                 set,
                 pg_sys::WL_LATCH_SET,
@@ -149,15 +165,16 @@ impl NodeConnection {
                 pg_sys::MyLatch,
                 no_data,
             );
-            pg_sys::AddWaitEventToSet(
-                set,
-                pg_sys::WL_EXIT_ON_PM_DEATH,
-                no_socket,
-                no_latch,
-                no_data,
-            );
-            let position = pg_sys::AddWaitEventToSet(set, events, socket, no_latch, no_data);
-            (set, position)
+            if pg_sys::IsUnderPostmaster {
+                pg_sys::AddWaitEventToSet(
+                    set,
+                    pg_sys::WL_EXIT_ON_PM_DEATH,
+                    no_socket,
+                    no_latch,
+                    no_data,
+                );
+            }
+            pg_sys::AddWaitEventToSet(set, events, socket, no_latch, no_data)
         };
         self.wait_set.set(Some(WaitSet {
             set,

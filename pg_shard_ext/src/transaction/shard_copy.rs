@@ -1,7 +1,7 @@
 //! Streaming rows into shard tables with COPY, every node at once, in the
 //! local transaction's remote transactions.
 //!
-//! Rows (COPY text lines) are buffered per target shard. A connection holds
+//! Rows (COPY data, text lines or binary tuples) are buffered per target shard. A connection holds
 //! one COPY at a time, so a node's shards take turns: whenever a node is
 //! free (checked every [`PUMP_EVERY_ROWS`] rows, without waiting) it gets
 //! its fullest buffer as one `COPY … FROM STDIN`, sent without waiting for
@@ -24,9 +24,14 @@ use crate::transaction::remote::{with_declared_transactions, Access};
 /// A free node is given its fullest buffer once that holds this much:
 /// smaller COPYs would cost more in round trips than they save in waiting.
 const MIN_SEND_BYTES: usize = 128 << 10;
-/// The buffers together hold at most this much (the bound on memory):
-/// beyond it the metadata node waits for the fullest buffer's node.
+/// The buffers together hold at most this much: beyond it the metadata
+/// node waits for the fullest buffer's node.
 const MAX_BUFFERED_BYTES: usize = 16 << 20;
+/// One buffer holds at most this much: a full one waits for its node.
+/// A COPY's data goes whole into libpq's output buffer, which keeps its
+/// size for the connection's life (cached connections live on), so this
+/// also bounds what each connection keeps after a large COPY.
+const MAX_SHARD_BUFFER_BYTES: usize = 1 << 20;
 /// The nodes are checked (what libpq holds passed on, finished COPYs read,
 /// free nodes given rows) every so many rows.
 const PUMP_EVERY_ROWS: u64 = 1_000;
@@ -77,8 +82,10 @@ pub(crate) struct ShardCopy<'a, 'c> {
 /// transaction's abort rolls every node back. A row a node refuses is
 /// named in the error's CONTEXT by `source` and its number in the input.
 /// `format` is the format the caller's rows can take; binary becomes text
-/// when a node's database has another encoding than ours (binary COPY does
-/// not convert): `work` encodes its rows as [`ShardCopy::format`] says.
+/// when a node's database has another encoding than ours (a conservative
+/// choice: text values in binary are converted from the client encoding
+/// too, but the text path is the one tested across encodings): `work`
+/// encodes its rows as [`ShardCopy::format`] says.
 pub(crate) fn with_shard_copy<T>(
     targets: Vec<CopyTarget>,
     version: Option<i64>,
@@ -136,7 +143,8 @@ pub(crate) fn with_shard_copy<T>(
 }
 
 impl ShardCopy<'_, '_> {
-    /// Add one COPY text line (ending in a newline) for `target`.
+    /// Add one row of COPY data (a text line ending in a newline, or a
+    /// binary tuple, as [`ShardCopy::format`] says) for `target`.
     pub(crate) fn push(&mut self, target: usize, line: &[u8]) -> Result<()> {
         self.rows_in += 1;
         let buffer = &mut self.buffers[target];
@@ -145,6 +153,9 @@ impl ShardCopy<'_, '_> {
         self.buffered += line.len();
         if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
             self.pump()?;
+        }
+        if self.buffers[target].bytes.len() >= MAX_SHARD_BUFFER_BYTES {
+            self.send(target)?;
         }
         while self.buffered > MAX_BUFFERED_BYTES {
             match self.fullest(None) {

@@ -34,7 +34,7 @@ SELECT count(*) AS left_on_metadata_node FROM ONLY cp_notes;
 -- rows whose column types all have a portable binary form travel in COPY's
 -- binary format (the others above as text): every such type, edge values,
 -- NULLs, and text in the database's encoding even when the session's
--- client encoding is another (binary COPY does not convert)
+-- client encoding is another (rows go in the database's encoding, not the session's)
 CREATE TABLE cp_kinds (id int PRIMARY KEY, b bool, s smallint, big bigint, f4 real, f8 double precision,
                        n numeric, o oid, t text, vc varchar(20), c char(5), nm name, raw bytea,
                        d date, tm time, tz timetz, ts timestamp, tstz timestamptz,
