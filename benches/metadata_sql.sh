@@ -2,7 +2,8 @@
 # SQL through the metadata node against the same work done directly:
 #  1. single-row reads and writes by key: through the metadata node's
 #     distributed table vs sent straight to one worker's shard table
-#     (pgbench, one client, prepared statements, S seconds each, default 15);
+#     (pgbench, one client, prepared statements, S seconds each, default 15,
+#     the two alternating for R rounds, default 3, median ratio reported);
 #  2. a full-table aggregate over N rows (default 1,000,000) spread over two
 #     workers vs the same aggregate on one PostgreSQL holding the same rows
 #     (a plain table on the metadata node's server), median of 5 runs;
@@ -12,11 +13,12 @@
 #     alternating.
 #
 # Uses its own throwaway cluster (metadata 27320, workers 27321-27322).
-# Run with: make bench-metadata   (or benches/metadata_sql.sh ROWS SECONDS)
+# Run with: make bench-metadata   (or benches/metadata_sql.sh ROWS SECONDS ROUNDS)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rows=${1:-1000000}
 seconds=${2:-15}
+rounds=${3:-3}
 
 export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench
 export PGSHARD_BASE_PORT=27320
@@ -52,19 +54,36 @@ script() { # name sql
 }
 # (The direct runs take random keys too, and the shard table holds a 32nd
 # of them: most of its lookups find no row, which flatters direct a little.)
-read_meta=$(tps 27320 "$(script read_meta 'SELECT v FROM bench WHERE id = :id;')")
-read_fdw=$(PGOPTIONS="-c pg_shard.enable_router_executor=off" tps 27320 "$scratch/read_meta.sql")
-read_direct=$(tps 27321 "$(script read_direct "SELECT v FROM $shard WHERE id = :id;")")
-write_meta=$(tps 27320 "$(script write_meta 'UPDATE bench SET v = v + 1 WHERE id = :id;')")
-write_fdw=$(PGOPTIONS="-c pg_shard.enable_router_executor=off" tps 27320 "$scratch/write_meta.sql")
-write_direct=$(tps 27321 "$(script write_direct "UPDATE $shard SET v = v + 1 WHERE id = :id;")")
+read_meta_sql=$(script read_meta 'SELECT v FROM bench WHERE id = :id;')
+read_direct_sql=$(script read_direct "SELECT v FROM $shard WHERE id = :id;")
+write_meta_sql=$(script write_meta 'UPDATE bench SET v = v + 1 WHERE id = :id;')
+write_direct_sql=$(script write_direct "UPDATE $shard SET v = v + 1 WHERE id = :id;")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "single-row SELECT by key: metadata node $read_meta tps (router; $read_fdw over postgres_fdw)," \
-     "worker shard table $read_direct tps: $(ratio "$read_meta" "$read_direct") of direct" \
-     "($(ratio "$read_fdw" "$read_direct") over postgres_fdw)"
-echo "single-row UPDATE by key: metadata node $write_meta tps (router; $write_fdw over postgres_fdw)," \
-     "worker shard table $write_direct tps: $(ratio "$write_meta" "$write_direct") of direct" \
-     "($(ratio "$write_fdw" "$write_direct") over postgres_fdw)"
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# The metadata node and direct alternate, ROUNDS rounds (default 3): one
+# client's tps on this host moves by half between runs minutes apart, so a
+# ratio is taken within each round and the median of the rounds reported.
+read_runs=() read_ratios=() write_runs=() write_ratios=()
+for _ in $(seq 1 "$rounds"); do
+    meta_tps=$(tps 27320 "$read_meta_sql")
+    direct_tps=$(tps 27321 "$read_direct_sql")
+    read_runs+=("$meta_tps/$direct_tps")
+    read_ratios+=("$(ratio "$meta_tps" "$direct_tps")")
+    meta_tps=$(tps 27320 "$write_meta_sql")
+    direct_tps=$(tps 27321 "$write_direct_sql")
+    write_runs+=("$meta_tps/$direct_tps")
+    write_ratios+=("$(ratio "$meta_tps" "$direct_tps")")
+done
+read_fdw=$(PGOPTIONS="-c pg_shard.enable_router_executor=off" tps 27320 "$read_meta_sql")
+write_fdw=$(PGOPTIONS="-c pg_shard.enable_router_executor=off" tps 27320 "$write_meta_sql")
+read_direct=$(printf '%s\n' "${read_runs[@]#*/}" | median)
+write_direct=$(printf '%s\n' "${write_runs[@]#*/}" | median)
+echo "single-row SELECT by key: metadata node / worker shard table tps per round: ${read_runs[*]};" \
+     "$(printf '%s\n' "${read_ratios[@]}" | median) of direct (median of rounds: ${read_ratios[*]});" \
+     "over postgres_fdw $read_fdw tps, $(ratio "$read_fdw" "$read_direct") of direct's median"
+echo "single-row UPDATE by key: metadata node / worker shard table tps per round: ${write_runs[*]};" \
+     "$(printf '%s\n' "${write_ratios[@]}" | median) of direct (median of rounds: ${write_ratios[*]});" \
+     "over postgres_fdw $write_fdw tps, $(ratio "$write_fdw" "$write_direct") of direct's median"
 
 median_ms() { # query, then psql arguments: the median of 5 runs in one
     # session after a first one (a new session's first statement also opens
