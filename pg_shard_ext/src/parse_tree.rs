@@ -179,9 +179,55 @@ unsafe extern "C-unwind" fn substitute(
                     }
                 }
             }
+            pg_sys::NodeTag::T_BoolExpr => {
+                let mutated = expression_tree_mutator(node, substitute, context);
+                return fold_constant_operands(mutated as *mut pg_sys::BoolExpr);
+            }
             _ => {}
         }
         expression_tree_mutator(node, substitute, context)
+    }
+}
+
+/// `expr` with the constant operands of its AND or OR folded away, as
+/// PostgreSQL's planner would: `false OR x` is `x`, `true OR x` is `true`.
+/// Done here because a parameter's value decides which of a condition's
+/// forms applies (`$2 OR x = ANY ($1)`), and the worker's planner turns a
+/// sublink into a join only where it is a condition of its own, before it
+/// folds constants.
+unsafe fn fold_constant_operands(expr: *mut pg_sys::BoolExpr) -> *mut pg_sys::Node {
+    // SAFETY: a valid BoolExpr whose operands are valid nodes.
+    unsafe {
+        let (absorbing, neutral) = match (*expr).boolop {
+            pg_sys::BoolExprType::OR_EXPR => (true, false),
+            pg_sys::BoolExprType::AND_EXPR => (false, true),
+            _ => return expr as *mut pg_sys::Node,
+        };
+        let constant = |node: *mut pg_sys::Node| -> Option<bool> {
+            if (*node).type_ != pg_sys::NodeTag::T_Const {
+                return None;
+            }
+            let c = node as *mut pg_sys::Const;
+            ((*c).consttype == pg_sys::BOOLOID && !(*c).constisnull)
+                .then(|| (*c).constvalue.value() != 0)
+        };
+        let operands = pgrx::PgList::<pg_sys::Node>::from_pg((*expr).args);
+        let mut kept = pgrx::PgList::<pg_sys::Node>::new();
+        for operand in operands.iter_ptr() {
+            match constant(operand) {
+                Some(value) if value == absorbing => return operand,
+                Some(_) => {}
+                None => kept.push(operand),
+            }
+        }
+        match kept.len() {
+            0 => pg_sys::makeBoolConst(neutral, false),
+            1 => kept.get_ptr(0).unwrap_or(std::ptr::null_mut()),
+            _ => {
+                (*expr).args = kept.into_pg();
+                expr as *mut pg_sys::Node
+            }
+        }
     }
 }
 

@@ -69,6 +69,25 @@ got = [conn.execute(across, (q,), prepare=True).fetchone() for q in (0, 1, 2, 3)
 want = [fdw.execute(across, (q,)).fetchone() for q in (0, 1, 2, 3)]
 check(f"and its answers agree with postgres_fdw ({got}, {want})", got == want)
 
+# Parameters that choose a condition's form (as an intermediate statement's
+# restriction does): the workers get only the form that applies, so a
+# sublink left alone becomes a condition of its own, which their planner
+# can make a join.
+either = ("SELECT count(*), sum(qty) FROM pr_items WHERE (%s OR qty > 1) "
+          "AND (%s OR order_id IN (SELECT id FROM pr_orders WHERE v < 50))")
+plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (VERBOSE, COSTS OFF) " + either,
+                                            (True, False)).fetchall())
+conditions = [line.strip() for line in plan.splitlines() if "WHERE" in line and "order_id" in line]
+check(f"a parameter's true OR and false OR are folded before the workers get the statement "
+      f"({conditions[:1]})",
+      "pg_shard Pushdown" in plan and conditions
+      and all(c.startswith("WHERE (order_id IN") for c in conditions)
+      and " OR " not in plan and "qty > " not in plan)
+flags = [(True, True), (True, False), (False, True), (False, False), (None, False), (True, None)]
+got = [conn.execute(either, f, prepare=True).fetchone() for f in flags]
+want = [fdw.execute(either, f).fetchone() for f in flags]
+check(f"and its answers for every flag, NULL too, agree with postgres_fdw ({got}, {want})", got == want)
+
 try:
     conn.execute("INSERT INTO pr_orders (id, v) VALUES (%s, 1)", (None,), prepare=True)
     inserted_null = "no error"

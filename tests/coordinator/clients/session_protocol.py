@@ -1137,12 +1137,18 @@ def connection_limits():
         return psycopg.connect(host="127.0.0.1", port=port, user="sp_limited", dbname=database,
                                connect_timeout=10, autocommit=True)
 
+    def value_closing(conn, sql):
+        # Closed here, not when the garbage collector gets to it: an open
+        # client holds its slot, on the coordinator as on the server.
+        with conn:
+            return value(conn, sql)
+
     try:
         first, second = limited(), limited()
         both = [value(first, "SELECT 1"), value(second, "SELECT 1")]
         third = attempt(lambda: limited().close())
         second.close()
-        replaced = attempt(lambda: value(limited(), "SELECT 2"))
+        replaced = attempt(lambda: value_closing(limited(), "SELECT 2"))
         first.close()
         check("CONNECTION LIMIT 2: two clients are served, a third is refused ('too many connections for role'), "
               "and one may come once one left",
