@@ -13,6 +13,7 @@ use super::row_store::RowStore;
 use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
+use crate::transaction::connection::Planning;
 use crate::transaction::remote::{with_declared_transactions, Access};
 use pgrx::prelude::*;
 use std::ffi::{CStr, CString};
@@ -112,7 +113,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let changed =
             with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
                 for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone, false)?;
+                    connection.declare_session(map_version, &timezone, Planning::Own)?;
                 }
                 // Every node starts before any is read.
                 for (connection, task) in connections.iter_mut().zip(&tasks) {

@@ -12,7 +12,7 @@ use super::row_store::RowStore;
 use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
-use crate::transaction::connection::NodeConnection;
+use crate::transaction::connection::{NodeConnection, Planning};
 use crate::transaction::remote::{
     autocommit_each, has_transaction_on, with_declared_transactions, Access,
 };
@@ -308,9 +308,18 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         // The newest map known (the plan's, unless it was cached across a
         // change): the nodes' shards check it.
         let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
+        let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
         // Branches per shard group run one after another, each planned
-        // without JIT and parallel workers (see `transaction::connection`).
-        let branches = strings.get(BRANCHES).is_some_and(|b| b == "t");
+        // without JIT and parallel workers; nodes of one host run their
+        // parts at the same time on its cores, without parallel workers
+        // (see `transaction::connection::Planning`).
+        let planning = if strings.get(BRANCHES).is_some_and(|b| b == "t") {
+            Planning::Branches
+        } else if share_a_host(&nodes) {
+            Planning::SharedCores
+        } else {
+            Planning::Own
+        };
         if crate::transaction::paths::did_fdw_write() {
             pg_sys::ResetPlanCache();
             return Err(ShardError::PlanAfterFdwWrite);
@@ -320,7 +329,6 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let timezone = super::router_scan::current_timezone();
         let started = Instant::now();
         let mut timings = Vec::with_capacity(tasks.len());
-        let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
         let mut run_all = |connections: &mut [&mut NodeConnection]| -> Result<()> {
             // Every node starts before any is read.
             for (connection, task) in connections.iter_mut().zip(&tasks) {
@@ -338,14 +346,14 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
             // pipeline's).
             with_declared_transactions(&nodes, Access::Read, Some(map_version), |connections| {
                 for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone, branches)?;
+                    connection.declare_session(map_version, &timezone, planning)?;
                 }
                 run_all(connections)
             })?;
         } else {
             autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
                 for connection in connections.iter_mut() {
-                    connection.declare_for_autocommit(map_version, &timezone, branches)?;
+                    connection.declare_for_autocommit(map_version, &timezone, planning)?;
                 }
                 let mut connections: Vec<&mut NodeConnection> = connections.iter_mut().collect();
                 run_all(&mut connections)
@@ -355,6 +363,15 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         (*state).set_timings(timings);
         Ok(())
     }
+}
+
+/// Whether two of `nodes` (distinct servers) are on the same host, as
+/// their addresses are written in the catalog.
+fn share_a_host(nodes: &[Node]) -> bool {
+    nodes
+        .iter()
+        .enumerate()
+        .any(|(i, node)| nodes[i + 1..].iter().any(|other| other.host == node.host))
 }
 
 unsafe extern "C-unwind" fn explain(
@@ -443,5 +460,33 @@ pub(super) unsafe fn explain_task_list(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_a_host;
+    use crate::metadata::Node;
+
+    fn node(node_id: i32, host: &str, port: i32) -> Node {
+        Node {
+            node_id,
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn nodes_on_one_host() {
+        assert!(!share_a_host(&[node(1, "127.0.0.1", 5432)]));
+        assert!(!share_a_host(&[
+            node(1, "127.0.0.1", 5432),
+            node(2, "127.0.0.2", 5432)
+        ]));
+        assert!(share_a_host(&[
+            node(1, "127.0.0.2", 5432),
+            node(2, "127.0.0.1", 5433),
+            node(3, "127.0.0.1", 5434)
+        ]));
     }
 }

@@ -14,7 +14,7 @@ use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
 use crate::metadata::shard_lookup::latest_owner;
 use crate::metadata::Node;
-use crate::transaction::connection::NodeConnection;
+use crate::transaction::connection::{NodeConnection, Planning};
 use crate::transaction::remote::{
     autocommit, has_transaction_on, with_declared_transaction, Access,
 };
@@ -286,12 +286,12 @@ impl Statement {
                 Access::Read
             };
             with_declared_transaction(node, access, Some(map_version), |connection| {
-                connection.declare_session(map_version, &self.timezone, false)?;
+                connection.declare_session(map_version, &self.timezone, Planning::Own)?;
                 statement(connection)
             })?
         } else {
             autocommit(node, |connection| {
-                connection.declare_for_autocommit(map_version, &self.timezone, false)?;
+                connection.declare_for_autocommit(map_version, &self.timezone, Planning::Own)?;
                 statement(connection)
             })?
         };

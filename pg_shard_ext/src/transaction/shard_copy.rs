@@ -18,7 +18,7 @@
 use crate::copy_rows::CopyFormat;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
-use crate::transaction::connection::NodeConnection;
+use crate::transaction::connection::{NodeConnection, Planning};
 use crate::transaction::remote::{with_declared_transactions, Access};
 
 /// A free node is given its fullest buffer once that holds this much:
@@ -97,7 +97,7 @@ pub(crate) fn with_shard_copy<T>(
     with_declared_transactions(&nodes, Access::Write, version, |connections| {
         if let Some(version) = version {
             for connection in connections.iter_mut() {
-                connection.declare_session(version, "", false)?;
+                connection.declare_session(version, "", Planning::Own)?;
             }
         }
         let local_encoding = crate::transaction::connection::database_encoding();
