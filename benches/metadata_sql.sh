@@ -56,12 +56,26 @@ script() { # name sql
     printf '\\set id random(1, %d)\n%s\n' "$rows" "$2" >"$scratch/$1.sql"
     echo "$scratch/$1.sql"
 }
-# (The direct runs take random keys too, and the shard table holds a 32nd
-# of them: most of its lookups find no row, which flatters direct a little.)
+# Direct statements read and update rows the shard holds, as those through
+# the metadata node do: random keys would mostly miss (the shard holds a
+# 32nd of them), and an UPDATE that finds no row writes nothing. Its keys
+# are numbered in a table on the worker, looked up by an initplan.
+worker1 -c "CREATE TABLE bench_direct_keys (n int PRIMARY KEY, id bigint NOT NULL)" \
+        -c "INSERT INTO bench_direct_keys SELECT row_number() OVER (ORDER BY id), id FROM $shard" \
+        -c "VACUUM ANALYZE bench_direct_keys" >/dev/null
+shard_rows=$(worker1 -Atc "SELECT count(*) FROM bench_direct_keys")
+direct_script() { # name sql (:n numbers one of the shard's keys)
+    printf '\\set n random(1, %d)\n%s\n' "$shard_rows" "$2" >"$scratch/$1.sql"
+    echo "$scratch/$1.sql"
+}
+shard_key='(SELECT id FROM bench_direct_keys WHERE n = :n)'
 read_meta_sql=$(script read_meta 'SELECT v FROM bench WHERE id = :id;')
-read_direct_sql=$(script read_direct "SELECT v FROM $shard WHERE id = :id;")
+read_direct_sql=$(direct_script read_direct "SELECT v FROM $shard WHERE id = $shard_key;")
 write_meta_sql=$(script write_meta 'UPDATE bench SET v = v + 1 WHERE id = :id;')
-write_direct_sql=$(script write_direct "UPDATE $shard SET v = v + 1 WHERE id = :id;")
+write_direct_sql=$(direct_script write_direct "UPDATE $shard SET v = v + 1 WHERE id = $shard_key;")
+# (Random keys of the whole table, mostly missing, as this bench took them
+# before: reported once, for comparison.)
+write_missing_sql=$(script write_missing "UPDATE $shard SET v = v + 1 WHERE id = :id;")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # The metadata node and direct alternate, ROUNDS rounds (default 3): one
@@ -78,6 +92,7 @@ for _ in $(seq 1 "$rounds"); do
     write_runs+=("$meta_tps/$direct_tps")
     write_ratios+=("$(ratio "$meta_tps" "$direct_tps")")
 done
+write_missing=$(tps 27321 "$write_missing_sql")
 read_fdw=$(PGOPTIONS="-c pg_shard.enable_router_executor=off" tps 27320 "$read_meta_sql")
 write_fdw=$(PGOPTIONS="-c pg_shard.enable_router_executor=off" tps 27320 "$write_meta_sql")
 read_direct=$(printf '%s\n' "${read_runs[@]#*/}" | median)
@@ -87,7 +102,8 @@ echo "single-row SELECT by key: metadata node / worker shard table tps per round
      "over postgres_fdw $read_fdw tps, $(ratio "$read_fdw" "$read_direct") of direct's median"
 echo "single-row UPDATE by key: metadata node / worker shard table tps per round: ${write_runs[*]};" \
      "$(printf '%s\n' "${write_ratios[@]}" | median) of direct (median of rounds: ${write_ratios[*]});" \
-     "over postgres_fdw $write_fdw tps, $(ratio "$write_fdw" "$write_direct") of direct's median"
+     "over postgres_fdw $write_fdw tps, $(ratio "$write_fdw" "$write_direct") of direct's median;" \
+     "direct with random keys (mostly missing rows) $write_missing tps"
 
 median_ms() { # query, then psql arguments: the median of 5 runs in one
     # session after a first one (a new session's first statement also opens

@@ -294,9 +294,18 @@ impl ShardError {
 
     fn detail(&self) -> Option<String> {
         match self {
-            ShardError::RemoteStatement { detail, .. } | ShardError::CopyRow { detail, .. } => {
-                detail.clone()
-            }
+            ShardError::RemoteStatement { detail, .. } => detail.clone(),
+            // Reported through pgrx (from a SQL function: distributing a
+            // table with rows), which has no CONTEXT: the row goes into
+            // the DETAIL, where the COPY command's own path (`raise`) names
+            // it in the CONTEXT.
+            ShardError::CopyRow {
+                detail, context, ..
+            } => match (detail, context) {
+                (Some(detail), Some(context)) => Some(format!("{detail}\nWhile {context}.")),
+                (None, Some(context)) => Some(format!("While {context}.")),
+                (detail, None) => detail.clone(),
+            },
             _ => None,
         }
     }

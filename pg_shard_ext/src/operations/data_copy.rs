@@ -81,10 +81,7 @@ pub(crate) fn copy_into_all(
         let format = copy.format();
         scan(relid, shape, None, format, |_, line| {
             rows += 1;
-            for target in 0..copy.targets() {
-                copy.push(target, line)?;
-            }
-            Ok(())
+            copy.push_to_all(line)
         })?;
         Ok(rows)
     })?;

@@ -147,13 +147,33 @@ impl ShardCopy<'_, '_> {
     /// binary tuple, as [`ShardCopy::format`] says) for `target`.
     pub(crate) fn push(&mut self, target: usize, line: &[u8]) -> Result<()> {
         self.rows_in += 1;
+        self.add(target, line)?;
+        if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
+            self.pump()?;
+        }
+        Ok(())
+    }
+
+    /// Add one row for every target (a reference table's copies): one row
+    /// of the input, whichever node refuses it.
+    pub(crate) fn push_to_all(&mut self, line: &[u8]) -> Result<()> {
+        self.rows_in += 1;
+        for target in 0..self.buffers.len() {
+            self.add(target, line)?;
+        }
+        if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
+            self.pump()?;
+        }
+        Ok(())
+    }
+
+    /// Buffer `line` (input row [`Self::rows_in`]) for `target`, sending
+    /// buffers that outgrew their bounds.
+    fn add(&mut self, target: usize, line: &[u8]) -> Result<()> {
         let buffer = &mut self.buffers[target];
         buffer.bytes.extend_from_slice(line);
         buffer.rows.push(self.rows_in);
         self.buffered += line.len();
-        if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
-            self.pump()?;
-        }
         if self.buffers[target].bytes.len() >= MAX_SHARD_BUFFER_BYTES {
             self.send(target)?;
         }
@@ -164,11 +184,6 @@ impl ShardCopy<'_, '_> {
             }
         }
         Ok(())
-    }
-
-    /// The number of targets.
-    pub(crate) fn targets(&self) -> usize {
-        self.statements.len()
     }
 
     /// The format the rows pushed must be in.

@@ -212,3 +212,31 @@ DROP ROLE cp_writer;
 -- (dropped: later suites count the cluster's placements)
 DROP TABLE cp_orders, cp_notes;
 DROP SEQUENCE cp_serial;
+
+-- a row that a node refuses while a reference table's rows are copied to
+-- every node is named by its row in the table (not by how many copies of
+-- rows were sent), and no node keeps any: the third node's enum lacks a
+-- label
+CREATE TYPE cp_mood AS ENUM ('calm', 'cross');
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+CREATE TYPE cp_mood AS ENUM ('calm', 'cross');
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+CREATE TYPE cp_mood AS ENUM ('calm', 'cross');
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+CREATE TYPE cp_mood AS ENUM ('calm');
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+CREATE TABLE cp_moods (id int PRIMARY KEY, mood cp_mood NOT NULL);
+INSERT INTO cp_moods SELECT g, (CASE WHEN g = 2500 THEN 'cross' ELSE 'calm' END)::cp_mood FROM generate_series(1, 3000) g;
+SELECT pg_shard.create_reference_table('cp_moods');
+SELECT count(*) AS logical_tables FROM pg_shard.logical_table WHERE table_rel = 'cp_moods'::regclass;
+SELECT count(*) AS rows_kept FROM cp_moods;
+DROP TABLE cp_moods;
+DROP TYPE cp_mood;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS shard_tables FROM pg_class WHERE relname LIKE 'cp\_moods\_%';
+DROP TYPE cp_mood;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+DROP TYPE cp_mood;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+DROP TYPE cp_mood;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
