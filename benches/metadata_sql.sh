@@ -6,7 +6,8 @@
 #     the two alternating for R rounds, default 3, median ratio reported);
 #  2. a full-table aggregate over N rows (default 1,000,000) spread over two
 #     workers vs the same aggregate on one PostgreSQL holding the same rows
-#     (a plain table on the metadata node's server), median of 5 runs;
+#     (a plain table on the metadata node's server), 7 pairs alternating
+#     in one session, median of the pairs' ratios;
 #  3. COPY of those N rows (CSV, from the client) into an empty distributed
 #     table through the metadata node vs into a plain table with the same
 #     primary key on the metadata node's server, median of 3 runs each,
@@ -105,13 +106,19 @@ echo "single-row UPDATE by key: metadata node / worker shard table tps per round
      "over postgres_fdw $write_fdw tps, $(ratio "$write_fdw" "$write_direct") of direct's median;" \
      "direct with random keys (mostly missing rows) $write_missing tps"
 
-median_ms() { # query, then psql arguments: the median of 5 runs in one
-    # session after a first one (a new session's first statement also opens
-    # the connections to the workers and fills the catalog caches: reported
-    # apart, by first_ms)
-    local query=$1; shift
-    { echo '\timing on'; for _ in 1 2 3 4 5 6; do echo "$query"; done; } | meta "$@" 2>&1 |
-        sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -5 | sort -n | sed -n 3p
+paired_ms() { # query A, query B: in one session, after a first run of
+    # each, 7 runs of A and B alternating (the host's load moves within
+    # seconds, so each pair's ratio is taken apart); prints A's median ms,
+    # B's median ms, the median of the pairs' B/A ratios
+    { echo '\timing on'; for _ in $(seq 1 8); do echo "$1"; echo "$2"; done; } | meta 2>&1 |
+        sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -14 | paste - - |
+        awk '{ a[NR] = $1; b[NR] = $2; r[NR] = $2 / $1 }
+             function median(v, n,   i, j, t) {
+                 for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                     if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+                 return v[int((n + 1) / 2)]
+             }
+             END { printf "%s %s %.2f\n", median(a, NR), median(b, NR), median(r, NR) }'
 }
 first_ms() { # query: the median over 5 new sessions of their first run
     local query=$1 times=()
@@ -122,12 +129,12 @@ first_ms() { # query: the median over 5 new sessions of their first run
     printf '%s\n' "${times[@]}" | sort -n | sed -n 3p
 }
 aggregate='SELECT count(*), sum(v), avg(length(payload)) FROM'
-single=$(median_ms "$aggregate bench_single;")
-distributed=$(median_ms "$aggregate bench;")
+read -r single distributed aggregate_ratio < <(paired_ms "$aggregate bench_single;" "$aggregate bench;")
 single_first=$(first_ms "$aggregate bench_single;")
 distributed_first=$(first_ms "$aggregate bench;")
-echo "full-table aggregate over $rows rows (median of 5 in one session): one PostgreSQL ${single} ms," \
-     "distributed (2 workers, 32 shards) ${distributed} ms: $(ratio "$distributed" "$single")x;" \
+echo "full-table aggregate over $rows rows (7 pairs alternating in one session, medians): one" \
+     "PostgreSQL ${single} ms, distributed (2 workers, 32 shards) ${distributed} ms:" \
+     "${aggregate_ratio}x (median of the pairs' ratios);" \
      "a new session's first: ${single_first} ms and ${distributed_first} ms"
 
 # COPY from the client: the same file into a plain table and into a

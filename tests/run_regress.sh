@@ -111,7 +111,7 @@ fi
 passed=$((passed + $(grep -cE '^(ok|test) .* \.\.\. ok' "$suite/pg_isolation_regress.log" || true)))
 # Drivers prepare statements through the protocol, which psql cannot, and
 # a move's cutover is timed by locks on the workers: scripts check those.
-executor_out=$(for script in concurrent_updates prepared_router moved_shard_retry pipeline_writes; do
+executor_out=$(for script in concurrent_updates prepared_router moved_shard_retry pipeline_writes remote_sessions; do
     /usr/bin/python3 "$repo/tests/executor/$script.py" "$PGSHARD_BASE_PORT" "$PGSHARD_DATABASE" 2>&1 || true
 done)
 echo "$executor_out"

@@ -552,6 +552,26 @@ SELECT o.customer_id, count(*) FROM orders o JOIN order_items i USING (customer_
 -- error: division by zero in the final query (same SQLSTATE expected)
 SELECT status, 1 / (count(*) - count(*)) FROM orders GROUP BY status;
 
+-- Row locks (issue 16): by key the statement runs whole on the worker and
+-- locks there; across shards it runs over postgres_fdw, which locks remotely.
+SELECT order_id, total FROM orders WHERE customer_id = 42 ORDER BY order_id FOR UPDATE;
+
+SELECT o.order_id, c.name, k.region FROM orders o JOIN customers c USING (customer_id) JOIN countries k ON k.code = c.country WHERE o.customer_id = 7 ORDER BY 1 FOR UPDATE OF o;
+
+SELECT order_id, status FROM orders WHERE customer_id = 99 ORDER BY order_id FOR SHARE NOWAIT;
+
+SELECT customer_id, count(*) FROM (SELECT customer_id FROM orders WHERE customer_id = 150 FOR UPDATE SKIP LOCKED) locked GROUP BY customer_id;
+
+SELECT customer_id, order_id FROM orders WHERE total > 400 ORDER BY customer_id, order_id FOR UPDATE;
+
+SELECT customer_id, order_id FROM orders WHERE status = 'paid' AND total < 20 ORDER BY 1, 2 FOR KEY SHARE;
+
+BEGIN;
+SELECT order_id, total FROM orders WHERE customer_id = 3 ORDER BY order_id FOR UPDATE;
+UPDATE orders SET total = total + 1 WHERE customer_id = 3 RETURNING order_id, total;
+SELECT order_id, total FROM orders WHERE customer_id = 3 ORDER BY order_id FOR NO KEY UPDATE;
+ROLLBACK;
+
 -- Multi-shard DML shapes (issue 16): one statement per shard group, all
 -- nodes at once; each block's effect is checked by the block after it.
 UPDATE orders SET total = total + 0.5 WHERE status = 'paid' AND total < 50 RETURNING customer_id, order_id, total;

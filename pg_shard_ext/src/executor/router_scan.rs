@@ -434,6 +434,7 @@ unsafe fn explain_task(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Expl
             pg_sys::ExplainPropertyText(label.as_ptr(), value.as_ptr(), es);
         };
         let by_parameter = !field(PARAMETER).is_empty();
+        property(c"Class", "router (whole statement on one node)".to_string());
         if by_parameter {
             property(c"Node", "the one holding the shards".to_string());
         } else {

@@ -128,6 +128,7 @@ unsafe extern "C-unwind" fn plan(
         if writes {
             crate::transaction::paths::fdw_wrote();
         }
+        super::explain::note_fallback();
     }
     // Shard-by-shard joins (pushed down to the workers when postgres_fdw can)
     // for statements on distributed tables, and shard-by-shard aggregates

@@ -30,6 +30,7 @@
 mod aggregates;
 mod combine;
 mod conditions;
+mod explain;
 mod hook;
 pub(crate) mod intermediate;
 mod modify;
@@ -42,7 +43,11 @@ mod shared_reads;
 mod single_table;
 mod worker_query;
 
-pub(crate) use hook::install;
+/// The planner hook, and the EXPLAIN hook that names the fallback's class.
+pub(crate) fn install() {
+    hook::install();
+    explain::install();
+}
 
 pub(crate) fn register_gucs() {
     router::register_gucs();

@@ -32,9 +32,15 @@ pub(crate) const PREPARED_LIMIT: usize = 64;
 /// empty path keeps the worker's own search_path from changing what it
 /// means), and values travel as text that reads back exactly, whatever the
 /// local session's DateStyle.
+///
+/// And a query whose connection closed stops within a second: an
+/// interrupted statement cancels its remote query (PQcancel) and closes the
+/// connection, but a node drops a cancel that reaches it while it handles
+/// Parse or Bind (it discards cancels that arrive between the extended
+/// protocol's messages), and would then run the query to its end.
 const SESSION_OPTIONS: &str = "-c search_path=pg_catalog -c datestyle=ISO \
                                -c intervalstyle=postgres -c extra_float_digits=3 \
-                               -c bytea_output=hex";
+                               -c bytea_output=hex -c client_connection_check_interval=1000";
 
 /// What a node's query made of many shard groups' branches (UNION ALL)
 /// runs with. PostgreSQL judges JIT and parallel workers on the whole

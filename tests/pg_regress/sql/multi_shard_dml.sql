@@ -23,6 +23,11 @@ INSERT INTO md_other SELECT g, 41 - g FROM generate_series(1, 40) g;
 EXPLAIN (COSTS OFF) UPDATE md_accounts SET balance = balance + 1 WHERE owner = 3;
 UPDATE md_accounts SET balance = balance + 1 WHERE owner = 3;
 SELECT count(*), sum(balance) FROM md_accounts;
+-- EXPLAIN ANALYZE adds each node's time and rows (and changes them)
+\o | sed -E 's/[0-9]+\.[0-9]+ ms/N ms/'
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) UPDATE md_accounts SET balance = balance + 1 WHERE owner = 4;
+\o
+SELECT count(*), sum(balance) FROM md_accounts;
 -- RETURNING gives every shard's rows
 UPDATE md_accounts SET balance = balance - 2 WHERE owner = 5 RETURNING id, balance;
 -- (a modifying CTE takes the postgres_fdw path)

@@ -49,6 +49,25 @@ SELECT count(*) AS recorded FROM pg_shard.table_constraint WHERE name = 'during_
 SELECT count(*) AS indexes FROM pg_class WHERE relname LIKE 'countries_during_outage%' OR relname LIKE 'during_outage_idx%';
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+-- a statement that needs the stopped node fails naming it (pushed down to
+-- every shard group, by key, or one statement per shard group), changing
+-- nothing; one by a key on another node runs
+SELECT format_type(atttypid, atttypmod) AS outage_type FROM pg_attribute
+ WHERE attrelid = :'outage_table'::regclass AND attname = :'outage_column' \gset
+WITH keys AS (
+  SELECT k, (SELECT pl.node_id = n.node_id
+               FROM pg_shard.shard s JOIN pg_shard.shard_group g USING (shard_group_id)
+               JOIN pg_shard.placement pl USING (shard_group_id), pg_shard.node n
+              WHERE s.table_rel = :'outage_table'::regclass AND n.port = 25323
+                AND pg_shard.keyspace_id(CAST(k::text AS :outage_type)) BETWEEN g.range_start AND g.range_end) AS on_stopped
+    FROM generate_series(1, 1000) k)
+SELECT min(k) FILTER (WHERE on_stopped) AS down_key, min(k) FILTER (WHERE NOT on_stopped) AS up_key FROM keys \gset
+\set VERBOSITY terse
+SELECT count(*) FROM :outage_table;
+SELECT count(*) FROM :outage_table WHERE :"outage_column" = CAST(:'down_key' AS :outage_type);
+DELETE FROM :outage_table WHERE :"outage_column" IS NULL;
+\set VERBOSITY default
+SELECT count(*) >= 0 AS runs FROM :outage_table WHERE :"outage_column" = CAST(:'up_key' AS :outage_type);
 -- recovery keeps the commit records of a node it cannot ask (its prepared
 -- transactions are decided by them when it is back), and deletes those of
 -- the nodes it asked that hold no such prepared transaction

@@ -94,6 +94,34 @@ EXPLAIN (COSTS OFF) SELECT * FROM rt_orders WHERE customer_id = 7;
 UPDATE rt_orders SET note = 'in block' WHERE customer_id = 7 AND order_id = 3;
 SELECT count(*) FROM rt_orders WHERE note = 'in block';
 ROLLBACK;
+-- EXPLAIN ANALYZE adds the worker's time and rows
+\o | sed -E 's/[0-9]+\.[0-9]+ ms/N ms/'
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT order_id FROM rt_orders WHERE customer_id = 7;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) UPDATE rt_orders SET total = total WHERE customer_id = 7;
+\o
+-- a transaction that wrote on one node commits there in one phase (no
+-- commit record); one that wrote on two nodes commits by two-phase commit
+-- (a record per writing node, kept until the next one is written)
+SELECT coalesce(array_agg(gid), '{}') AS records_before FROM pg_shard.remote_transaction \gset
+SELECT c AS key_a, (SELECT c2 FROM generate_series(1, 20) c2
+                      JOIN pg_shard.shards s2 ON s2.table_name = 'rt_orders'::regclass
+                       AND pg_shard.keyspace_id(c2::bigint) BETWEEN s2.range_start AND s2.range_end
+                     WHERE s2.node_id <> s.node_id ORDER BY c2 LIMIT 1) AS key_b
+  FROM generate_series(1, 20) c
+  JOIN pg_shard.shards s ON s.table_name = 'rt_orders'::regclass
+   AND pg_shard.keyspace_id(c::bigint) BETWEEN s.range_start AND s.range_end
+ ORDER BY c LIMIT 1 \gset
+BEGIN;
+UPDATE rt_orders SET note = note WHERE customer_id = :key_a;
+UPDATE rt_orders SET total = total WHERE customer_id = :key_a AND order_id = 1;
+COMMIT;
+SELECT count(*) AS one_node_records FROM pg_shard.remote_transaction WHERE gid <> ALL (:'records_before'::text[]);
+BEGIN;
+UPDATE rt_orders SET note = note WHERE customer_id = :key_a;
+UPDATE rt_orders SET note = note WHERE customer_id = :key_b;
+COMMIT;
+SELECT count(*) AS two_node_records FROM pg_shard.remote_transaction WHERE gid <> ALL (:'records_before'::text[]);
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
 -- volatile functions and the session's clock are the metadata node's
 EXPLAIN (COSTS OFF) SELECT random() > 2 FROM rt_orders WHERE customer_id = 7;
 EXPLAIN (COSTS OFF) SELECT now() IS NULL FROM rt_orders WHERE customer_id = 7;
