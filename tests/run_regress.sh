@@ -117,7 +117,7 @@ done)
 echo "$executor_out"
 passed=$((passed + $(grep -c '^ok - ' <<<"$executor_out" || true)))
 failed=$((failed + $(grep -c '^not ok - ' <<<"$executor_out" || true)))
-[ "$(grep -c '^ok - ' <<<"$executor_out" || true)" -ge 30 ] || failed=$((failed + 1))
+[ "$(grep -c '^ok - ' <<<"$executor_out" || true)" -ge 75 ] || failed=$((failed + 1))
 failed=$((failed + $(grep -cE '\.\.\. FAILED|\.\.\. failed' "$suite/pg_isolation_regress.log" || true)))
 failed=$((failed + executor_specs_failed))
 if [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then

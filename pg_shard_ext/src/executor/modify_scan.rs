@@ -8,9 +8,10 @@
 //! The statement's count is the sum of the shards' counts; RETURNING rows
 //! are the shards' rows, stored as the router's are.
 
-use super::pushdown_scan::{explain_task_list, planned_tasks, task_strings, NodeTask};
+use super::moved_shards::{self, ShardGroupTargets, SHARD_GROUP_TARGET_FIELDS};
+use super::pushdown_scan::{explain_task_list, planned_tasks, task_strings, NodeTask, PlannedTask};
 use super::row_store::RowStore;
-use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
+use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan, Timings};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::transaction::connection::Planning;
@@ -26,6 +27,8 @@ pub(crate) struct ModifyPlan {
     pub(crate) map_version: i64,
     /// Relations whose changes invalidate the plan.
     pub(crate) relation_oids: Vec<pg_sys::Oid>,
+    /// To find its shard groups again after a move or split.
+    pub(crate) again: ShardGroupTargets,
 }
 
 const NAME: &CStr = c"pg_shard Modify";
@@ -39,10 +42,11 @@ pub(crate) fn register() {
     unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
 }
 
-/// The order of `custom_private`'s strings: the map version, then five
-/// per node.
+/// The order of `custom_private`'s strings: the map version, those of
+/// [`ShardGroupTargets`], then five per node.
 const MAP_VERSION: usize = 0;
-const FIRST_TASK: usize = 1;
+const TARGETS: std::ops::Range<usize> = 1..1 + SHARD_GROUP_TARGET_FIELDS;
+const FIRST_TASK: usize = TARGETS.end;
 
 /// The plan of a multi-shard statement: the modify scan, returning the
 /// statement's RETURNING columns.
@@ -54,12 +58,9 @@ pub(crate) unsafe fn planned_statement(
     plan: ModifyPlan,
 ) -> *mut pg_sys::PlannedStmt {
     let mut private = vec![plan.map_version.to_string()];
+    private.extend(plan.again.encode());
     for task in &plan.tasks {
-        private.extend(task_strings(
-            &task.node,
-            &task.shards,
-            task.queries.join(";\n"),
-        ));
+        private.extend(task_strings(&task.node, &task.shards, statements(task)));
     }
     // SAFETY: as this function's.
     unsafe { stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &plan.relation_oids) }
@@ -87,13 +88,21 @@ unsafe fn run_scan(node: *mut pg_sys::ScanState) -> Result<()> {
     unsafe { run(node as *mut StoredScan) }
 }
 
-/// Run every node's statements and store their RETURNING rows.
+/// A node's statements, one per shard group, as one string.
+fn statements(task: &NodeTask) -> String {
+    task.queries.join(";\n")
+}
+
+/// Run every node's statements and store their RETURNING rows; if a shard
+/// refuses them because it moved or split, roll back and run the statement
+/// again over the shard groups as they are now
+/// ([`moved_shards::run_over_shard_groups`]).
 unsafe fn run(state: *mut StoredScan) -> Result<()> {
     // SAFETY: a running scan of our plan: its slot, descriptor and EState
     // are valid; the tuplestore lives in the query's context.
     unsafe {
         let strings = stored_scan::private_strings(&mut (*state).css);
-        let tasks = planned_tasks(&strings, FIRST_TASK)?;
+        let planned = planned_tasks(&strings, FIRST_TASK)?;
         let planned_version: i64 = strings
             .get(MAP_VERSION)
             .and_then(|v| v.parse().ok())
@@ -104,40 +113,23 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
             return Err(ShardError::PlanAfterFdwWrite);
         }
         let slot = (*state).css.ss.ss_ScanTupleSlot;
-        let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
-        let timezone = super::router_scan::current_timezone();
-        let started = Instant::now();
-        let mut timings = Vec::with_capacity(tasks.len());
-        let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
-        crate::transaction::paths::router_wrote();
-        let changed =
-            with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
-                for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone, Planning::Own)?;
-                }
-                // Every node starts before any is read.
-                for (connection, task) in connections.iter_mut().zip(&tasks) {
-                    connection.send_statements(&task.query)?;
-                }
-                // Every node's results are read (each connection is ready
-                // for the transaction's end) before the first error is
-                // raised.
-                let mut changed = 0;
-                let mut first_error = None;
-                for (connection, task) in connections.iter_mut().zip(&tasks) {
-                    match connection.receive_rows(|row| rows.put(row, &task.node)) {
-                        Ok(outcome) => {
-                            changed += outcome.rows;
-                            timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
-                        }
-                        Err(e) => {
-                            first_error.get_or_insert(e);
-                        }
+        let descriptor = (*slot).tts_tupleDescriptor;
+        let targets = strings.get(TARGETS).unwrap_or_default();
+        let (rows, timings, changed) =
+            moved_shards::run_over_shard_groups(map_version, targets, |again, map_version| {
+                match again {
+                    None => run_tasks(&planned, map_version, descriptor),
+                    Some(tasks) => {
+                        let tasks: Vec<PlannedTask> = tasks
+                            .iter()
+                            .map(|t| PlannedTask {
+                                node: t.node.clone(),
+                                shards: t.shards.join(", "),
+                                query: statements(t),
+                            })
+                            .collect();
+                        run_tasks(&tasks, map_version, descriptor)
                     }
-                }
-                match first_error {
-                    Some(e) => Err(e),
-                    None => Ok(changed),
                 }
             })?;
         (*state).store = rows.into_tuplestore();
@@ -146,6 +138,55 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         (*estate).es_processed += changed;
         Ok(())
     }
+}
+
+/// One run of the nodes' statements: their RETURNING rows, each node's
+/// time and count, and the total count.
+///
+/// # Safety
+/// `descriptor` is the scan's valid tuple descriptor.
+unsafe fn run_tasks(
+    tasks: &[PlannedTask],
+    map_version: i64,
+    descriptor: pg_sys::TupleDesc,
+) -> Result<(RowStore, Timings, u64)> {
+    // SAFETY: as this function's.
+    let mut rows = unsafe { RowStore::new(descriptor) };
+    let timezone = super::router_scan::current_timezone();
+    let started = Instant::now();
+    let mut timings = Vec::with_capacity(tasks.len());
+    let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
+    crate::transaction::paths::router_wrote();
+    let changed =
+        with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
+            for connection in connections.iter_mut() {
+                connection.declare_session(map_version, &timezone, Planning::Own)?;
+            }
+            // Every node starts before any is read.
+            for (connection, task) in connections.iter_mut().zip(tasks) {
+                connection.send_statements(&task.query)?;
+            }
+            // Every node's results are read (each connection is ready for
+            // the transaction's end) before the first error is raised.
+            let mut changed = 0;
+            let mut first_error = None;
+            for (connection, task) in connections.iter_mut().zip(tasks) {
+                match connection.receive_rows(|row| rows.put(row, &task.node)) {
+                    Ok(outcome) => {
+                        changed += outcome.rows;
+                        timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            match first_error {
+                Some(e) => Err(e),
+                None => Ok(changed),
+            }
+        })?;
+    Ok((rows, timings, changed))
 }
 
 unsafe extern "C-unwind" fn explain(

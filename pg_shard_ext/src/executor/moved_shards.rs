@@ -9,6 +9,7 @@
 //! before it (autocommit, or the transaction's first statement): rolling
 //! back what it began loses nothing.
 
+use super::pushdown_scan::NodeTask;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use pgrx::prelude::*;
@@ -103,6 +104,45 @@ pub(crate) fn locate(
     Ok(Some((node, crate::quote::replace_names(query, &renames))))
 }
 
+/// Runs a pushdown or multi-shard DML statement: `run` with None runs the
+/// plan's own tasks; if a shard refuses them because it moved or split,
+/// and the statement may run again ([`may_run_again`]), waits for the new
+/// map, finds the shard groups again from the plan's encoded `targets`
+/// ([`ShardGroupTargets`]) and runs `run` with those tasks, up to
+/// [`TRIES`] runs in all. `run` gets the map version to declare.
+pub(crate) fn run_over_shard_groups<T>(
+    map_version: i64,
+    targets: &[String],
+    mut run: impl FnMut(Option<&[NodeTask]>, i64) -> Result<T>,
+) -> Result<T> {
+    let may_run_again = may_run_again();
+    let mut map_version = map_version;
+    let mut found_again: Option<Vec<NodeTask>> = None;
+    let mut tries = 1;
+    loop {
+        match run(found_again.as_deref(), map_version) {
+            Err(error) if may_run_again && tries < TRIES && is_wrong_shard(&error) => {
+                // What it began on the nodes is rolled back; the new map
+                // says where the shard groups are.
+                crate::transaction::remote::roll_back_statement();
+                let Some(version) = wait_for_newer_map(map_version)? else {
+                    return Err(error);
+                };
+                let targets = ShardGroupTargets::decode(targets)?;
+                // SAFETY: the targets of a plan made in this database.
+                let Some(tasks) = (unsafe { crate::planner::shard_group_tasks_again(&targets)? })
+                else {
+                    return Err(error);
+                };
+                found_again = Some(tasks);
+                map_version = version;
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Whether a worker's error says the statement reached a shard that is
 /// not (or no longer) there for it.
 pub(crate) fn is_wrong_shard(error: &ShardError) -> bool {
@@ -153,4 +193,77 @@ fn sleep(pause: Duration) {
         pg_sys::ResetLatch(pg_sys::MyLatch);
     }
     pgrx::check_for_interrupts!();
+}
+
+/// What a pushdown or multi-shard DML plan keeps to find its shard groups
+/// again (the router's [`ShardTarget`]s name one shard each; these
+/// statements read or write every shard group their key conditions allow,
+/// which a split may have made two): the worker query's tree and what the
+/// planner split it over, for `planner::shard_group_tasks_again` under the
+/// new map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ShardGroupTargets {
+    /// The worker query (`nodeToString`).
+    pub(crate) worker: String,
+    pub(crate) distributed: Vec<pg_sys::Oid>,
+    pub(crate) references: Vec<pg_sys::Oid>,
+    /// The keyspace ids the key conditions allow (None: every one).
+    pub(crate) keyspace_ids: Option<Vec<i64>>,
+    /// One statement per shard group (DML) rather than rows.
+    pub(crate) statements: bool,
+}
+
+/// The strings [`ShardGroupTargets::encode`] makes.
+pub(crate) const SHARD_GROUP_TARGET_FIELDS: usize = 5;
+
+impl ShardGroupTargets {
+    /// Strings for a plan's private list.
+    pub(crate) fn encode(&self) -> [String; SHARD_GROUP_TARGET_FIELDS] {
+        let list = |values: &mut dyn Iterator<Item = String>| values.collect::<Vec<_>>().join(",");
+        [
+            self.worker.clone(),
+            list(&mut self.distributed.iter().map(|o| o.to_u32().to_string())),
+            list(&mut self.references.iter().map(|o| o.to_u32().to_string())),
+            match &self.keyspace_ids {
+                None => "*".to_string(),
+                Some(ids) => list(&mut ids.iter().map(|id| id.to_string())),
+            },
+            if self.statements { "t" } else { "f" }.to_string(),
+        ]
+    }
+
+    pub(crate) fn decode(fields: &[String]) -> Result<ShardGroupTargets> {
+        let damaged =
+            || ShardError::Internal("a distributed plan with a damaged shard list".into());
+        let [worker, distributed, references, keyspace_ids, statements] = fields else {
+            return Err(damaged());
+        };
+        let oids = |text: &str| -> Result<Vec<pg_sys::Oid>> {
+            text.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<u32>()
+                        .map(pg_sys::Oid::from)
+                        .map_err(|_| damaged())
+                })
+                .collect()
+        };
+        Ok(ShardGroupTargets {
+            worker: worker.clone(),
+            distributed: oids(distributed)?,
+            references: oids(references)?,
+            keyspace_ids: if keyspace_ids == "*" {
+                None
+            } else {
+                Some(
+                    keyspace_ids
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(|s| s.parse().map_err(|_| damaged()))
+                        .collect::<Result<_>>()?,
+                )
+            },
+            statements: statements == "t",
+        })
+    }
 }

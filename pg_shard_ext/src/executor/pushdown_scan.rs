@@ -8,8 +8,9 @@
 //! function's scan in that plan is then replaced by this scan, so
 //! aggregation, sorting and limits above it are PostgreSQL's own.
 
+use super::moved_shards::{self, ShardGroupTargets, SHARD_GROUP_TARGET_FIELDS};
 use super::row_store::RowStore;
-use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
+use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan, Timings};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::transaction::connection::{NodeConnection, Planning};
@@ -33,6 +34,8 @@ pub(crate) struct PushdownPlan {
     pub(crate) whole: bool,
     /// Relations whose changes invalidate the plan.
     pub(crate) relation_oids: Vec<pg_sys::Oid>,
+    /// To find its shard groups again after a move or split.
+    pub(crate) again: ShardGroupTargets,
 }
 
 /// One node's part: the queries of its shard groups.
@@ -137,11 +140,12 @@ pub(crate) fn results_entry(columns: &[(pg_sys::Oid, i32, pg_sys::Oid)]) -> *mut
 
 /// The order of `custom_private`'s strings: the map version, whether the
 /// statement runs whole, whether a node's query is made of branches (one
-/// per shard group), then five per node.
+/// per shard group), those of [`ShardGroupTargets`], then five per node.
 const MAP_VERSION: usize = 0;
 const WHOLE: usize = 1;
 const BRANCHES: usize = 2;
-const FIRST_TASK: usize = 3;
+const TARGETS: std::ops::Range<usize> = 3..3 + SHARD_GROUP_TARGET_FIELDS;
+const FIRST_TASK: usize = TARGETS.end;
 const TASK_FIELDS: usize = 5;
 
 /// Turn the final query's plan into the statement's: the function scan
@@ -187,6 +191,9 @@ pub(crate) unsafe fn attach(
         } else {
             "f"
         });
+        for field in plan.again.encode() {
+            push(&field);
+        }
         for task in &plan.tasks {
             for field in task_strings(&task.node, &task.shards, task.query()) {
                 push(&field);
@@ -294,13 +301,16 @@ pub(super) fn task_strings(node: &Node, shards: &[String], query: String) -> [St
     ]
 }
 
-/// Run every node's query and store the rows.
+/// Run every node's query and store the rows; if a shard refuses it
+/// because it moved or split, wait for the new map and run the statement
+/// again over the shard groups as they are now
+/// ([`moved_shards::run_over_shard_groups`]).
 unsafe fn run(state: *mut StoredScan) -> Result<()> {
     // SAFETY: a running scan of our plan: its slot and descriptor are
     // valid; the tuplestore lives in the query's context.
     unsafe {
         let strings = private_strings(state);
-        let tasks = planned_tasks(&strings, FIRST_TASK)?;
+        let planned = planned_tasks(&strings, FIRST_TASK)?;
         let planned_version: i64 = strings
             .get(MAP_VERSION)
             .and_then(|v| v.parse().ok())
@@ -308,61 +318,97 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         // The newest map known (the plan's, unless it was cached across a
         // change): the nodes' shards check it.
         let map_version = crate::metadata::shard_lookup::map_version_now()?.max(planned_version);
-        let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
-        // Branches per shard group run one after another, each planned
-        // without JIT and parallel workers; nodes of one host run their
-        // parts at the same time on its cores, without parallel workers
-        // (see `transaction::connection::Planning`).
-        let planning = if strings.get(BRANCHES).is_some_and(|b| b == "t") {
-            Planning::Branches
-        } else if share_a_host(&nodes) {
-            Planning::SharedCores
-        } else {
-            Planning::Own
-        };
+        let planned_branches = strings.get(BRANCHES).is_some_and(|b| b == "t");
         if crate::transaction::paths::did_fdw_write() {
             pg_sys::ResetPlanCache();
             return Err(ShardError::PlanAfterFdwWrite);
         }
         let slot = (*state).css.ss.ss_ScanTupleSlot;
-        let mut rows = RowStore::new((*slot).tts_tupleDescriptor);
-        let timezone = super::router_scan::current_timezone();
-        let started = Instant::now();
-        let mut timings = Vec::with_capacity(tasks.len());
-        let mut run_all = |connections: &mut [&mut NodeConnection]| -> Result<()> {
-            // Every node starts before any is read.
-            for (connection, task) in connections.iter_mut().zip(&tasks) {
-                connection.send_query(&task.query)?;
-            }
-            for (connection, task) in connections.iter_mut().zip(&tasks) {
-                let outcome = connection.receive_rows(|row| rows.put(row, &task.node))?;
-                timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
-            }
-            Ok(())
-        };
-        if pg_sys::IsTransactionBlock() || nodes.iter().any(has_transaction_on) {
-            // In the transaction's remote transactions: they see what its
-            // earlier statements wrote (a transaction block's, a
-            // pipeline's).
-            with_declared_transactions(&nodes, Access::Read, Some(map_version), |connections| {
-                for connection in connections.iter_mut() {
-                    connection.declare_session(map_version, &timezone, planning)?;
+        let descriptor = (*slot).tts_tupleDescriptor;
+        let targets = strings.get(TARGETS).unwrap_or_default();
+        let (rows, timings) =
+            moved_shards::run_over_shard_groups(map_version, targets, |again, map_version| {
+                match again {
+                    None => run_tasks(&planned, planned_branches, map_version, descriptor),
+                    Some(tasks) => {
+                        let branches = tasks.iter().any(|t| t.queries.len() > 1);
+                        let tasks: Vec<PlannedTask> = tasks
+                            .iter()
+                            .map(|t| PlannedTask {
+                                node: t.node.clone(),
+                                shards: t.shards.join(", "),
+                                query: t.query(),
+                            })
+                            .collect();
+                        run_tasks(&tasks, branches, map_version, descriptor)
+                    }
                 }
-                run_all(connections)
             })?;
-        } else {
-            autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
-                for connection in connections.iter_mut() {
-                    connection.declare_for_autocommit(map_version, &timezone, planning)?;
-                }
-                let mut connections: Vec<&mut NodeConnection> = connections.iter_mut().collect();
-                run_all(&mut connections)
-            })?;
-        }
         (*state).store = rows.into_tuplestore();
         (*state).set_timings(timings);
         Ok(())
     }
+}
+
+/// One run of the nodes' queries: their rows, and each node's time and
+/// row count.
+///
+/// # Safety
+/// `descriptor` is the scan's valid tuple descriptor.
+unsafe fn run_tasks(
+    tasks: &[PlannedTask],
+    branches: bool,
+    map_version: i64,
+    descriptor: pg_sys::TupleDesc,
+) -> Result<(RowStore, Timings)> {
+    let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
+    // Branches per shard group run one after another, each planned
+    // without JIT and parallel workers; nodes of one host run their
+    // parts at the same time on its cores, without parallel workers
+    // (see `transaction::connection::Planning`).
+    let planning = if branches {
+        Planning::Branches
+    } else if share_a_host(&nodes) {
+        Planning::SharedCores
+    } else {
+        Planning::Own
+    };
+    // SAFETY: as this function's.
+    let mut rows = unsafe { RowStore::new(descriptor) };
+    let timezone = super::router_scan::current_timezone();
+    let started = Instant::now();
+    let mut timings = Vec::with_capacity(tasks.len());
+    let mut run_all = |connections: &mut [&mut NodeConnection]| -> Result<()> {
+        // Every node starts before any is read.
+        for (connection, task) in connections.iter_mut().zip(tasks) {
+            connection.send_query(&task.query)?;
+        }
+        for (connection, task) in connections.iter_mut().zip(tasks) {
+            let outcome = connection.receive_rows(|row| rows.put(row, &task.node))?;
+            timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
+        }
+        Ok(())
+    };
+    // SAFETY: reads the transaction state.
+    if unsafe { pg_sys::IsTransactionBlock() } || nodes.iter().any(has_transaction_on) {
+        // In the transaction's remote transactions: they see what its
+        // earlier statements wrote (a transaction block's, a pipeline's).
+        with_declared_transactions(&nodes, Access::Read, Some(map_version), |connections| {
+            for connection in connections.iter_mut() {
+                connection.declare_session(map_version, &timezone, planning)?;
+            }
+            run_all(connections)
+        })?;
+    } else {
+        autocommit_each(&nodes, |connections: &mut [NodeConnection]| {
+            for connection in connections.iter_mut() {
+                connection.declare_for_autocommit(map_version, &timezone, planning)?;
+            }
+            let mut connections: Vec<&mut NodeConnection> = connections.iter_mut().collect();
+            run_all(&mut connections)
+        })?;
+    }
+    Ok((rows, timings))
 }
 
 /// Whether two of `nodes` (distinct servers) are on the same host, as
@@ -416,7 +462,7 @@ unsafe fn explain_tasks(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Exp
 /// `es` is the running EXPLAIN's state.
 pub(super) unsafe fn explain_task_list(
     tasks: &[PlannedTask],
-    timings: Option<&Vec<(f64, u64)>>,
+    timings: Option<&Timings>,
     es: *mut pg_sys::ExplainState,
 ) {
     let property = |label: &CStr, value: String| {

@@ -78,6 +78,10 @@ impl ExecMethods {
     }
 }
 
+/// Each node's part of a run, for EXPLAIN ANALYZE: milliseconds from the
+/// start until its last row, and its rows.
+pub(crate) type Timings = Vec<(f64, u64)>;
+
 /// The first part of every pg_shard scan's state (PostgreSQL's part
 /// first, as it expects).
 #[repr(C)]
@@ -90,18 +94,18 @@ pub(crate) struct StoredScan {
     pub(crate) ran: bool,
     /// Per node, for EXPLAIN ANALYZE: milliseconds until it finished, and
     /// its rows (a Box owned by the state, freed at the end).
-    timings: *mut Vec<(f64, u64)>,
+    timings: *mut Timings,
 }
 
 impl StoredScan {
     /// Keep each node's time and rows for EXPLAIN ANALYZE.
-    pub(crate) fn set_timings(&mut self, timings: Vec<(f64, u64)>) {
+    pub(crate) fn set_timings(&mut self, timings: Timings) {
         self.free_timings();
         self.timings = Box::into_raw(Box::new(timings));
     }
 
     /// Each node's time and rows, once the scan ran.
-    pub(crate) fn timings(&self) -> Option<&Vec<(f64, u64)>> {
+    pub(crate) fn timings(&self) -> Option<&Timings> {
         // SAFETY: NULL or a Box this state owns until its end.
         unsafe { self.timings.as_ref() }
     }

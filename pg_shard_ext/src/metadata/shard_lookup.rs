@@ -86,11 +86,7 @@ fn read_reference_copy(relid: pg_sys::Oid, node_id: i32) -> Result<Option<String
 /// partition; None while its group is frozen or moving (the fdw path then
 /// waits or fails as before).
 pub(crate) fn shard_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<Shard>> {
-    let cached = CACHE.with(|cache| cache.borrow().shards.contains_key(&relid));
-    if !cached {
-        let shards = active_shards(relid)?;
-        CACHE.with(|cache| cache.borrow_mut().shards.insert(relid, shards));
-    }
+    cache_shards(relid)?;
     Ok(CACHE.with(|cache| {
         let cache = cache.borrow();
         let shards = cache.shards.get(&relid)?;
@@ -110,35 +106,59 @@ pub(crate) fn shard_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<Sh
 /// placement (frozen or moving: the postgres_fdw path then waits or fails
 /// as before).
 pub(crate) fn shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)>>> {
+    cache_shards(relid)?;
+    Ok(CACHE.with(|cache| tiled(cache.borrow().shards.get(&relid)?.clone())))
+}
+
+/// [`shard_ranges`] as committed now, not as the statement's snapshot
+/// sees them (uncached): for a statement that runs again once a move or
+/// split published its map. The foreign partitions, which the move
+/// replaces after it publishes, may be missing then (`InvalidOid`).
+pub(crate) fn latest_shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)>>> {
+    Ok(tiled(with_latest_snapshot(|| {
+        active_shards(relid, Partitions::Optional)
+    })?))
+}
+
+/// The ranges in keyspace order, if they tile the keyspace with one
+/// placement each.
+fn tiled(mut shards: Vec<(i64, i64, Shard)>) -> Option<Vec<(i64, Shard)>> {
+    shards.sort_by_key(|(start, _, _)| *start);
+    let mut next = i64::MIN;
+    let mut ranges = Vec::with_capacity(shards.len());
+    for (start, end, shard) in shards {
+        if start != next {
+            return None;
+        }
+        ranges.push((start, shard));
+        if end == i64::MAX {
+            return Some(ranges);
+        }
+        next = end.checked_add(1)?;
+    }
+    None
+}
+
+/// Read `relid`'s active shards into the cache, unless they are there.
+fn cache_shards(relid: pg_sys::Oid) -> Result<()> {
     let cached = CACHE.with(|cache| cache.borrow().shards.contains_key(&relid));
     if !cached {
-        let shards = active_shards(relid)?;
+        let shards = active_shards(relid, Partitions::Required)?;
         CACHE.with(|cache| cache.borrow_mut().shards.insert(relid, shards));
     }
-    Ok(CACHE.with(|cache| {
-        let cache = cache.borrow();
-        let mut shards: Vec<(i64, i64, Shard)> = cache.shards.get(&relid)?.clone();
-        shards.sort_by_key(|(start, _, _)| *start);
-        // The ranges must tile the keyspace, one placement each.
-        let mut next = i64::MIN;
-        let mut ranges = Vec::with_capacity(shards.len());
-        for (start, end, shard) in shards {
-            if start != next {
-                return None;
-            }
-            ranges.push((start, shard));
-            if end == i64::MAX {
-                return Some(ranges);
-            }
-            next = end.checked_add(1)?;
-        }
-        None
-    }))
+    Ok(())
+}
+
+/// Whether a placement without its foreign partition counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Partitions {
+    Required,
+    Optional,
 }
 
 /// Every active placement of `relid`'s shards: range, node, table, foreign
 /// partition.
-fn active_shards(relid: pg_sys::Oid) -> Result<Vec<(i64, i64, Shard)>> {
+fn active_shards(relid: pg_sys::Oid, partitions: Partitions) -> Result<Vec<(i64, i64, Shard)>> {
     crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT n.node_id, n.host, n.port, \
@@ -158,13 +178,18 @@ fn active_shards(relid: pg_sys::Oid) -> Result<Vec<(i64, i64, Shard)>> {
         )?;
         let mut shards = Vec::new();
         for row in rows {
-            let (Some(qualified), Some(partition), Some(start), Some(end)) = (
+            let (Some(qualified), partition, Some(start), Some(end)) = (
                 row.get::<String>(4)?,
                 row.get::<pg_sys::Oid>(5)?,
                 row.get::<i64>(6)?,
                 row.get::<i64>(7)?,
             ) else {
                 continue;
+            };
+            let partition = match (partition, partitions) {
+                (Some(partition), _) => partition,
+                (None, Partitions::Optional) => pg_sys::InvalidOid,
+                (None, Partitions::Required) => continue,
             };
             shards.push((
                 start,

@@ -49,6 +49,10 @@ pub(crate) fn install() {
     explain::install();
 }
 
+/// A pushdown or multi-shard DML plan's node tasks again, under a newer map
+/// (their executors run a statement again after a move or split).
+pub(crate) use pushdown::tasks_again as shard_group_tasks_again;
+
 pub(crate) fn register_gucs() {
     router::register_gucs();
     pushdown::register_gucs();

@@ -23,7 +23,9 @@
 
 use super::conditions::same_key_types;
 use super::partition_key::{partition_key, range_table_entry, strip_relabel};
-use super::pushdown::{across_shard_groups, node_tasks, AcrossShardGroups, Grouping};
+use super::pushdown::{
+    across_shard_groups, node_tasks, shard_group_targets, AcrossShardGroups, Grouping,
+};
 use super::router::client_statement;
 use super::separable::{is_distributed_entry, separable_from, separable_subquery};
 use crate::error::Result;
@@ -121,12 +123,20 @@ pub(super) unsafe fn plan(
         else {
             return Ok(None);
         };
+        let again = shard_group_targets(
+            query,
+            &distributed,
+            &kinds,
+            keyspace_ids.as_deref(),
+            Grouping::Statements,
+        );
         let mut relation_oids: Vec<pg_sys::Oid> = kinds.keys().copied().collect();
         relation_oids.extend(tasks.iter().flat_map(|t| t.partitions.iter().copied()));
         Ok(Some(ModifyPlan {
             tasks,
             map_version,
             relation_oids,
+            again,
         }))
     }
 }

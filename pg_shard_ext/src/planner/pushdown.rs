@@ -18,9 +18,12 @@ use super::router::{calls_are_portable, client_statement, relation_kinds, Kind};
 use super::separable::{is_distributed_entry, runs_whole, separable_from};
 use super::shared_reads::{shared_reads, SharedRead};
 use super::worker_query::{qualified_name, worker_query, ShardRelation};
-use crate::error::Result;
+use crate::error::{Result, ShardError};
+use crate::executor::moved_shards::ShardGroupTargets;
 use crate::executor::pushdown_scan::{NodeTask, PushdownPlan};
-use crate::metadata::shard_lookup::{at_version, reference_copy, shard_ranges};
+use crate::metadata::shard_lookup::{
+    at_version, latest_shard_ranges, reference_copy, shard_ranges, Shard,
+};
 use crate::parse_tree::{contents, with_parameter_values, TreeContents};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -107,6 +110,13 @@ pub(super) unsafe fn plan(
             return Ok(None);
         }
         let keyspace_ids = super::pruning::restricted_keyspace_ids(query, &top);
+        let again = shard_group_targets(
+            split.worker,
+            &distributed,
+            &kinds,
+            keyspace_ids.as_deref(),
+            Grouping::Rows,
+        );
         let Some(tasks) = node_tasks(
             split.worker,
             &distributed,
@@ -126,7 +136,85 @@ pub(super) unsafe fn plan(
             map_version,
             whole,
             relation_oids,
+            again,
         }))
+    }
+}
+
+/// What finds a plan's shard groups again ([`tasks_again`]).
+///
+/// # Safety
+/// `worker` is a valid Query.
+pub(super) unsafe fn shard_group_targets(
+    worker: *mut pg_sys::Query,
+    distributed: &[pg_sys::Oid],
+    kinds: &HashMap<pg_sys::Oid, Kind>,
+    keyspace_ids: Option<&[i64]>,
+    grouping: Grouping,
+) -> ShardGroupTargets {
+    ShardGroupTargets {
+        // SAFETY: as this function's.
+        worker: unsafe { node_text(worker as *const std::ffi::c_void) },
+        distributed: distributed.to_vec(),
+        references: kinds
+            .iter()
+            .filter(|(_, kind)| **kind == Kind::Reference)
+            .map(|(relid, _)| *relid)
+            .collect(),
+        keyspace_ids: keyspace_ids.map(<[i64]>::to_vec),
+        statements: grouping == Grouping::Statements,
+    }
+}
+
+/// The node tasks of a pushdown or multi-shard DML plan's worker query
+/// under the map as it is now (a shard group it reads moved or split since
+/// it was planned); None while one is frozen or moving.
+///
+/// # Safety
+/// `targets` come from a pushdown plan of this database.
+pub(crate) unsafe fn tasks_again(targets: &ShardGroupTargets) -> Result<Option<Vec<NodeTask>>> {
+    let text = std::ffi::CString::new(targets.worker.as_str())
+        .map_err(|_| ShardError::Internal("a pushdown plan with a damaged worker query".into()))?;
+    let mut kinds: HashMap<pg_sys::Oid, Kind> = targets
+        .distributed
+        .iter()
+        .map(|&relid| (relid, Kind::Distributed))
+        .collect();
+    kinds.extend(
+        targets
+            .references
+            .iter()
+            .map(|&relid| (relid, Kind::Reference)),
+    );
+    // SAFETY: the text nodeToString made of the planned worker query; the
+    // tree is read back in the current memory context.
+    unsafe {
+        let worker = pg_sys::stringToNode(text.as_ptr()) as *mut pg_sys::Query;
+        node_tasks_over(
+            worker,
+            &targets.distributed,
+            &kinds,
+            targets.keyspace_ids.as_deref(),
+            if targets.statements {
+                Grouping::Statements
+            } else {
+                Grouping::Rows
+            },
+            latest_shard_ranges,
+        )
+    }
+}
+
+/// A node tree as PostgreSQL's text form (`nodeToString`).
+///
+/// # Safety
+/// `node` is a valid node tree.
+unsafe fn node_text(node: *const std::ffi::c_void) -> String {
+    // SAFETY: as this function's; the text is palloc'd and copied here.
+    unsafe {
+        std::ffi::CStr::from_ptr(pg_sys::nodeToString(node))
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -238,9 +326,31 @@ pub(super) unsafe fn node_tasks(
     keyspace_ids: Option<&[i64]>,
     grouping: Grouping,
 ) -> Result<Option<Vec<NodeTask>>> {
+    // SAFETY: as this function's.
+    unsafe {
+        node_tasks_over(
+            worker,
+            distributed,
+            kinds,
+            keyspace_ids,
+            grouping,
+            shard_ranges,
+        )
+    }
+}
+
+/// [`node_tasks`] over the shard groups `ranges` gives.
+unsafe fn node_tasks_over(
+    worker: *mut pg_sys::Query,
+    distributed: &[pg_sys::Oid],
+    kinds: &HashMap<pg_sys::Oid, Kind>,
+    keyspace_ids: Option<&[i64]>,
+    grouping: Grouping,
+    ranges: impl Fn(pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)>>>,
+) -> Result<Option<Vec<NodeTask>>> {
     let mut per_table = Vec::with_capacity(distributed.len());
     for &relid in distributed {
-        let Some(ranges) = shard_ranges(relid)? else {
+        let Some(ranges) = ranges(relid)? else {
             return Ok(None);
         };
         per_table.push((relid, ranges));
