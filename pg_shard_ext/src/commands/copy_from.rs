@@ -311,6 +311,7 @@ unsafe fn run_copy(
                         &starts,
                         table,
                         key_column,
+                        relation,
                     )?;
                     send_batch(&batch, &mut encoder, copy).map(|_| more)
                 })?;
@@ -326,12 +327,14 @@ unsafe fn run_copy(
     }
 }
 
-/// Rows parsed and not yet sent: each one's values, NULL flags and target.
+/// Rows parsed and not yet sent: each one's values, NULL flags, target and
+/// line in the input (None when the reader's line is not known).
 struct Batch {
     width: usize,
     values: Vec<pg_sys::Datum>,
     nulls: Vec<bool>,
     targets: Vec<usize>,
+    lines: Vec<Option<u64>>,
 }
 
 impl Batch {
@@ -341,6 +344,7 @@ impl Batch {
             values: Vec::with_capacity(width * BATCH_ROWS),
             nulls: Vec::with_capacity(width * BATCH_ROWS),
             targets: Vec::with_capacity(BATCH_ROWS),
+            lines: Vec::with_capacity(BATCH_ROWS),
         }
     }
 
@@ -348,6 +352,7 @@ impl Batch {
         self.values.clear();
         self.nulls.clear();
         self.targets.clear();
+        self.lines.clear();
     }
 
     /// Parse up to a batch of rows (in the current memory context); false
@@ -366,6 +371,7 @@ impl Batch {
         starts: &[i64],
         table: &LogicalTable,
         key_column: &str,
+        relation: pg_sys::Relation,
     ) -> Result<bool> {
         let mut line_context = pg_sys::ErrorContextCallback {
             previous: std::ptr::null_mut(),
@@ -409,11 +415,52 @@ impl Batch {
                     .partition_point(|start| *start <= keyspace_id)
                     .saturating_sub(1);
                 self.targets.push(target);
+                self.lines.push(current_line(reader, relation));
                 self.values.extend_from_slice(&values);
                 self.nulls.extend_from_slice(&nulls);
             }
             Ok(true)
         }
+    }
+}
+
+/// The head of PostgreSQL 15's `CopyFromStateData`
+/// (commands/copyfrom_internal.h), up to the line number its error context
+/// reports, which pgrx's bindings do not describe.
+#[repr(C)]
+struct CopyFromStateHead {
+    copy_src: std::ffi::c_int,
+    copy_file: *mut std::ffi::c_void,
+    fe_msgbuf: pg_sys::StringInfo,
+    eol_type: std::ffi::c_int,
+    file_encoding: std::ffi::c_int,
+    need_transcoding: bool,
+    conversion_proc: pg_sys::Oid,
+    rel: pg_sys::Relation,
+    attnumlist: *mut pg_sys::List,
+    filename: *mut c_char,
+    is_program: bool,
+    data_source_cb: *mut std::ffi::c_void,
+    opts: pg_sys::CopyFormatOptions,
+    convert_select_flags: *mut bool,
+    where_clause: *mut pg_sys::Node,
+    cur_relname: *const c_char,
+    cur_lineno: u64,
+}
+
+/// The input line of the row `reader` just read, as PostgreSQL's COPY
+/// names it in its errors (a CSV row's quoted newlines count); None if
+/// the reader does not look as expected (its relation is not `relation`).
+///
+/// # Safety
+/// `reader` is a live COPY reader of `relation`.
+unsafe fn current_line(reader: pg_sys::CopyFromState, relation: pg_sys::Relation) -> Option<u64> {
+    // SAFETY: a CopyFromStateData starts with the head's fields, in
+    // PostgreSQL 15 (the only version this builds for); its relation is
+    // checked before the line number is believed.
+    unsafe {
+        let head = reader.cast::<CopyFromStateHead>();
+        ((*head).rel == relation).then(|| (*head).cur_lineno)
     }
 }
 
@@ -513,7 +560,10 @@ fn send_batch(batch: &Batch, encoder: &mut LineEncoder, copy: &mut ShardCopy) ->
             line.clear();
             // SAFETY: a row NextCopyFrom filled for the encoder's descriptor.
             unsafe { encoder.encode(&batch.values[span.clone()], &batch.nulls[span], &mut line) };
-            copy.push(target, &line)?;
+            match batch.lines[row] {
+                Some(number) => copy.push_line(target, &line, number)?,
+                None => copy.push(target, &line)?,
+            }
         }
         Ok(())
     })

@@ -47,7 +47,8 @@ pub(crate) struct CopyTarget {
 #[derive(Default)]
 struct Buffer {
     bytes: Vec<u8>,
-    /// The input's row number (from 1) of each row in the buffer.
+    /// What names each row of the buffer in errors: its number in the
+    /// input (from 1), or its line ([`ShardCopy::push_line`]).
     rows: Vec<u64>,
 }
 
@@ -74,6 +75,9 @@ pub(crate) struct ShardCopy<'a, 'c> {
     buffered: usize,
     rows_in: u64,
     rows_sent: u64,
+    /// Whether rows are named by their input's lines ([`ShardCopy::push_line`])
+    /// rather than by their number.
+    by_line: bool,
 }
 
 /// Run `work` with a [`ShardCopy`] to `targets`, then send what is left
@@ -133,6 +137,7 @@ pub(crate) fn with_shard_copy<T>(
             buffered: 0,
             rows_in: 0,
             rows_sent: 0,
+            by_line: false,
         };
         let outcome = work(&mut copy).and_then(|value| copy.send_all().map(|_| value));
         let finished = copy.finish_all();
@@ -145,35 +150,47 @@ pub(crate) fn with_shard_copy<T>(
 impl ShardCopy<'_, '_> {
     /// Add one row of COPY data (a text line ending in a newline, or a
     /// binary tuple, as [`ShardCopy::format`] says) for `target`.
-    pub(crate) fn push(&mut self, target: usize, line: &[u8]) -> Result<()> {
+    pub(crate) fn push(&mut self, target: usize, row: &[u8]) -> Result<()> {
         self.rows_in += 1;
-        self.add(target, line)?;
-        if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
-            self.pump()?;
-        }
-        Ok(())
+        self.add(target, row, self.rows_in)?;
+        self.pump_now_and_then()
+    }
+
+    /// [`ShardCopy::push`] of a row that its input names by `line` (a COPY
+    /// input's line, as PostgreSQL's COPY names it in errors): a node that
+    /// refuses it names that line.
+    pub(crate) fn push_line(&mut self, target: usize, row: &[u8], line: u64) -> Result<()> {
+        self.by_line = true;
+        self.rows_in += 1;
+        self.add(target, row, line)?;
+        self.pump_now_and_then()
     }
 
     /// Add one row for every target (a reference table's copies): one row
     /// of the input, whichever node refuses it.
-    pub(crate) fn push_to_all(&mut self, line: &[u8]) -> Result<()> {
+    pub(crate) fn push_to_all(&mut self, row: &[u8]) -> Result<()> {
         self.rows_in += 1;
         for target in 0..self.buffers.len() {
-            self.add(target, line)?;
+            self.add(target, row, self.rows_in)?;
         }
+        self.pump_now_and_then()
+    }
+
+    /// Every [`PUMP_EVERY_ROWS`] rows, read what the nodes sent back.
+    fn pump_now_and_then(&mut self) -> Result<()> {
         if self.rows_in.is_multiple_of(PUMP_EVERY_ROWS) {
             self.pump()?;
         }
         Ok(())
     }
 
-    /// Buffer `line` (input row [`Self::rows_in`]) for `target`, sending
+    /// Buffer `row` (named `number` in errors) for `target`, sending
     /// buffers that outgrew their bounds.
-    fn add(&mut self, target: usize, line: &[u8]) -> Result<()> {
+    fn add(&mut self, target: usize, row: &[u8], number: u64) -> Result<()> {
         let buffer = &mut self.buffers[target];
-        buffer.bytes.extend_from_slice(line);
-        buffer.rows.push(self.rows_in);
-        self.buffered += line.len();
+        buffer.bytes.extend_from_slice(row);
+        buffer.rows.push(number);
+        self.buffered += row.len();
         if self.buffers[target].bytes.len() >= MAX_SHARD_BUFFER_BYTES {
             self.send(target)?;
         }
@@ -301,6 +318,9 @@ impl ShardCopy<'_, '_> {
             .cloned()
             .unwrap_or_default();
         let context = match row {
+            Some(line) if self.by_line => {
+                format!("{}, line {line} (on node {label}, {shard})", self.source)
+            }
             Some(row) => format!(
                 "{}, row {row} of the input (on node {label}, {shard})",
                 self.source

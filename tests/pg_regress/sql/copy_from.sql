@@ -137,6 +137,15 @@ COPY cp_orders (id, amount) FROM STDIN;
 26	1
 27	-1
 \.
+-- named by its line as PostgreSQL's COPY names it (a header and a quoted
+-- value's newline count)
+COPY cp_orders (id, amount, note) FROM STDIN (FORMAT csv, HEADER);
+id,amount,note
+28,1,"two
+lines"
+29,1,plain
+1,1,dup
+\.
 SELECT count(*), max(id) FROM cp_orders;
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
 
