@@ -8,6 +8,7 @@ use crate::net::socket::{Inner, Socket};
 use crate::net::tags;
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
@@ -112,6 +113,11 @@ pub struct ServerConnection {
     /// Set when the connection cannot be reused (I/O error, protocol
     /// confusion, client vanished mid-statement).
     pub broken: bool,
+    /// Cancel requests for this connection's statements that are on their
+    /// way to its server: one that arrives late (the statement ended
+    /// meanwhile) would cancel whatever the connection runs next, for
+    /// another client, so the connection is not pooled while any is.
+    pub cancels_in_flight: Arc<AtomicUsize>,
 }
 
 /// A fingerprint of the role's and the database's settings that apply to
@@ -233,6 +239,7 @@ impl ServerConnection {
             settings_generation: 0,
             idle_since: std::time::Instant::now(),
             broken: false,
+            cancels_in_flight: Arc::new(AtomicUsize::new(0)),
         })
     }
 

@@ -121,6 +121,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(mut connection) = self.connection.take() {
             if connection.reusable()
+                && connection.cancels_in_flight.load(Ordering::Acquire) == 0
                 && connection.prepared.len() < MOST_PREPARED_PER_CONNECTION
                 && self.pool.current(&mut connection)
             {

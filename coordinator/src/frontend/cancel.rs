@@ -3,14 +3,25 @@
 //! client waits for a server connection.
 
 use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
 /// The server and cancel key of the statement a client is running, if any,
 /// and whether the client asked to cancel it.
 #[derive(Default)]
 struct CancelTarget {
-    server: Option<(Arc<ServerAddress>, i32, i32)>,
+    server: Option<ServerStatement>,
     requested: bool,
+}
+
+/// Where a running statement's cancel request goes: the server, its
+/// process and key, and the connection's count of cancels in flight.
+#[derive(Clone)]
+struct ServerStatement {
+    address: Arc<ServerAddress>,
+    process_id: i32,
+    secret_key: i32,
+    cancels_in_flight: Arc<AtomicUsize>,
 }
 
 /// One client's cancel state, shared with the registry.
@@ -51,13 +62,19 @@ impl CancelRegistry {
         else {
             return;
         };
+        // Counted under the lock the statement's end takes to stop
+        // watching (`unwatch`): the connection goes back to its pool only
+        // after that, and not while the count is above zero.
         let server = slot.target.lock().ok().and_then(|mut target| {
             target.requested = true;
-            target.server.clone()
+            let server = target.server.clone()?;
+            server.cancels_in_flight.fetch_add(1, Ordering::AcqRel);
+            Some(server)
         });
         slot.requested.notify_waiters();
-        if let Some((address, process_id, secret_key)) = server {
-            ServerConnection::cancel(address, process_id, secret_key).await;
+        if let Some(server) = server {
+            ServerConnection::cancel(server.address, server.process_id, server.secret_key).await;
+            server.cancels_in_flight.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -66,11 +83,12 @@ impl CancelSlot {
     /// Cancel requests go to `connection`'s server statement.
     pub(super) fn watch(&self, connection: &ServerConnection) {
         if let Ok(mut target) = self.target.lock() {
-            target.server = Some((
-                connection.address.clone(),
-                connection.process_id,
-                connection.secret_key,
-            ));
+            target.server = Some(ServerStatement {
+                address: connection.address.clone(),
+                process_id: connection.process_id,
+                secret_key: connection.secret_key,
+                cancels_in_flight: connection.cancels_in_flight.clone(),
+            });
         }
     }
 
