@@ -479,8 +479,8 @@ run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSH
 run_script "$here/crash.log" "$python" "$repo/tests/moves/crash.py" 28320 "$PGSHARD_DATABASE" "$cluster_dir" split
 # A schema change's backend killed between the two phases of its commit.
 run_script "$here/crash.log" "$python" "$repo/tests/ddl/crash_two_phase.py" 28320 "$PGSHARD_DATABASE"
-# A multi-shard UPDATE refused at PREPARE by a worker, and its backend
-# killed between the two phases of its commit.
+# A multi-shard UPDATE and a COPY refused at PREPARE by a worker, and their backend
+# killed between the two phases of their commit.
 run_script "$here/crash.log" "$python" "$repo/tests/executor/crash_two_phase_dml.py" 28320 "$PGSHARD_DATABASE"
 cat "$here/crash.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/crash.log")))

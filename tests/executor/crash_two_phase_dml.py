@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A multi-shard UPDATE through the metadata node (pg_shard's executor, one
-statement per shard group on every worker) is all or nothing:
+statement per shard group on every worker), and a COPY into a distributed
+table (rows streamed to every worker's shards), are all or nothing:
 
 * a worker that refuses at PREPARE TRANSACTION (a deferred constraint
   trigger planted on one of its shard tables fails at commit time) makes
@@ -51,6 +52,17 @@ def per_worker(workers, value):
     return counts
 
 
+COPY_ROWS = 100
+
+
+def copy_rows(conn, first_id, value):
+    """COPY rows first_id + 1 … first_id + COPY_ROWS holding `value` into
+    the table (they land on every worker)."""
+    with conn.cursor().copy(f"COPY {TABLE} (id, v) FROM STDIN") as copy:
+        for i in range(first_id + 1, first_id + COPY_ROWS + 1):
+            copy.write_row((i, value))
+
+
 def main():
     port, database = int(sys.argv[1]), sys.argv[2]
     dsn = f"host=127.0.0.1 port={port} dbname={database} user=postgres"
@@ -78,7 +90,7 @@ def main():
             (TABLE + "\\_%",)).fetchone()[0]
         worker.execute("CREATE FUNCTION public.crash_dml_refuse() RETURNS trigger "
                        "LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'refused at commit'; END$$")
-        worker.execute(f"CREATE CONSTRAINT TRIGGER crash_dml_refuse AFTER UPDATE ON {shard} "
+        worker.execute(f"CREATE CONSTRAINT TRIGGER crash_dml_refuse AFTER INSERT OR UPDATE ON {shard} "
                        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
                        "EXECUTE FUNCTION public.crash_dml_refuse()")
     with connect(dsn) as client:
@@ -92,13 +104,26 @@ def main():
     counts = per_worker(workers, "refused")
     check(f"and no worker keeps its part ({counts})", sum(counts) == 0)
     check("nothing is left prepared", prepared(workers) == 0)
+    with connect(dsn) as client:
+        try:
+            copy_rows(client, 10_000, "refused")
+            outcome = "committed"
+        except psycopg.Error as e:
+            outcome = e.diag.message_primary or e.sqlstate
+    check(f"a worker refusing a COPY at PREPARE fails it ({outcome})",
+          "refused at commit" in outcome)
+    counts = per_worker(workers, "refused")
+    check(f"and no worker keeps its rows ({counts})", sum(counts) == 0)
+    check("nothing is left prepared after the COPY", prepared(workers) == 0)
     with connect(workers[-1]) as worker:
         worker.execute(f"DROP TRIGGER crash_dml_refuse ON {shard}")
         worker.execute("DROP FUNCTION public.crash_dml_refuse()")
 
-    for setting, value, committed in [
-        ("pg_shard.test_pause_after_prepare", "before_commit", False),
-        ("pg_shard.test_pause_before_commit_prepared", "after_commit", True),
+    for kind, first_id, setting, value, committed in [
+        ("UPDATE", 0, "pg_shard.test_pause_after_prepare", "before_commit", False),
+        ("UPDATE", 0, "pg_shard.test_pause_before_commit_prepared", "after_commit", True),
+        ("COPY", 20_000, "pg_shard.test_pause_after_prepare", "copy_before_commit", False),
+        ("COPY", 30_000, "pg_shard.test_pause_before_commit_prepared", "copy_after_commit", True),
     ]:
         victim = connect(dsn)
         pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
@@ -106,7 +131,10 @@ def main():
 
         def update():
             try:
-                victim.execute(f"UPDATE {TABLE} SET v = %s", (value,))
+                if kind == "UPDATE":
+                    victim.execute(f"UPDATE {TABLE} SET v = %s", (value,))
+                else:
+                    copy_rows(victim, first_id, value)
             except Exception:  # the connection dies with its backend
                 pass
 
@@ -119,12 +147,12 @@ def main():
         deadline = time.time() + 15
         while not paused() and time.time() < deadline:
             time.sleep(0.1)
-        check(f"{value}: every worker prepared, the backend pauses", paused())
+        check(f"{value}: every worker prepared, the {kind}'s backend pauses", paused())
         os.kill(pid, signal.SIGKILL)
         thread.join()
         recover_after_restart(dsn)
         counts = per_worker(workers, value)
-        expected = ROWS if committed else 0
+        expected = (ROWS if kind == "UPDATE" else COPY_ROWS) if committed else 0
         check(f"{value}: nothing left prepared after recovery", prepared(workers) == 0)
         check(f"{value}: {'every' if committed else 'no'} worker has its part ({counts})",
               sum(counts) == expected and (not committed or all(c > 0 for c in counts)))
