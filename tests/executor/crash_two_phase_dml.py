@@ -93,28 +93,21 @@ def main():
         worker.execute(f"CREATE CONSTRAINT TRIGGER crash_dml_refuse AFTER INSERT OR UPDATE ON {shard} "
                        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
                        "EXECUTE FUNCTION public.crash_dml_refuse()")
-    with connect(dsn) as client:
-        try:
-            client.execute(f"UPDATE {TABLE} SET v = 'refused'")
-            outcome = "committed"
-        except psycopg.Error as e:
-            outcome = e.diag.message_primary or e.sqlstate
-    check(f"a worker refusing at PREPARE fails the statement ({outcome})",
-          "refused at commit" in outcome)
-    counts = per_worker(workers, "refused")
-    check(f"and no worker keeps its part ({counts})", sum(counts) == 0)
-    check("nothing is left prepared", prepared(workers) == 0)
-    with connect(dsn) as client:
-        try:
-            copy_rows(client, 10_000, "refused")
-            outcome = "committed"
-        except psycopg.Error as e:
-            outcome = e.diag.message_primary or e.sqlstate
-    check(f"a worker refusing a COPY at PREPARE fails it ({outcome})",
-          "refused at commit" in outcome)
-    counts = per_worker(workers, "refused")
-    check(f"and no worker keeps its rows ({counts})", sum(counts) == 0)
-    check("nothing is left prepared after the COPY", prepared(workers) == 0)
+    for kind, write in [
+        ("UPDATE", lambda client: client.execute(f"UPDATE {TABLE} SET v = 'refused'")),
+        ("COPY", lambda client: copy_rows(client, 10_000, "refused")),
+    ]:
+        with connect(dsn) as client:
+            try:
+                write(client)
+                outcome = "committed"
+            except psycopg.Error as e:
+                outcome = e.diag.message_primary or e.sqlstate
+        check(f"a worker refusing an {kind} at PREPARE fails it ({outcome})",
+              "refused at commit" in outcome)
+        counts = per_worker(workers, "refused")
+        check(f"{kind}: no worker keeps its part ({counts})", sum(counts) == 0)
+        check(f"{kind}: nothing is left prepared", prepared(workers) == 0)
     with connect(workers[-1]) as worker:
         worker.execute(f"DROP TRIGGER crash_dml_refuse ON {shard}")
         worker.execute("DROP FUNCTION public.crash_dml_refuse()")

@@ -292,6 +292,7 @@ unsafe fn run_copy(
             (*stmt).attlist,
             (*stmt).options,
         );
+        let lines = ReaderLines::of(reader, relation);
         let mut batch_memory = PgMemoryContexts::new("pg_shard COPY batch");
         let mut batch = Batch::new(natts);
         crate::transaction::paths::router_wrote();
@@ -311,7 +312,7 @@ unsafe fn run_copy(
                         &starts,
                         table,
                         key_column,
-                        relation,
+                        lines,
                     )?;
                     send_batch(&batch, &mut encoder, copy).map(|_| more)
                 })?;
@@ -328,13 +329,13 @@ unsafe fn run_copy(
 }
 
 /// Rows parsed and not yet sent: each one's values, NULL flags, target and
-/// line in the input (None when the reader's line is not known).
+/// (when the reader's are known) line in the input.
 struct Batch {
     width: usize,
     values: Vec<pg_sys::Datum>,
     nulls: Vec<bool>,
     targets: Vec<usize>,
-    lines: Vec<Option<u64>>,
+    lines: Vec<u64>,
 }
 
 impl Batch {
@@ -360,7 +361,8 @@ impl Batch {
     /// context names the line.
     ///
     /// # Safety
-    /// `reader` is a COPY reader of a relation of `width` columns.
+    /// `reader` is a COPY reader of a relation of `width` columns, and
+    /// `lines` (if any) reads it.
     #[allow(clippy::too_many_arguments)]
     unsafe fn read(
         &mut self,
@@ -371,7 +373,7 @@ impl Batch {
         starts: &[i64],
         table: &LogicalTable,
         key_column: &str,
-        relation: pg_sys::Relation,
+        lines: Option<ReaderLines>,
     ) -> Result<bool> {
         let mut line_context = pg_sys::ErrorContextCallback {
             previous: std::ptr::null_mut(),
@@ -415,7 +417,9 @@ impl Batch {
                     .partition_point(|start| *start <= keyspace_id)
                     .saturating_sub(1);
                 self.targets.push(target);
-                self.lines.push(current_line(reader, relation));
+                if let Some(lines) = lines {
+                    self.lines.push(lines.current());
+                }
                 self.values.extend_from_slice(&values);
                 self.nulls.extend_from_slice(&nulls);
             }
@@ -448,19 +452,33 @@ struct CopyFromStateHead {
     cur_lineno: u64,
 }
 
-/// The input line of the row `reader` just read, as PostgreSQL's COPY
-/// names it in its errors (a CSV row's quoted newlines count); None if
-/// the reader does not look as expected (its relation is not `relation`).
-///
-/// # Safety
-/// `reader` is a live COPY reader of `relation`.
-unsafe fn current_line(reader: pg_sys::CopyFromState, relation: pg_sys::Relation) -> Option<u64> {
-    // SAFETY: a CopyFromStateData starts with the head's fields, in
-    // PostgreSQL 15 (the only version this builds for); its relation is
-    // checked before the line number is believed.
-    unsafe {
-        let head = reader.cast::<CopyFromStateHead>();
-        ((*head).rel == relation).then(|| (*head).cur_lineno)
+/// The line numbers PostgreSQL's COPY reader names rows by in its errors
+/// (a header and a CSV row's quoted newlines count), read from the head of
+/// its state.
+#[derive(Clone, Copy)]
+struct ReaderLines(*const CopyFromStateHead);
+
+impl ReaderLines {
+    /// None if the reader does not look as expected (its relation is not
+    /// `relation`): rows are then named by their number.
+    ///
+    /// # Safety
+    /// `reader` is a live COPY reader of `relation`.
+    unsafe fn of(reader: pg_sys::CopyFromState, relation: pg_sys::Relation) -> Option<ReaderLines> {
+        let head = reader.cast::<CopyFromStateHead>().cast_const();
+        // SAFETY: a CopyFromStateData starts with the head's fields, in
+        // PostgreSQL 15 (the only version this builds for); its relation
+        // is checked before its line numbers are believed.
+        (unsafe { (*head).rel } == relation).then_some(ReaderLines(head))
+    }
+
+    /// The line of the row the reader read last.
+    ///
+    /// # Safety
+    /// The reader is still live.
+    unsafe fn current(self) -> u64 {
+        // SAFETY: as this function's; checked by `of`.
+        unsafe { (*self.0).cur_lineno }
     }
 }
 
@@ -560,8 +578,8 @@ fn send_batch(batch: &Batch, encoder: &mut LineEncoder, copy: &mut ShardCopy) ->
             line.clear();
             // SAFETY: a row NextCopyFrom filled for the encoder's descriptor.
             unsafe { encoder.encode(&batch.values[span.clone()], &batch.nulls[span], &mut line) };
-            match batch.lines[row] {
-                Some(number) => copy.push_line(target, &line, number)?,
+            match batch.lines.get(row) {
+                Some(&number) => copy.push_line(target, &line, number)?,
                 None => copy.push(target, &line)?,
             }
         }

@@ -122,11 +122,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
                     Some(tasks) => {
                         let tasks: Vec<PlannedTask> = tasks
                             .iter()
-                            .map(|t| PlannedTask {
-                                node: t.node.clone(),
-                                shards: t.shards.join(", "),
-                                query: statements(t),
-                            })
+                            .map(|t| PlannedTask::of(t, statements(t)))
                             .collect();
                         run_tasks(&tasks, map_version, descriptor)
                     }

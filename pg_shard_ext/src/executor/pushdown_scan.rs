@@ -267,6 +267,17 @@ pub(super) struct PlannedTask {
     pub(super) query: String,
 }
 
+impl PlannedTask {
+    /// A task found again under a newer map, with `query` its text.
+    pub(super) fn of(task: &NodeTask, query: String) -> PlannedTask {
+        PlannedTask {
+            node: task.node.clone(),
+            shards: task.shards.join(", "),
+            query,
+        }
+    }
+}
+
 /// The tasks of a plan's strings, from `first` on (five per task: the
 /// node's id, host and port, its shards, its query).
 pub(super) fn planned_tasks(strings: &[String], first: usize) -> Result<Vec<PlannedTask>> {
@@ -334,11 +345,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
                         let branches = tasks.iter().any(|t| t.queries.len() > 1);
                         let tasks: Vec<PlannedTask> = tasks
                             .iter()
-                            .map(|t| PlannedTask {
-                                node: t.node.clone(),
-                                shards: t.shards.join(", "),
-                                query: t.query(),
-                            })
+                            .map(|t| PlannedTask::of(t, t.query()))
                             .collect();
                         run_tasks(&tasks, branches, map_version, descriptor)
                     }
