@@ -155,6 +155,46 @@ for clients in 4 16; do
     done
 done
 
+# Two-account transfers: BEGIN, UPDATE one random account, UPDATE another,
+# COMMIT. Through the coordinator about half of them touch both workers
+# (two-phase commit), the rest one; against the same script on the single
+# PostgreSQL. Deadlocks (across nodes: the coordinator's timeout) are retried.
+transfer_script=$scratch/transfer.sql
+cat >"$transfer_script" <<'PGBENCH'
+\set a random(1, 100000 * :scale)
+\set b random(1, 100000 * :scale)
+\set delta random(-5000, 5000)
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance - :delta WHERE aid = :a;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :b;
+END;
+PGBENCH
+chmod 644 "$transfer_script"
+transfers() { # port database clients protocol → tps
+    local out
+    out=$(pgbench -n -f "$transfer_script" -s "$scale" -M "$4" -c "$3" -j 2 -T "$seconds" \
+        --max-tries 10 -h 127.0.0.1 -p "$1" "$2" 2>&1)
+    if grep -q "number of failed transactions: [1-9]" <<<"$out"; then
+        echo "transfers failed on port $1:" >&2
+        echo "$out" | tail -5 >&2
+    fi
+    sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out"
+}
+echo
+echo "two-account transfers (BEGIN; UPDATE; UPDATE; COMMIT), $seconds s per run:"
+printf '%-9s %7s %12s %14s %7s\n' protocol clients "direct tps" "coordinator" ratio
+for mode in simple prepared; do
+    for clients in 4 16; do
+        direct_tps=$(transfers 29330 single "$clients" "$mode")
+        coordinator_tps=$(transfers 29420 bench "$clients" "$mode")
+        printf '%-9s %7s %12.0f %14.0f %7.2f\n' "$mode" "$clients" "$direct_tps" "$coordinator_tps" \
+            "$(awk "BEGIN {print $coordinator_tps / $direct_tps}")"
+    done
+done
+transfer_check=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c \
+    "SELECT sum(abalance) FROM pgbench_accounts")
+echo "sum of balances after the transfers (0 before): $transfer_check"
+
 if [ -n "${baseline_pid:-}" ]; then
     # Before and after, run by run: the coordinator and the baseline in
     # turn, so that the machine's drift falls on both alike.

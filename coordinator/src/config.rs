@@ -85,6 +85,11 @@ pub struct Config {
     /// Shared connections per server, database, user and settings for
     /// multiplexed reads.
     pub multiplex_connections: usize,
+    /// Milliseconds a statement of a transaction on several nodes may wait
+    /// for a lock before the coordinator takes it for a deadlock across
+    /// nodes (which no node's own detector sees) and cancels it with
+    /// 40P01 (0: never).
+    pub distributed_deadlock_timeout: u64,
 }
 
 impl Default for Config {
@@ -109,6 +114,7 @@ impl Default for Config {
             threads: 1,
             multiplex: true,
             multiplex_connections: 1,
+            distributed_deadlock_timeout: 2000,
         }
     }
 }
@@ -144,10 +150,14 @@ names with underscores):
                            single-shard reads share pipelined server connections
   --multiplex-connections N [PGSHARD_COORDINATOR_MULTIPLEX_CONNECTIONS] default 1:
                            shared connections per server (and database, user)
+  --distributed-deadlock-timeout MS [PGSHARD_COORDINATOR_DISTRIBUTED_DEADLOCK_TIMEOUT]
+                           default 2000: a statement of a transaction on several
+                           nodes waiting this long for a lock is canceled with
+                           40P01 (a deadlock across nodes); 0: never
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 19] = [
+const NAMES: [&str; 20] = [
     "listen",
     "metadata",
     "auth",
@@ -157,6 +167,7 @@ const NAMES: [&str; 19] = [
     "server-socket-dir",
     "pool-size",
     "server-idle-timeout",
+    "distributed-deadlock-timeout",
     "authentication-timeout",
     "max-clients",
     "max-message-bytes",
@@ -269,6 +280,11 @@ impl Config {
                     .map_err(|_| bad("expected a number of seconds (0: never)"))?
             }
             "max-message-bytes" => self.max_message_bytes = number()?.max(1024),
+            "distributed-deadlock-timeout" => {
+                self.distributed_deadlock_timeout = value
+                    .parse()
+                    .map_err(|_| bad("expected a number of milliseconds (0: never)"))?
+            }
             "metrics-listen" => self.metrics_listen = value.to_owned(),
             "wrong-shard-tries" => {
                 self.wrong_shard_tries = u32::try_from(number()?).map_err(|_| bad("too large"))?

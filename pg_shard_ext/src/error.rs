@@ -145,6 +145,11 @@ pub(crate) enum ShardError {
     KeyUpdate,
     #[error("cannot PREPARE a transaction that has changed worker nodes through pg_shard")]
     CannotPrepare,
+    #[error(
+        "pg_shard.coordinated_commit_gids() must run inside the transaction whose commit \
+         decides (BEGIN first)"
+    )]
+    DecisionOutsideTransaction,
     #[error("catalog query failed: {0}")]
     Spi(#[from] pgrx::spi::SpiError),
     #[error("{0}")]
@@ -206,6 +211,7 @@ impl ShardError {
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::PlanAfterFdwWrite | ShardError::PathsMixed => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
+            ShardError::DecisionOutsideTransaction => ERRCODE_NO_ACTIVE_SQL_TRANSACTION,
             ShardError::Spi(_) | ShardError::ShardMap(_) => ERRCODE_INTERNAL_ERROR,
         }
     }

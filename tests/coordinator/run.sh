@@ -207,6 +207,10 @@ run_script "$here/faults.log" "$python" "$here/clients/faults.py" "$coordinator"
 run_script "$here/faults.log" "$python" "$here/clients/multiplex.py" "$coordinator" 28320 \
     "$PGSHARD_DATABASE" "$metrics"
 run_script "$here/faults.log" "$python" "$here/clients/session_protocol.py" "$coordinator" "$PGSHARD_DATABASE" 28320
+# Transactions on several nodes: transfers through two coordinators, a
+# coordinator killed at each step of a two-phase commit, a worker down.
+run_script "$here/faults.log" "$python" "$here/clients/transfers.py" 28320 "$coordinator" "$second" \
+    "$PGSHARD_DATABASE" "$cluster_dir" "$bin" 28321,28322
 cat "$here/faults.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/faults.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/faults.log")))

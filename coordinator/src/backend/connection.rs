@@ -66,6 +66,18 @@ pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
 /// may be anyone's.
 pub const UNKNOWN_SESSION: u64 = u64::MAX;
 
+/// What a query of the coordinator's own got back.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// The first column of each row (None for NULL).
+    pub first_values: Vec<Option<String>>,
+    /// The first error, and its message as sent (every field, to pass on).
+    pub error: Option<ServerError>,
+    pub error_body: Option<Bytes>,
+    /// NoticeResponse bodies, to pass on to the client.
+    pub notices: Vec<Bytes>,
+}
+
 pub struct ServerConnection {
     /// Shared, so that keeping it (cancel keys, errors) costs no copy.
     pub address: Arc<ServerAddress>,
@@ -326,33 +338,59 @@ impl ServerConnection {
     /// Reads [`ROLE_SETTINGS_QUERY`] into `role_settings` (on a connection
     /// just made).
     pub async fn note_role_settings(&mut self) -> Result<(), BackendError> {
+        self.send_query(ROLE_SETTINGS_QUERY).await?;
+        let answer = self.read_answer().await?;
+        if let Some(error) = answer.error {
+            return Err(BackendError::Refused(error));
+        }
+        self.role_settings = answer.first_values.into_iter().next().flatten();
+        self.settings_generation = 0;
+        Ok(())
+    }
+
+    /// Sends a simple query of the coordinator's own; [`Self::read_answer`]
+    /// reads what comes back (several connections may be sent to first and
+    /// read after, so that their round trips overlap).
+    pub async fn send_query(&mut self, sql: &str) -> Result<(), BackendError> {
         let mut out = BytesMut::new();
-        protocol::query(&mut out, ROLE_SETTINGS_QUERY);
-        self.write(&out).await?;
-        let mut value = None;
-        let mut failed = None;
+        protocol::query(&mut out, sql);
+        self.write(&out).await
+    }
+
+    /// The answer to a query sent with [`Self::send_query`], up to its
+    /// ReadyForQuery (whose status is noted).
+    pub async fn read_answer(&mut self) -> Result<Answer, BackendError> {
+        let mut answer = Answer::default();
         loop {
             let (tag, body) = self.read().await?;
             match tag {
-                tags::backend::DATA_ROW => {
-                    value = protocol::data_row_values(&body)
+                tags::backend::DATA_ROW => answer.first_values.push(
+                    protocol::data_row_values(&body)
                         .first()
-                        .map(|v| String::from_utf8_lossy(v.unwrap_or_default()).into_owned());
+                        .copied()
+                        .flatten()
+                        .map(|v| String::from_utf8_lossy(v).into_owned()),
+                ),
+                tags::backend::ERROR_RESPONSE => {
+                    let error = ServerError::parse(&body);
+                    if matches!(error.severity.as_str(), "FATAL" | "PANIC") {
+                        self.broken = true;
+                    }
+                    if answer.error.is_none() {
+                        answer.error = Some(error);
+                        answer.error_body = Some(body);
+                    }
                 }
-                tags::backend::ERROR_RESPONSE => failed = Some(ServerError::parse(&body)),
+                tags::backend::NOTICE_RESPONSE => answer.notices.push(body),
+                tags::backend::PARAMETER_STATUS => self.note_parameter(&body),
                 tags::backend::READY_FOR_QUERY => {
-                    self.status = body.first().copied().unwrap_or(tags::status::IDLE);
-                    break;
+                    self.status = body.first().copied().unwrap_or(tags::status::FAILED);
+                    self.awaiting_sync = false;
+                    return Ok(answer);
                 }
                 _ => {}
             }
         }
-        if let Some(error) = failed {
-            return Err(BackendError::Refused(error));
-        }
-        self.role_settings = value;
-        self.settings_generation = 0;
-        Ok(())
     }
 
     /// Records a ParameterStatus message.

@@ -150,7 +150,7 @@ impl Session {
                         sqlstate::CONNECTION_FAILURE,
                         format!("pg_shard coordinator: {e}"),
                     ));
-                    if self.tx.state == TxState::Open && self.tx.pinned.is_some() {
+                    if self.tx.state == TxState::Open && !self.tx.members.is_empty() {
                         self.tx.state = TxState::Failed;
                     }
                     self.finish_batch(synced).await?;
@@ -212,6 +212,8 @@ impl Session {
         expects.splice(0..0, (0..hidden).map(|_| Expect::Hidden));
         out.put_slice(&request);
         self.watch_cancel(lease.connection());
+        let watchdog = self.watchdog(target, &mut lease, side_connection);
+        self.deadlock_fired = watchdog.as_ref().map(|w| w.fired.clone());
         self.flushed_in_statement = false;
         let output_start = self.output.len();
         let result = self
@@ -224,6 +226,8 @@ impl Session {
             )
             .await;
         self.unwatch_cancel();
+        drop(watchdog);
+        self.deadlock_fired = None;
         let synced = synced || std::mem::take(&mut self.synced_by_copy);
         let failed = !matches!(result, Ok((Outcome::Done, false)));
         lease.pool().stats.observe(started.elapsed(), failed);
@@ -342,14 +346,14 @@ impl Session {
         if begins {
             // Sent: a batch ended by Flush leaves the transaction open on
             // its connection, and the next one must not begin it again.
-            self.tx.begin = None;
+            self.tx.join(target);
         }
         let status = lease.connection().status;
         if side_connection {
             // Not the transaction's connection.
             self.release(target, lease);
         } else if !synced {
-            if self.tx.pinned.is_none() && status == tags::status::IDLE {
+            if self.tx.members.is_empty() && status == tags::status::IDLE {
                 self.held = Some((target, lease));
             } else {
                 self.tx.pinned = Some((target, lease));
@@ -362,12 +366,12 @@ impl Session {
                 }
                 tags::status::IN_TRANSACTION => {
                     self.tx.state = TxState::Open;
-                    self.tx.begin = None;
+                    self.tx.join(target);
                     self.tx.pinned = Some((target, lease));
                 }
                 _ => {
                     self.tx.state = TxState::Failed;
-                    self.tx.begin = None;
+                    self.tx.join(target);
                     self.tx.pinned = Some((target, lease));
                 }
             }
@@ -387,10 +391,16 @@ impl Session {
         }
         // A held connection for another node: a batch moved elsewhere.
         self.held = None;
-        match &self.tx.pinned {
-            Some((t, _)) if *t == target => self.tx.pinned.take().map(|(_, lease)| lease),
-            _ => None,
+        if matches!(&self.tx.pinned, Some((t, _)) if *t == target) {
+            return self.tx.pinned.take().map(|(_, lease)| lease);
         }
+        // Another node of the transaction: the last one's connection waits
+        // with the others.
+        if let Some(previous) = self.tx.pinned.take() {
+            self.tx.parked.push(previous);
+        }
+        let at = self.tx.parked.iter().position(|(t, _)| *t == target)?;
+        Some(self.tx.parked.swap_remove(at).1)
     }
 
     /// Ends a batch the coordinator answered itself.
@@ -450,9 +460,9 @@ impl Session {
         let begin = if idle
             && !side_connection
             && self.tx.state == TxState::Open
-            && self.tx.pinned.is_none()
+            && !self.tx.has_begun_on(target)
         {
-            self.tx.begin.clone()
+            Some(self.tx.begin_on_new_node())
         } else {
             None
         };

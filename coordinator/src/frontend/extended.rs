@@ -74,8 +74,12 @@ impl Session {
             );
             return self.fail_batch(error, synced).await;
         }
-        if self.answer_transaction_batch(&batch) {
-            return self.end_batch(synced).await;
+        if let Some(succeeded) = self.answer_transaction_batch(&batch).await {
+            return if succeeded {
+                self.end_batch(synced).await
+            } else {
+                self.finish_batch(synced).await
+            };
         }
         let only_sync = batch
             .iter()
@@ -111,6 +115,11 @@ impl Session {
                     return self.finish_batch(synced).await;
                 }
             };
+            if plan.target == Target::Metadata && !plan.side_connection {
+                for statement in bound_statements(&batch) {
+                    self.note_on_metadata(&statement.analysis, &map);
+                }
+            }
             let retryable = synced
                 && self.may_retry(plan.target)
                 && tries < self.shared.config.wrong_shard_tries;
@@ -124,12 +133,19 @@ impl Session {
             self.metadata_restart_deadline = None;
             match sent? {
                 Outcome::Done => {
-                    let bound = || {
-                        batch
-                            .iter()
-                            .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
-                            .filter_map(|item| item.statement.as_ref())
-                    };
+                    let bound = || bound_statements(&batch);
+                    if !self.last_failed && self.tx.state != TxState::Idle {
+                        // Savepoints the node defined with other statements:
+                        // nodes the transaction reaches later get them too.
+                        for statement in bound() {
+                            if let Analysis::Savepoint(savepoint) = &*statement.analysis {
+                                self.tx.note_savepoint(savepoint);
+                            }
+                        }
+                    }
+                    if bound().any(|s| matches!(*s.analysis, Analysis::Deallocate { name: None })) {
+                        self.forget_server_statements(Target::Metadata);
+                    }
                     let sets = bound()
                         .filter(|statement| sets_parameter(&statement.analysis))
                         .map(|statement| statement.sql.clone())
@@ -264,8 +280,11 @@ impl Session {
                     && (pinned.is_none() || side_connection),
             });
         }
-        // Every bound statement must fit one node.
-        let mut target: Option<Target> = pinned;
+        // Every bound statement must fit one node: the node of the batch
+        // held since a Flush, else the one the first statement picks (a
+        // batch that binds nothing runs where the transaction last ran).
+        let held = self.held.as_ref().map(|(target, _)| *target);
+        let mut target: Option<Target> = if routes.is_empty() { pinned } else { held };
         let mut texts = HashMap::new();
         let mut shard = None;
         let mut all_routed = true;
@@ -273,19 +292,20 @@ impl Session {
             let Some(statement) = &batch[index].statement else {
                 continue;
             };
-            let (placed, text, s) = match self.place(route, &statement.analysis, &statement.sql) {
+            let placed = self.place(route, &statement.analysis, &statement.sql, map);
+            let (placed, text, s) = match placed {
                 Ok(placed) => placed,
-                Err(error) if self.tx.pinned.is_some() => return Err(error),
+                Err(error) if !self.tx.members.is_empty() => return Err(error),
                 Err(_) => {
                     all_routed = false;
                     continue;
                 }
             };
             if target.is_some_and(|t| t != placed) {
-                if self.tx.pinned.is_some() || self.held.is_some() {
-                    if let Some(Target::Worker(p)) = target {
-                        return Err(spans_nodes(p));
-                    }
+                // The metadata node could run the whole batch, but not in a
+                // transaction that ran on workers.
+                if self.tx.has_worker_members() || matches!(held, Some(Target::Worker(_))) {
+                    return Err(batch_spans_nodes());
                 }
                 all_routed = false;
             }
@@ -304,6 +324,26 @@ impl Session {
         };
         if target == Target::Metadata {
             texts.clear();
+        }
+        // The coordinator ends a transaction on several nodes and runs its
+        // savepoint commands on each: not in a batch with other statements.
+        let controls = batch.iter().any(|item| {
+            matches!(item.message, FrontendMessage::Bind(_))
+                && item.statement.as_ref().is_some_and(|statement| {
+                    matches!(
+                        *statement.analysis,
+                        Analysis::Savepoint(_)
+                            | Analysis::Transaction(
+                                TransactionCommand::Commit
+                                    | TransactionCommand::Rollback
+                                    | TransactionCommand::Other
+                            )
+                    )
+                })
+        });
+        let nodes = self.tx.members.len() + usize::from(!self.tx.has_begun_on(target));
+        if controls && self.tx.state != TxState::Idle && nodes > 1 {
+            return Err(batch_spans_nodes());
         }
         Ok(BatchPlan {
             target,
@@ -385,4 +425,12 @@ impl Session {
         )
         .await
     }
+}
+
+/// The statements a batch binds, in order.
+fn bound_statements(batch: &[BatchItem]) -> impl Iterator<Item = &Arc<Prepared>> {
+    batch
+        .iter()
+        .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
+        .filter_map(|item| item.statement.as_ref())
 }

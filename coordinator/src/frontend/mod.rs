@@ -15,12 +15,15 @@ pub mod auth;
 pub mod client_limits;
 
 pub mod cancel;
+mod commit;
 mod connections;
 mod copy;
 pub mod database_commands;
+mod deadlock;
 mod extended;
 mod login;
 mod multiplexed;
+mod participants;
 mod relay;
 mod server_statements;
 mod settings;
@@ -219,9 +222,12 @@ pub struct Session {
     session_connections: HashMap<Target, Lease>,
     /// A transaction command the coordinator answered the Bind of, whose
     /// Execute is still to come: its kind, text and portal.
-    pending_transaction: Option<(TransactionCommand, String, String)>,
+    pending_transaction: Option<(transaction::LoneCommand, String, String)>,
     /// Session-level SETs of the open transaction: kept if it commits.
     pending_settings: Vec<String>,
+    /// The statement running now was canceled as a deadlock across nodes
+    /// (see deadlock.rs): its "canceled" error reaches the client as 40P01.
+    deadlock_fired: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The client's idle_session_timeout: the coordinator ends the session
     /// as the server would (its pooled connections are not the session).
     idle_timeout: Option<Duration>,
@@ -528,11 +534,50 @@ fn aborted_error() -> ServerError {
     )
 }
 
-fn spans_nodes(node: NodeId) -> ServerError {
+/// Names the workers of `members`, for an error message.
+fn worker_list(members: &[Target]) -> String {
+    let nodes: Vec<String> = members
+        .iter()
+        .filter_map(|t| match t {
+            Target::Worker(node) => Some(node.to_string()),
+            Target::Metadata => None,
+        })
+        .collect();
+    nodes.join(", ")
+}
+
+/// A statement only the metadata node can run, in a transaction that
+/// already ran on workers: the metadata node would not see what it did there.
+fn needs_metadata_after_workers(members: &[Target]) -> ServerError {
     ServerError::new(
         sqlstate::FEATURE_NOT_SUPPORTED,
-        format!("pg_shard coordinator: this transaction runs on worker node {node}, and this statement needs another node"),
+        format!(
+            "pg_shard coordinator: this statement needs the metadata node, which cannot see what this transaction did on worker node {}",
+            worker_list(members)
+        ),
     )
-    .with_detail("A transaction through the coordinator runs on one node; it has been rolled back.")
-    .with_hint("Keep a transaction's statements on the keys of one shard, or start it with a statement on several shards so that it runs on the metadata node.")
+    .with_detail("Statements on several shards, DDL, pg_shard functions and tables or views the coordinator does not know run on the metadata node, through connections of its own. Nothing of the statement ran; the transaction has been rolled back.")
+    .with_hint("Run such a statement first in its transaction (the whole transaction then runs on the metadata node), or in a transaction of its own.")
+}
+
+/// A statement routed to a worker that reads a reference table, in a
+/// transaction in which the metadata node may have written that table.
+fn reference_after_metadata(node: NodeId) -> ServerError {
+    ServerError::new(
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        format!("pg_shard coordinator: this statement reads a reference table on worker node {node}, which cannot see what this transaction wrote through the metadata node"),
+    )
+    .with_detail("Nothing of the statement ran; the transaction has been rolled back.")
+    .with_hint("Write reference tables after the statements that read them on workers, or in a transaction of their own.")
+}
+
+/// An extended-protocol batch (up to its Sync) whose statements route to
+/// different nodes inside a transaction that runs on workers.
+fn batch_spans_nodes() -> ServerError {
+    ServerError::new(
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        "pg_shard coordinator: the statements of this batch (up to its Sync) need different nodes inside a transaction",
+    )
+    .with_detail("Nothing of the batch ran; the transaction has been rolled back.")
+    .with_hint("Send a Sync between statements for different shards (leave pipeline mode), or run the batch in a transaction of its own.")
 }

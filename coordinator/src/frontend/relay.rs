@@ -126,7 +126,15 @@ impl Session {
                             || (self.hold_cancels
                                 && error.code == sqlstate::QUERY_CANCELED
                                 && !self.cancel_requested()));
-                    if held {
+                    let deadlock = error.code == sqlstate::QUERY_CANCELED
+                        && self
+                            .deadlock_fired
+                            .as_ref()
+                            .is_some_and(|fired| fired.load(Ordering::Acquire));
+                    if deadlock {
+                        let timeout = self.shared.config.distributed_deadlock_timeout;
+                        self.reply_error(super::deadlock::deadlock_error(timeout));
+                    } else if held {
                         held_error = Some(error);
                     } else {
                         self.pass(tag, &body);

@@ -90,6 +90,7 @@ pub(super) fn session_effect(analysis: &Analysis) -> SessionEffect {
             SessionEffect::None
         }
         Analysis::SearchPath { temporary: true }
+        | Analysis::Deallocate { .. }
         | Analysis::Other {
             keeps_state: true, ..
         } => SessionEffect::Keeps,

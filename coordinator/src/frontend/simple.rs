@@ -103,6 +103,25 @@ impl Session {
                 protocol::command_complete(&mut self.output, tag);
                 return self.finish_reply().await;
             }
+            Analysis::Transaction(command) if self.tx.on_several_nodes() => {
+                let tag = self.end_on_several_nodes(*command).await;
+                if let Some(tag) = tag {
+                    protocol::command_complete(&mut self.output, tag);
+                }
+                return self.finish_reply().await;
+            }
+            Analysis::Savepoint(command) if self.tx.state != TxState::Idle => {
+                if let Some(tag) = self.savepoint(command).await {
+                    protocol::command_complete(&mut self.output, tag);
+                }
+                return self.finish_reply().await;
+            }
+            Analysis::Deallocate { name } => {
+                if let Some(tag) = self.deallocate_here(name.as_deref()) {
+                    protocol::command_complete(&mut self.output, tag);
+                    return self.finish_reply().await;
+                }
+            }
             Analysis::SearchPath { temporary: true } => self.temporary_relations = true,
             Analysis::SearchPath { temporary: false } => self.search_path_changed = true,
             _ => {}
@@ -122,6 +141,9 @@ impl Session {
                     return self.finish_reply().await;
                 }
             };
+            if target == Target::Metadata {
+                self.note_on_metadata(&analysis, &map);
+            }
             let retryable = self.may_retry(target) && tries < self.shared.config.wrong_shard_tries;
             if multiplexable(&analysis) {
                 if let Some(pipe) = self.pipe(target, &map) {
@@ -176,6 +198,9 @@ impl Session {
                     self.note_wrong_shard(&map, &error).await;
                 }
             }
+        }
+        if matches!(*analysis, Analysis::Deallocate { name: None }) {
+            self.forget_server_statements(Target::Metadata);
         }
         let sets = if sets_parameter(&analysis) {
             vec![sql.clone()]
@@ -255,72 +280,185 @@ impl Session {
             ),
             _ => Route::Metadata,
         };
-        self.place(route, analysis, sql)
+        self.place(route, analysis, sql, map)
     }
 
-    /// Fits a route to the transaction's node.
+    /// Fits a route to the transaction: a statement goes where it routes,
+    /// and the transaction begins on that node if it has not yet, unless it
+    /// must see what the transaction did elsewhere (see `docs/coordinator.md`,
+    /// "Transactions").
     pub(super) fn place(
         &self,
         route: Route,
         analysis: &Analysis,
         sql: &str,
+        map: &ClusterMap,
     ) -> Result<(Target, String, Option<i64>), ServerError> {
-        let pinned = self.tx.pinned.as_ref().map(|(target, _)| *target);
-        if self.tx.state != TxState::Idle
-            && pinned.is_none()
-            && self.session_targets.contains(&Target::Metadata)
-        {
+        let routed = |route: Route| match route {
+            Route::Worker {
+                node, sql, shard, ..
+            } => (Target::Worker(node), sql, shard),
+            Route::ReferenceOnly { .. } | Route::Metadata => {
+                (Target::Metadata, sql.to_owned(), None)
+            }
+        };
+        let tx = &self.tx;
+        if tx.state == TxState::Idle {
+            return Ok(routed(route));
+        }
+        let current = tx.pinned.as_ref().map(|(target, _)| *target);
+        if tx.members.is_empty() && self.session_targets.contains(&Target::Metadata) {
             // A client with session state on the metadata node (temporary
             // tables, …) runs its transactions there, with that state.
             return Ok((Target::Metadata, sql.to_owned(), None));
         }
-        match (route, pinned) {
-            (
-                Route::Worker {
-                    node, sql, shard, ..
-                },
-                None,
-            ) => Ok((Target::Worker(node), sql, shard)),
-            (
-                Route::Worker {
-                    node, sql, shard, ..
-                },
-                Some(Target::Worker(p)),
-            ) if p == node => Ok((Target::Worker(node), sql, shard)),
+        let on_metadata = tx.has_begun_on(Target::Metadata);
+        if on_metadata && tx.metadata_distributed {
             // The metadata node can run anything, including statements on
-            // distributed tables, in the same transaction.
-            (_, Some(Target::Metadata)) => Ok((Target::Metadata, sql.to_owned(), None)),
-            (Route::ReferenceOnly { rewrites }, Some(Target::Worker(p))) => {
-                match rewrites.get(&p) {
-                    Some(text) => Ok((Target::Worker(p), text.clone(), None)),
-                    None => Err(spans_nodes(p)),
-                }
-            }
-            (Route::ReferenceOnly { .. }, None) | (Route::Metadata, None) => {
-                Ok((Target::Metadata, sql.to_owned(), None))
-            }
-            (Route::Worker { .. }, Some(Target::Worker(p))) => Err(spans_nodes(p)),
-            (Route::Metadata, Some(Target::Worker(p))) => match analysis {
-                // Statements that name no table (SET LOCAL, SELECT now(),
-                // SHOW, SET search_path), transaction control and what
-                // cannot be parsed (the worker reports the syntax error)
-                // run where the transaction is.
-                Analysis::Transaction(_)
+            // distributed tables, and it sees what it wrote before.
+            return Ok((Target::Metadata, sql.to_owned(), None));
+        }
+        // Statements that name no table (SET LOCAL, SELECT now(), SHOW),
+        // transaction control and what cannot be parsed (the server reports
+        // the syntax error) run where the transaction last ran.
+        let anywhere = matches!(
+            analysis,
+            Analysis::Transaction(_)
+                | Analysis::Savepoint(_)
                 | Analysis::Other {
-                    tableless: true, ..
+                    tableless: true,
+                    ..
                 }
                 | Analysis::SearchPath { temporary: false }
-                | Analysis::Unparsed => Ok((Target::Worker(p), sql.to_owned(), None)),
-                _ => Err(spans_nodes(p)),
-            },
+                | Analysis::Unparsed
+        );
+        if anywhere {
+            if let Some(current) = current {
+                return Ok((current, sql.to_owned(), None));
+            }
         }
+        let session = router::Session {
+            search_path: self.known_search_path(),
+        };
+        match route {
+            Route::Worker {
+                node, sql, shard, ..
+            } => {
+                // What the metadata node wrote to a reference table this
+                // statement reads there is not on the worker's copy.
+                if on_metadata && router::footprint(analysis, map, &session).reference {
+                    return Err(reference_after_metadata(node));
+                }
+                Ok((Target::Worker(node), sql, shard))
+            }
+            // Copies on the transaction's worker, unless the metadata node
+            // (which may have written the table in this transaction) is in it.
+            Route::ReferenceOnly { rewrites } => match current {
+                Some(Target::Worker(p)) if !on_metadata => match rewrites.get(&p) {
+                    Some(text) => Ok((Target::Worker(p), text.clone(), None)),
+                    None => Ok((Target::Metadata, sql.to_owned(), None)),
+                },
+                _ => Ok((Target::Metadata, sql.to_owned(), None)),
+            },
+            Route::Metadata => {
+                if tx.has_worker_members() && router::footprint(analysis, map, &session).distributed
+                {
+                    return Err(needs_metadata_after_workers(&tx.members));
+                }
+                Ok((Target::Metadata, sql.to_owned(), None))
+            }
+        }
+    }
+
+    /// DEALLOCATE of statements the client prepared with the protocol: the
+    /// coordinator forgets them (their server statements, shared by text,
+    /// stay on the connections). The tag when answered here; None when it
+    /// goes to the metadata node, where the client's SQL-level prepared
+    /// statements are (DEALLOCATE ALL then forgets both).
+    pub(super) fn deallocate_here(&mut self, name: Option<&str>) -> Option<&'static str> {
+        match name {
+            Some(name) => self.statements.remove(name).map(|_| "DEALLOCATE"),
+            None => {
+                self.statements.clear();
+                (!self.session_targets.contains(&Target::Metadata)).then_some("DEALLOCATE ALL")
+            }
+        }
+    }
+
+    /// The server ran DEALLOCATE ALL on the client's connection to
+    /// `target`: none of the coordinator's statements are there any more.
+    pub(super) fn forget_server_statements(&mut self, target: Target) {
+        let leases = self
+            .tx
+            .pinned
+            .iter_mut()
+            .chain(self.tx.parked.iter_mut())
+            .chain(self.held.iter_mut())
+            .filter(|(t, _)| *t == target)
+            .map(|(_, lease)| lease)
+            .chain(self.session_connections.get_mut(&target));
+        for lease in leases {
+            lease.connection().prepared.clear();
+        }
+    }
+
+    /// A statement goes to the metadata node: if it may involve distributed
+    /// tables, the rest of the transaction runs there too.
+    pub(super) fn note_on_metadata(&mut self, analysis: &Analysis, map: &ClusterMap) {
+        if self.tx.metadata_distributed {
+            return;
+        }
+        let session = router::Session {
+            search_path: self.known_search_path(),
+        };
+        if router::footprint(analysis, map, &session).distributed {
+            self.tx.metadata_distributed = true;
+        }
+    }
+
+    /// COMMIT, ROLLBACK or another transaction command of a transaction on
+    /// several nodes: the command tag, or None when an error was passed on.
+    pub(super) async fn end_on_several_nodes(
+        &mut self,
+        command: TransactionCommand,
+    ) -> Option<&'static str> {
+        let tag = match command {
+            TransactionCommand::Commit => self.commit_transaction().await,
+            TransactionCommand::Rollback => Some(self.roll_back_transaction().await),
+            TransactionCommand::Begin | TransactionCommand::Other => {
+                // BEGIN inside the transaction only warns, on the server.
+                if command == TransactionCommand::Begin {
+                    protocol::notice_response(
+                        &mut self.output,
+                        &ServerError {
+                            code: "25001".into(),
+                            ..ServerError::warning("there is already a transaction in progress")
+                        },
+                    );
+                    return Some("BEGIN");
+                }
+                self.reply_error(ServerError::new(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "pg_shard coordinator: PREPARE TRANSACTION and COMMIT or ROLLBACK AND CHAIN are not supported in a transaction on several nodes",
+                ).with_hint("The coordinator commits a transaction on several nodes with two-phase commit itself."));
+                if self.tx.state == TxState::Open {
+                    self.tx.state = TxState::Failed;
+                }
+                return None;
+            }
+        };
+        self.last_failed = tag.is_none();
+        if command == TransactionCommand::Commit {
+            self.after_statements(Vec::new(), true, false);
+        }
+        tag
     }
 
     /// A WrongShard answer may be retried when nothing of the transaction
     /// has run yet: autocommit, or the transaction's first statement.
     pub(super) fn may_retry(&self, target: Target) -> bool {
         matches!(target, Target::Worker(_))
-            && self.tx.pinned.is_none()
+            && self.tx.members.is_empty()
             // Messages sent before a Flush ran on the held connection: a
             // retry of the rest would lose them.
             && self.held.is_none()

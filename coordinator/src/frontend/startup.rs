@@ -384,5 +384,6 @@ async fn start(
         session_connections: HashMap::new(),
         pending_settings: Vec::new(),
         pending_transaction: None,
+        deadlock_fired: None,
     }))
 }

@@ -1,6 +1,7 @@
 //! The client's transaction: its state, the BEGIN held back until the
-//! first statement picks the node, the pinned server connection, and how
-//! the coordinator answers and ends it.
+//! first statement picks a node, the server connection of each node it
+//! reached (one per node for its whole life), its savepoints, and how the
+//! coordinator answers and ends it.
 
 use super::*;
 use crate::net::tags;
@@ -14,10 +15,24 @@ pub(super) enum TxState {
 
 pub(super) struct Transaction {
     pub(super) state: TxState,
-    /// The BEGIN text, sent with the first statement.
+    /// The BEGIN text, sent to each node with the transaction's first
+    /// statement there.
     pub(super) begin: Option<String>,
-    /// The node and connection the transaction runs on, once it has begun.
+    /// The connection of the node the last statement ran on.
     pub(super) pinned: Option<(Target, Lease)>,
+    /// The connections of the other nodes the transaction reached.
+    pub(super) parked: Vec<(Target, Lease)>,
+    /// The nodes the transaction has begun on (a node whose connection was
+    /// lost stays here: the transaction cannot begin there again).
+    pub(super) members: Vec<Target>,
+    /// Savepoints defined and not released, oldest first: a node the
+    /// transaction reaches later gets them too, so that rolling back to
+    /// one undoes its work there as well.
+    pub(super) savepoints: Vec<String>,
+    /// The metadata node ran a statement that may involve distributed
+    /// tables: it runs the rest of the transaction (only it sees what that
+    /// statement wrote through its own connections to the workers).
+    pub(super) metadata_distributed: bool,
 }
 
 impl Transaction {
@@ -26,7 +41,48 @@ impl Transaction {
             state: TxState::Idle,
             begin: None,
             pinned: None,
+            parked: Vec::new(),
+            members: Vec::new(),
+            savepoints: Vec::new(),
+            metadata_distributed: false,
         }
+    }
+
+    /// Server connections the transaction holds.
+    pub(super) fn connections(&self) -> usize {
+        usize::from(self.pinned.is_some()) + self.parked.len()
+    }
+
+    /// The transaction runs on more than one node: the coordinator ends it
+    /// and runs its savepoint commands on each.
+    pub(super) fn on_several_nodes(&self) -> bool {
+        self.connections() > 1
+    }
+
+    pub(super) fn has_begun_on(&self, target: Target) -> bool {
+        self.members.contains(&target)
+    }
+
+    pub(super) fn has_worker_members(&self) -> bool {
+        self.members.iter().any(|t| matches!(t, Target::Worker(_)))
+    }
+
+    /// The transaction has begun on `target`.
+    pub(super) fn join(&mut self, target: Target) {
+        if !self.members.contains(&target) {
+            self.members.push(target);
+        }
+    }
+
+    /// What a node the transaction reaches now runs first: BEGIN and the
+    /// savepoints defined so far.
+    pub(super) fn begin_on_new_node(&self) -> String {
+        let mut text = self.begin.clone().unwrap_or_else(|| "BEGIN".into());
+        for name in &self.savepoints {
+            text.push_str(";\nSAVEPOINT ");
+            text.push_str(&pg_shard_core::quote::ident(name));
+        }
+        text
     }
 
     /// The command tag when the coordinator answers `command` itself: a
@@ -38,7 +94,7 @@ impl Transaction {
         match command {
             TransactionCommand::Begin if self.state == TxState::Idle => Some("BEGIN"),
             TransactionCommand::Commit | TransactionCommand::Rollback
-                if self.state != TxState::Idle && self.pinned.is_none() =>
+                if self.state != TxState::Idle && self.connections() == 0 =>
             {
                 Some(
                     if command == TransactionCommand::Commit && self.state == TxState::Open {
@@ -57,74 +113,80 @@ impl Transaction {
         self.state = TxState::Open;
         self.begin = Some(sql);
     }
+
+    /// Notes a savepoint command that succeeded on every node (or that the
+    /// coordinator answered, before any node): false when the savepoint
+    /// named does not exist.
+    pub(super) fn note_savepoint(&mut self, command: &router::Savepoint) -> bool {
+        let position = |name: &str| self.savepoints.iter().rposition(|s| s == name);
+        match command {
+            router::Savepoint::Define(name) => {
+                self.savepoints.push(name.clone());
+                true
+            }
+            router::Savepoint::Release(name) => match position(name) {
+                Some(at) => {
+                    self.savepoints.truncate(at);
+                    true
+                }
+                None => false,
+            },
+            router::Savepoint::RollbackTo(name) => match position(name) {
+                Some(at) => {
+                    self.savepoints.truncate(at + 1);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
 }
 
 impl Session {
     pub(super) fn end_transaction(&mut self) {
-        self.tx.state = TxState::Idle;
-        self.tx.begin = None;
-        if let Some((target, lease)) = self.tx.pinned.take() {
+        let ended = std::mem::replace(&mut self.tx, Transaction::idle());
+        for (target, lease) in ended.pinned.into_iter().chain(ended.parked) {
             self.release(target, lease);
         }
         self.portals.clear();
     }
 
-    /// A statement needs another node than the transaction's: report it,
-    /// roll the transaction back on its node, and fail it for the client.
+    /// A statement the transaction cannot run: report it, roll the
+    /// transaction back on every node, and fail it for the client.
     pub(super) async fn abort_pinned(&mut self, error: ServerError) {
         self.reply_error(error);
-        if let Some((target, mut lease)) = self.tx.pinned.take() {
-            self.roll_back(&mut lease).await;
-            self.release(target, lease);
-        }
+        self.roll_back_everywhere().await;
         self.abort_held();
-        self.tx.state = if self.tx.state == TxState::Idle {
+        let state = if self.tx.state == TxState::Idle {
             TxState::Idle
         } else {
             TxState::Failed
         };
-        self.tx.begin = None;
+        self.tx = Transaction {
+            state,
+            ..Transaction::idle()
+        };
     }
 
-    /// Rolls back the transaction open on `lease`.
-    async fn roll_back(&mut self, lease: &mut Lease) {
-        {
-            let connection = lease.connection();
-            let mut out = BytesMut::new();
-            // A connection between Flush and Sync answers nothing before a Sync.
-            let mut answers = 1;
-            if connection.awaiting_sync {
-                protocol::sync(&mut out);
-                answers = 2;
-            }
-            protocol::query(&mut out, "ROLLBACK");
-            let rolled_back = async {
-                connection.write(&out).await?;
-                loop {
-                    let (tag, body) = connection.read().await?;
-                    if tag == tags::backend::READY_FOR_QUERY {
-                        answers -= 1;
-                        if answers == 0 {
-                            connection.status =
-                                body.first().copied().unwrap_or(tags::status::FAILED);
-                            connection.awaiting_sync = false;
-                            return Ok::<_, crate::backend::connection::BackendError>(());
-                        }
-                    }
-                }
-            }
-            .await;
-            if rolled_back.is_err() {
-                connection.broken = true;
-            }
+    /// Rolls the transaction back on every node it reached and lets go of
+    /// their connections (the transaction's state is left to the caller).
+    pub(super) async fn roll_back_everywhere(&mut self) {
+        let pinned = self.tx.pinned.take();
+        let parked = std::mem::take(&mut self.tx.parked);
+        for (target, mut lease) in pinned.into_iter().chain(parked) {
+            self.roll_back(&mut lease).await;
+            self.release(target, lease);
         }
     }
 
-    /// BEGIN, or COMMIT/ROLLBACK of a transaction that has not reached a
-    /// server yet, sent with the extended protocol (as drivers and pgbench
-    /// -M extended/prepared do): answered here, as in [`Self::simple_query`].
-    /// False when the batch holds anything else.
-    pub(super) fn answer_transaction_batch(&mut self, batch: &[BatchItem]) -> bool {
+    /// A batch whose only statement is a transaction command the
+    /// coordinator answers (as in [`Self::simple_query`]): BEGIN, and
+    /// COMMIT/ROLLBACK of a transaction that has not reached a server yet;
+    /// COMMIT/ROLLBACK of one on several nodes, and savepoint commands in
+    /// a transaction. Sent with the extended protocol, as drivers and
+    /// pgbench -M extended/prepared do. None when the batch holds anything
+    /// else; else whether it succeeded (an error has been passed on).
+    pub(super) async fn answer_transaction_batch(&mut self, batch: &[BatchItem]) -> Option<bool> {
         // A transaction command bound in an earlier batch (ended by Flush,
         // as pg8000 sends them) and executed in this one.
         let pending = self.pending_transaction.take();
@@ -134,54 +196,67 @@ impl Session {
             match &item.message {
                 FrontendMessage::Bind(bind) => {
                     if command.is_some() {
-                        return false;
+                        return None;
                     }
-                    let Some(statement) = &item.statement else {
-                        return false;
+                    let statement = item.statement.as_ref()?;
+                    let lone = match &*statement.analysis {
+                        Analysis::Transaction(kind) => LoneCommand::Transaction(*kind),
+                        Analysis::Savepoint(savepoint) => LoneCommand::Savepoint(savepoint.clone()),
+                        Analysis::Deallocate { name } => LoneCommand::Deallocate(name.clone()),
+                        _ => return None,
                     };
-                    let Analysis::Transaction(kind) = &*statement.analysis else {
-                        return false;
-                    };
-                    command = Some((*kind, statement.sql.clone(), bind.portal.clone()));
+                    command = Some((lone, statement.sql.clone(), bind.portal.clone()));
                 }
                 FrontendMessage::Parse { .. } => {
-                    let is_transaction = item
-                        .statement
-                        .as_ref()
-                        .is_some_and(|s| matches!(*s.analysis, Analysis::Transaction(_)));
-                    if !is_transaction {
-                        return false;
+                    let lone = item.statement.as_ref().is_some_and(|s| {
+                        matches!(
+                            *s.analysis,
+                            Analysis::Transaction(_)
+                                | Analysis::Savepoint(_)
+                                | Analysis::Deallocate { .. }
+                        )
+                    });
+                    if !lone {
+                        return None;
                     }
                 }
                 FrontendMessage::Execute { portal, .. } => {
                     if executed.is_some() {
-                        return false;
+                        return None;
                     }
                     executed = Some(portal.clone());
                 }
                 FrontendMessage::Describe { .. }
                 | FrontendMessage::Sync
                 | FrontendMessage::Flush => {}
-                _ => return false,
+                _ => return None,
             }
         }
         if command.is_none() {
             command = pending;
         }
-        let Some((kind, sql, portal)) = command else {
-            return false;
-        };
+        let (lone, sql, portal) = command?;
         if executed
             .as_ref()
             .is_some_and(|executed| *executed != portal)
         {
-            return false;
+            return None;
         }
         if self.held.is_some() {
-            return false;
+            return None;
         }
-        let Some(tag) = self.tx.answered_here(kind) else {
-            return false;
+        let answer = match &lone {
+            LoneCommand::Transaction(kind) => match self.tx.answered_here(*kind) {
+                Some(tag) => Answer::Tag(tag),
+                None if self.tx.on_several_nodes() => Answer::Coordinated,
+                None => return None,
+            },
+            LoneCommand::Savepoint(_) if self.tx.state != TxState::Idle => Answer::Coordinated,
+            LoneCommand::Savepoint(_) => return None,
+            LoneCommand::Deallocate(name) => match self.deallocate_here(name.as_deref()) {
+                Some(tag) => Answer::Tag(tag),
+                None => return None,
+            },
         };
         for item in batch {
             match &item.message {
@@ -203,21 +278,52 @@ impl Session {
                     protocol::empty(&mut self.output, tags::backend::NO_DATA)
                 }
                 FrontendMessage::Execute { .. } => {
-                    protocol::command_complete(&mut self.output, tag)
+                    let tag = match (&answer, &lone) {
+                        (Answer::Tag(tag), _) => Some(*tag),
+                        (Answer::Coordinated, LoneCommand::Transaction(kind)) => {
+                            self.end_on_several_nodes(*kind).await
+                        }
+                        (Answer::Coordinated, LoneCommand::Savepoint(savepoint)) => {
+                            self.savepoint(savepoint).await
+                        }
+                        (Answer::Coordinated, LoneCommand::Deallocate(_)) => None,
+                    };
+                    match tag {
+                        Some(tag) => protocol::command_complete(&mut self.output, tag),
+                        // The rest of the batch is skipped, as after a
+                        // server's error.
+                        None => return Some(false),
+                    }
                 }
                 _ => {}
             }
         }
-        if executed.is_none() {
+        match (executed, answer, lone) {
             // Bound, not executed yet: it takes effect with its Execute.
-            self.pending_transaction = Some((kind, sql, portal));
-        } else if kind == TransactionCommand::Begin {
-            self.tx.begin(sql);
-        } else {
-            self.end_transaction();
+            (None, _, lone) => self.pending_transaction = Some((lone, sql, portal)),
+            (Some(_), Answer::Tag(_), LoneCommand::Transaction(TransactionCommand::Begin)) => {
+                self.tx.begin(sql)
+            }
+            (Some(_), Answer::Tag(_), LoneCommand::Deallocate(_)) => {}
+            (Some(_), Answer::Tag(_), _) => self.end_transaction(),
+            (Some(_), Answer::Coordinated, _) => {}
         }
-        true
+        Some(true)
     }
+}
+
+/// A transaction command alone in an extended-protocol batch.
+pub(super) enum LoneCommand {
+    Transaction(TransactionCommand),
+    Savepoint(router::Savepoint),
+    Deallocate(Option<String>),
+}
+
+/// How the coordinator answers it.
+enum Answer {
+    Tag(&'static str),
+    /// Run on the transaction's nodes by the coordinator.
+    Coordinated,
 }
 
 #[cfg(test)]
@@ -277,5 +383,34 @@ mod tests {
             tx.begin.as_deref(),
             Some("BEGIN ISOLATION LEVEL SERIALIZABLE")
         );
+    }
+
+    #[test]
+    fn a_node_reached_later_gets_begin_and_the_savepoints() {
+        let mut tx = Transaction::idle();
+        tx.begin("BEGIN ISOLATION LEVEL REPEATABLE READ".into());
+        assert!(tx.note_savepoint(&router::Savepoint::Define("a".into())));
+        assert!(tx.note_savepoint(&router::Savepoint::Define("Odd \"name".into())));
+        assert_eq!(
+            tx.begin_on_new_node(),
+            "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSAVEPOINT \"a\";\nSAVEPOINT \"Odd \"\"name\""
+        );
+    }
+
+    #[test]
+    fn savepoints_follow_release_and_rollback_to() {
+        let mut tx = Transaction::idle();
+        for name in ["a", "b", "a", "c"] {
+            tx.note_savepoint(&router::Savepoint::Define(name.into()));
+        }
+        // ROLLBACK TO keeps the savepoint (the latest of that name).
+        assert!(tx.note_savepoint(&router::Savepoint::RollbackTo("a".into())));
+        assert_eq!(tx.savepoints, ["a", "b", "a"]);
+        // RELEASE drops it and every later one.
+        assert!(tx.note_savepoint(&router::Savepoint::Release("b".into())));
+        assert_eq!(tx.savepoints, ["a"]);
+        assert!(!tx.note_savepoint(&router::Savepoint::Release("zzz".into())));
+        assert!(!tx.note_savepoint(&router::Savepoint::RollbackTo("b".into())));
+        assert_eq!(tx.savepoints, ["a"]);
     }
 }

@@ -634,9 +634,18 @@ pub fn password(out: &mut BytesMut, data: &[u8]) {
     end_message(out, at);
 }
 
-/// An ErrorResponse (or NoticeResponse with tag 'N').
+/// An ErrorResponse.
 pub fn error_response(out: &mut BytesMut, error: &ServerError) {
-    let at = begin_message(out, b'E');
+    error_fields(out, b'E', error);
+}
+
+/// A NoticeResponse (a warning of the coordinator's own).
+pub fn notice_response(out: &mut BytesMut, notice: &ServerError) {
+    error_fields(out, b'N', notice);
+}
+
+fn error_fields(out: &mut BytesMut, tag: u8, error: &ServerError) {
+    let at = begin_message(out, tag);
     for (field, value) in error.fields() {
         out.put_u8(field);
         put_cstr(out, value);
@@ -663,6 +672,13 @@ impl ServerError {
             message: message.into(),
             detail: None,
             hint: None,
+        }
+    }
+
+    pub fn warning(message: impl Into<String>) -> ServerError {
+        ServerError {
+            severity: "WARNING".into(),
+            ..ServerError::new("01000", message)
         }
     }
 

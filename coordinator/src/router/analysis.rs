@@ -23,6 +23,15 @@ pub fn analyze(sql: &str) -> Analysis {
     match statement {
         N::TransactionStmt(t) => {
             use protobuf::TransactionStmtKind as T;
+            let name = t.savepoint_name.clone();
+            match T::try_from(t.kind) {
+                Ok(T::TransStmtSavepoint) => return Analysis::Savepoint(Savepoint::Define(name)),
+                Ok(T::TransStmtRelease) => return Analysis::Savepoint(Savepoint::Release(name)),
+                Ok(T::TransStmtRollbackTo) => {
+                    return Analysis::Savepoint(Savepoint::RollbackTo(name))
+                }
+                _ => {}
+            }
             Analysis::Transaction(match T::try_from(t.kind) {
                 Ok(T::TransStmtBegin | T::TransStmtStart) => TransactionCommand::Begin,
                 Ok(T::TransStmtCommit) if !t.chain => TransactionCommand::Commit,
@@ -48,12 +57,14 @@ pub fn analyze(sql: &str) -> Analysis {
             tableless: false,
             keeps_state: true,
         },
-        N::PrepareStmt(_) | N::ListenStmt(_) | N::DiscardStmt(_) | N::DeallocateStmt(_) => {
-            Analysis::Other {
-                tableless: false,
-                keeps_state: true,
-            }
-        }
+        N::DeallocateStmt(deallocate) => Analysis::Deallocate {
+            name: (!deallocate.isall && !deallocate.name.is_empty())
+                .then(|| deallocate.name.clone()),
+        },
+        N::PrepareStmt(_) | N::ListenStmt(_) | N::DiscardStmt(_) => Analysis::Other {
+            tableless: false,
+            keeps_state: true,
+        },
         N::VariableShowStmt(show) => match show.name.as_str() {
             "pools" => Analysis::Admin(AdminCommand::Pools),
             "stats" => Analysis::Admin(AdminCommand::Stats),
@@ -82,9 +93,11 @@ pub fn analyze(sql: &str) -> Analysis {
             None => {
                 let tree = serde_json::to_string(&parsed.protobuf).unwrap_or_default();
                 Analysis::Other {
+                    // (pg_shard's functions are the metadata node's.)
                     tableless: matches!(statement, N::SelectStmt(_))
                         && !tree.is_empty()
-                        && !tree.contains("\"RangeVar\""),
+                        && !tree.contains("\"RangeVar\"")
+                        && !tree.contains("\"sval\":\"pg_shard\""),
                     keeps_state: SESSION_FUNCTIONS
                         .iter()
                         .any(|name| tree.contains(&format!("\"sval\":\"{name}\""))),

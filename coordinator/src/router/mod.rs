@@ -14,6 +14,7 @@
 mod analysis;
 mod decision;
 mod equivalence;
+mod footprint;
 mod keys;
 pub mod lexer;
 mod rewrite;
@@ -26,6 +27,7 @@ use crate::backend::cluster::{ClusterMap, NodeId, TableKind};
 pub use analysis::analyze;
 use analysis::SESSION_FUNCTIONS;
 use decision::route_inner;
+pub use footprint::footprint;
 use keys::{insert_keys, key_id};
 use rewrite::rewrite;
 
@@ -48,8 +50,17 @@ pub enum TransactionCommand {
     Begin,
     Commit,
     Rollback,
-    /// SAVEPOINT, RELEASE, ROLLBACK TO, PREPARE TRANSACTION, …: forwarded.
+    /// PREPARE TRANSACTION, COMMIT/ROLLBACK AND CHAIN, …: forwarded.
     Other,
+}
+
+/// SAVEPOINT, RELEASE [SAVEPOINT] and ROLLBACK TO [SAVEPOINT], with the
+/// savepoint's name as the server folds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Savepoint {
+    Define(String),
+    Release(String),
+    RollbackTo(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +73,7 @@ pub enum AdminCommand {
 #[derive(Debug)]
 pub enum Analysis {
     Transaction(TransactionCommand),
+    Savepoint(Savepoint),
     /// Changes how names resolve (SET/RESET search_path, role or session
     /// authorization, RESET ALL, a temporary table or view): unqualified
     /// names can no longer be resolved by the coordinator.
@@ -69,6 +81,13 @@ pub enum Analysis {
         temporary: bool,
     },
     Admin(AdminCommand),
+    /// DEALLOCATE name, or DEALLOCATE ALL (None). The client's statements
+    /// prepared with the protocol are the coordinator's to forget (their
+    /// server statements are shared by text); SQL-level ones live on the
+    /// metadata node.
+    Deallocate {
+        name: Option<String>,
+    },
     /// A statement that may go to one worker.
     Routable(Shape),
     /// Parsed, but always for the metadata node. `tableless`: a SELECT,

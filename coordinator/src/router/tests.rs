@@ -1,4 +1,5 @@
 //! Routing decisions for statements against a two-node map.
+use super::footprint::Footprint;
 use super::*;
 use crate::backend::cluster::{Node, ShardPlacement, Table};
 use crate::backend::connection::ServerAddress;
@@ -330,6 +331,30 @@ fn transaction_and_admin_statements() {
         Analysis::Transaction(TransactionCommand::Other)
     ));
     assert!(matches!(
+        analyze("SAVEPOINT \"Mixed Case\""),
+        Analysis::Savepoint(Savepoint::Define(name)) if name == "Mixed Case"
+    ));
+    assert!(matches!(
+        analyze("release s1"),
+        Analysis::Savepoint(Savepoint::Release(name)) if name == "s1"
+    ));
+    assert!(matches!(
+        analyze("ROLLBACK TO SAVEPOINT S1"),
+        Analysis::Savepoint(Savepoint::RollbackTo(name)) if name == "s1"
+    ));
+    assert!(matches!(
+        analyze("ROLLBACK TO s1"),
+        Analysis::Savepoint(Savepoint::RollbackTo(_))
+    ));
+    assert!(matches!(
+        analyze("DEALLOCATE ALL"),
+        Analysis::Deallocate { name: None }
+    ));
+    assert!(matches!(
+        analyze("DEALLOCATE PREPARE _pg3_0"),
+        Analysis::Deallocate { name: Some(name) } if name == "_pg3_0"
+    ));
+    assert!(matches!(
         analyze("SHOW POOLS"),
         Analysis::Admin(AdminCommand::Pools)
     ));
@@ -527,4 +552,44 @@ fn names_resolve_along_the_sessions_search_path() {
     // Not on the path at all, or the path unknown.
     assert_eq!(routes(Some(&path("empty"))), Route::Metadata);
     assert_eq!(routes(None), Route::Metadata);
+}
+
+#[test]
+fn footprints_tell_what_the_metadata_node_would_touch() {
+    let map = cluster();
+    let path = default_path("app");
+    let session = Session {
+        search_path: Some(&path),
+    };
+    let of = |sql: &str| footprint(&analyze(sql), &map, &session);
+    let reference_only = Footprint {
+        distributed: false,
+        reference: true,
+    };
+    let unknown = Footprint {
+        distributed: true,
+        reference: true,
+    };
+    assert_eq!(
+        of("UPDATE branches SET bid = bid WHERE bid = 1"),
+        reference_only
+    );
+    assert!(of("SELECT count(*) FROM accounts").distributed);
+    assert!(!of("SELECT count(*) FROM accounts").reference);
+    assert_eq!(
+        of("SELECT * FROM accounts a JOIN branches b USING (bid) WHERE aid = 1"),
+        unknown
+    );
+    // Names the map does not know may be views over distributed tables.
+    assert_eq!(of("SELECT * FROM some_view"), unknown);
+    // So may functions of the application's.
+    assert_eq!(of("UPDATE branches SET bid = my_function(bid)"), unknown);
+    // DDL, pg_shard's functions: the coordinator cannot tell.
+    assert_eq!(of("ALTER TABLE branches ADD COLUMN c int"), unknown);
+    assert_eq!(
+        of("SELECT pg_shard.recover_prepared_transactions()"),
+        unknown
+    );
+    assert_eq!(of("SELECT now()"), Footprint::default());
+    assert_eq!(of("SAVEPOINT s"), Footprint::default());
 }

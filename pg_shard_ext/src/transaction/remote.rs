@@ -477,7 +477,7 @@ fn subtransaction_aborted(_sub: pg_sys::SubTransactionId, _parent: pg_sys::SubTr
 /// The global id of a remote transaction of this local transaction on
 /// `node`, recorded in the local transaction: the record exists if and only
 /// if the local transaction committed.
-fn record_remote_transaction(node: &Node) -> Result<String> {
+pub(crate) fn record_remote_transaction(node: &Node) -> Result<String> {
     // (Any role's write to a reference table opens remote transactions.)
     crate::metadata::catalog::as_extension_owner(|| record_as_owner(node))
 }
@@ -500,6 +500,25 @@ fn record_as_owner(node: &Node) -> Result<String> {
         &[node.node_id.into(), (number as i64).into()],
     )?;
     gid.ok_or_else(|| ShardError::Internal("no global transaction id".into()))
+}
+
+/// The recovery decides by the fate of the local transaction's id. Its WAL
+/// must be durable before anything is prepared: after a crash that lost
+/// it, the id would be handed out again, and a later transaction with the
+/// same id committing would commit the prepared ones. And the local commit
+/// must be durable before any remote one commits (under
+/// synchronous_commit = off it would not be).
+pub(crate) fn make_decision_durable() {
+    // SAFETY: XactLastRecEnd is the end of this transaction's last WAL
+    // record (it wrote one: its remote_transaction rows); flushing to it
+    // errors only on an I/O failure, which aborts the transaction here,
+    // before anything is prepared. ForceSyncCommit sets a flag.
+    unsafe {
+        if pg_sys::XactLastRecEnd != 0 {
+            pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
+        }
+        pg_sys::ForceSyncCommit();
+    }
 }
 
 /// Pauses between the phases, for tests that crash a backend there
@@ -600,22 +619,7 @@ fn prepare_writers(open: &mut [OpenTransaction]) -> Result<()> {
     // SAFETY: the snapshot pushed above.
     unsafe { pg_sys::PopActiveSnapshot() };
     recorded?;
-    // The recovery decides by the fate of this transaction's id. Its WAL
-    // must be durable before anything is prepared: after a crash that lost
-    // it, the id would be handed out again, and a later transaction with
-    // the same id committing would commit these prepared ones. And the
-    // local commit must be durable before any remote one commits (under
-    // synchronous_commit = off it would not be).
-    // SAFETY: XactLastRecEnd is the end of this transaction's last WAL
-    // record (it wrote one: its remote_transaction rows); flushing to it
-    // errors only on an I/O failure, which aborts the transaction here,
-    // before anything is prepared. ForceSyncCommit sets a flag.
-    unsafe {
-        if pg_sys::XactLastRecEnd != 0 {
-            pg_sys::XLogFlush(pg_sys::XactLastRecEnd);
-        }
-        pg_sys::ForceSyncCommit();
-    }
+    make_decision_durable();
     for transaction in open.iter_mut().filter(|t| t.wrote) {
         let gid = transaction.gid.clone().unwrap_or_default();
         transaction
@@ -678,6 +682,11 @@ fn keep_idle(transaction: OpenTransaction) {
     if transaction.connection.is_idle() {
         put_idle(transaction.user, transaction.connection);
     }
+}
+
+/// Whether a remote transaction of the local one has written.
+pub(crate) fn any_remote_writes() -> bool {
+    OPEN.with(|open| open.borrow().iter().any(|t| t.wrote))
 }
 
 /// A PREPARE TRANSACTION of the local transaction would leave the remote

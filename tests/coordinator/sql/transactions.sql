@@ -11,7 +11,7 @@ BEGIN;
 UPDATE accounts SET balance = 0 WHERE id = 42;
 ROLLBACK;
 SELECT balance FROM accounts WHERE id = 42;
--- a statement for another node fails, before anything commits
+-- a transaction on two workers commits on both (more in distributed_transactions.sql)
 SELECT pg_shard.keyspace_id(42::bigint) AS k42, pg_shard.keyspace_id(7::bigint) AS k7 \gset
 SELECT (SELECT node_id FROM pg_shard.shards WHERE table_name = 'accounts'::regclass
           AND :k42 BETWEEN range_start AND range_end)
