@@ -195,6 +195,38 @@ transfer_check=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c \
     "SELECT sum(abalance) FROM pgbench_accounts")
 echo "sum of balances after the transfers (0 before): $transfer_check"
 
+# COPY FROM STDIN of 1M rows (text): through the coordinator, which splits
+# them by key and streams each worker's share into its shards, against
+# COPY into the single PostgreSQL; three runs each, in turn, best of three.
+copy_rows=${PGSHARD_BENCH_COPY_ROWS:-1000000}
+copy_file=$scratch/copy.tsv
+awk -v n="$copy_rows" 'BEGIN { for (i = 1; i <= n; i++) printf "%d\tnote %d for the load test\t%d.%02d\n", i, i, i % 10000, i % 100 }' >"$copy_file"
+chmod 644 "$copy_file"
+copy_table="CREATE TABLE copy_load (id bigint PRIMARY KEY, note text NOT NULL, amount numeric NOT NULL)"
+psql -X -q -h 127.0.0.1 -p 29330 -d single -c "$copy_table"
+psql -X -q -h 127.0.0.1 -p 29420 -d bench -c "$copy_table" \
+    -c "SELECT pg_shard.create_distributed_table('copy_load', 'id')" -c "SELECT pg_sleep(1)" >/dev/null
+copy_seconds() { # port database → seconds for the COPY (the table emptied first)
+    psql -X -q -h 127.0.0.1 -p "$1" -d "$2" -c "TRUNCATE copy_load"
+    local start end
+    start=$(date +%s.%N)
+    psql -X -q -h 127.0.0.1 -p "$1" -d "$2" -v ON_ERROR_STOP=1 -c "\\copy copy_load FROM '$copy_file'" >/dev/null
+    end=$(date +%s.%N)
+    awk "BEGIN {printf \"%.3f\", $end - $start}"
+}
+direct_best=999999; coordinator_best=999999
+for _ in 1 2 3; do
+    d=$(copy_seconds 29330 single)
+    c=$(copy_seconds 29420 bench)
+    direct_best=$(awk "BEGIN {print ($d < $direct_best) ? $d : $direct_best}")
+    coordinator_best=$(awk "BEGIN {print ($c < $coordinator_best) ? $c : $coordinator_best}")
+    echo "copy run: direct ${d} s, coordinator ${c} s"
+done
+loaded=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c "SELECT count(*) FROM copy_load")
+echo
+echo "COPY of $copy_rows rows (best of 3): direct $direct_best s, coordinator $coordinator_best s;" \
+    "rate ratio $(awk "BEGIN {printf \"%.2f\", $direct_best / $coordinator_best}") ($loaded rows loaded)"
+
 if [ -n "${baseline_pid:-}" ]; then
     # Before and after, run by run: the coordinator and the baseline in
     # turn, so that the machine's drift falls on both alike.
@@ -213,6 +245,23 @@ if [ -n "${baseline_pid:-}" ]; then
             median=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(( (pairs + 1) / 2 ))p")
             printf '%-9s %-8s %-40s %7s\n' "$mode" "$clients" "${ratios[*]}" "$median"
         done
+    done
+    # Transactions on one node (pgbench -N: accounts and history are
+    # co-located), the same way.
+    single_node_tps() { # port clients → tps
+        pgbench -n -N -M prepared -c "$2" -j 2 -T "$seconds" -h 127.0.0.1 -p "$1" bench 2>&1 |
+            sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+    }
+    echo "pgbench -N -M prepared (transactions on one node), coordinator / baseline:"
+    for clients in 4 16; do
+        ratios=()
+        for _ in $(seq 1 "$pairs"); do
+            after=$(single_node_tps 29420 "$clients")
+            before=$(single_node_tps 29424 "$clients")
+            ratios+=("$(awk "BEGIN {printf \"%.3f\", $after / $before}")")
+        done
+        median=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(( (pairs + 1) / 2 ))p")
+        printf '%-9s %-8s %-40s %7s\n' "-N" "$clients" "${ratios[*]}" "$median"
     done
 fi
 

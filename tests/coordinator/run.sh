@@ -121,6 +121,18 @@ for mode in simple extended prepared; do
         fi
     done
 done
+# Two-account transfers (pgbench custom script): about half touch both
+# workers (two-phase commit through the coordinator); the sum stays.
+for mode in simple extended prepared; do
+    out=$(pgbench_via -n -f "$here/transfer.pgbench" -M $mode -c 4 -j 2 -t 200 --max-tries 10 2>&1)
+    if grep -q "number of transactions actually processed: 800/800" <<<"$out" &&
+        grep -q "number of failed transactions: 0 " <<<"$out"; then
+        ok "pgbench transfers -M $mode: 800 transactions across nodes, none failed"
+    else
+        not_ok "pgbench transfers -M $mode"
+        echo "$out" | tail -5
+    fi
+done
 check "balances equal the history's deltas after pgbench -N" test "$(invariant)" = t
 history_rows=$(psql -X -At -h 127.0.0.1 -p 28320 -d "$bench" -c "SELECT count(*) FROM pgbench_history")
 check "every -N transaction left one history row (2400)" test "$history_rows" = 2400
@@ -211,6 +223,8 @@ run_script "$here/faults.log" "$python" "$here/clients/session_protocol.py" "$co
 # coordinator killed at each step of a two-phase commit, a worker down.
 run_script "$here/faults.log" "$python" "$here/clients/transfers.py" 28320 "$coordinator" "$second" \
     "$PGSHARD_DATABASE" "$cluster_dir" "$bin" 28321,28322
+# COPY FROM STDIN split by key to the shards.
+run_script "$here/faults.log" "$python" "$here/clients/copy_split.py" "$coordinator" 28320 "$PGSHARD_DATABASE"
 cat "$here/faults.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/faults.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/faults.log")))

@@ -83,6 +83,8 @@ pub struct Table {
     /// Columns whose value the metadata node fills in when an INSERT omits
     /// them (defaults, identity, generated): such INSERTs are not routed.
     pub filled_columns: HashSet<String>,
+    /// Generated columns (not in a COPY's data; each node computes them).
+    pub generated_columns: HashSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -510,7 +512,10 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
                           ORDER BY a.attnum), \
                     ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
                           WHERE a.attrelid = t.table_rel AND a.attnum > 0 AND NOT a.attisdropped \
-                            AND (a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '')) \
+                            AND (a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '')), \
+                    ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                          WHERE a.attrelid = t.table_rel AND a.attnum > 0 AND NOT a.attisdropped \
+                            AND a.attgenerated <> '') \
              FROM pg_shard.logical_table t \
              JOIN pg_catalog.pg_class c ON c.oid = t.table_rel \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -576,6 +581,7 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
         let kind: String = row.get(3);
         let columns: Vec<String> = row.get(7);
         let filled: Vec<String> = row.get(8);
+        let generated: Vec<String> = row.get(9);
         let kind = if kind == "distributed" {
             let encoding_name: Option<String> = row.get(6);
             let encoding_name = encoding_name.unwrap_or_default();
@@ -601,6 +607,7 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
                 kind,
                 columns,
                 filled_columns: filled.into_iter().collect(),
+                generated_columns: generated.into_iter().collect(),
             }),
         );
     }

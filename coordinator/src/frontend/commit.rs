@@ -80,17 +80,16 @@ impl Session {
         if self.tx.state == TxState::Failed {
             return Some(self.roll_back_transaction().await);
         }
-        let asked = self
-            .on_each_node(|_| Some("SELECT pg_shard.transaction_wrote()".into()))
-            .await;
-        if self.pass_first_failure(&asked) {
-            self.roll_back_transaction().await;
-            return None;
-        }
-        let writers: Vec<Target> = asked
+        let connected: Vec<Target> = self
+            .tx
+            .pinned
             .iter()
-            .filter(|a| a.value() != Some("f"))
-            .map(|a| a.target)
+            .chain(self.tx.parked.iter())
+            .map(|(target, _)| *target)
+            .collect();
+        let writers: Vec<Target> = connected
+            .into_iter()
+            .filter(|target| self.tx.wrote_on.contains(target))
             .collect();
         let committed = if writers.len() <= 1 {
             self.commit_one_writer(writers.first().copied()).await
@@ -154,7 +153,23 @@ impl Session {
         let recorded = match decider.as_mut() {
             Some(lease) => {
                 let sql = format!("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE;\n{record}");
-                ask(lease, &sql).await
+                let mut asked = ask(lease, &sql).await;
+                if asked.is_err() && lease.reused {
+                    // Pooled, and its server went away since: a new one.
+                    self.shared.pools.discard_idle(lease);
+                    match self.decision_connection().await {
+                        Ok(fresh) => {
+                            *lease = fresh;
+                            asked = ask(lease, &sql).await;
+                        }
+                        Err(error) => {
+                            self.reply_error(error);
+                            self.roll_back_transaction().await;
+                            return false;
+                        }
+                    }
+                }
+                asked
             }
             None => {
                 let answers = self
@@ -164,9 +179,7 @@ impl Session {
             }
         };
         let gids: Vec<String> = match recorded {
-            Ok(answer)
-                if answer.error.is_none() && answer.first_values.len() == prepared.len() =>
-            {
+            Ok(answer) if answer.error.is_none() && answer.first_values.len() == prepared.len() => {
                 answer.first_values.into_iter().flatten().collect()
             }
             Ok(answer) => {
@@ -346,22 +359,12 @@ impl Session {
     /// A connection to the metadata node for a decision of the
     /// coordinator's own (the client's role, from its pool).
     async fn decision_connection(&mut self) -> Result<Lease, ServerError> {
-        let pool = self.shared.pools.pool(&PoolKey {
-            address: self.shared.metadata.clone(),
-            database: self.database.clone(),
-            user: self.user.clone(),
-        });
         let mut lease = self
-            .shared
-            .pools
-            .checkout_from(pool, self.serial)
-            .await
-            .map_err(|e| {
-                ServerError::new(
-                    sqlstate::CONNECTION_FAILURE,
-                    format!("pg_shard coordinator: no connection to the metadata node to decide the commit: {e}"),
-                )
-            })?;
+            .pooled_connection(
+                self.shared.metadata.clone(),
+                "no connection to the metadata node to decide the commit",
+            )
+            .await?;
         // Settings made for another client are not this one's.
         lease.connection().session_settings = None;
         Ok(lease)

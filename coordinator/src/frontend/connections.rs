@@ -7,7 +7,7 @@ use crate::net::sqlstate;
 use crate::net::tags;
 
 /// What a connection needs before the client's messages.
-struct Prelude {
+pub(super) struct Prelude {
     /// RESET ALL, the client's settings, the map version.
     pub(super) settings: Option<String>,
     pub(super) declares_version: bool,
@@ -158,6 +158,30 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// A connection to `address` from the client's pool there, for work of
+    /// the coordinator's own (`purpose` words the error).
+    pub(super) async fn pooled_connection(
+        &self,
+        address: ServerAddress,
+        purpose: &str,
+    ) -> Result<Lease, ServerError> {
+        let pool = self.shared.pools.pool(&PoolKey {
+            address,
+            database: self.database.clone(),
+            user: self.user.clone(),
+        });
+        self.shared
+            .pools
+            .checkout_from(pool, self.serial)
+            .await
+            .map_err(|e| {
+                ServerError::new(
+                    sqlstate::CONNECTION_FAILURE,
+                    format!("pg_shard coordinator: {purpose}: {e}"),
+                )
+            })
     }
 
     /// A batch without side effects bound for the metadata node, within
@@ -423,7 +447,7 @@ impl Session {
 
     /// SET statements, the map version and BEGIN the connection needs
     /// before the client's messages; None when it needs nothing.
-    fn prelude(
+    pub(super) fn prelude(
         &self,
         connection: &mut ServerConnection,
         target: Target,

@@ -120,6 +120,12 @@ impl Session {
                     self.note_on_metadata(&statement.analysis, &map);
                 }
             }
+            if !plan.side_connection {
+                // (A batch that binds nothing runs portals bound before,
+                // whose writes were noted then.)
+                let writes = bound_statements(&batch).any(|s| router::may_write(&s.analysis));
+                self.tx.note_write(plan.target, writes);
+            }
             let retryable = synced
                 && self.may_retry(plan.target)
                 && tries < self.shared.config.wrong_shard_tries;

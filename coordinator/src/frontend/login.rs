@@ -229,7 +229,7 @@ pub(super) async fn passthrough_login(
                 refuse(stream, error).await;
                 return Ok(None);
             }
-            Attempt::LoggedIn(server) => return Ok(Some(server)),
+            Attempt::LoggedIn(server) => return Ok(Some(*server)),
             Attempt::Failed => return Ok(None),
         }
     }
@@ -237,7 +237,7 @@ pub(super) async fn passthrough_login(
 
 /// How a passthrough login went.
 enum Attempt {
-    LoggedIn(ServerConnection),
+    LoggedIn(Box<ServerConnection>),
     /// The server's error, not yet passed on; whether the client was asked
     /// for a password meanwhile.
     Refused(ServerError, bool),
@@ -317,7 +317,7 @@ async fn passthrough_attempt(
     };
     let result = relay.await;
     Ok(match result {
-        Ok(None) => Attempt::LoggedIn(server),
+        Ok(None) => Attempt::LoggedIn(Box::new(server)),
         Ok(Some(error)) => Attempt::Refused(error, asked_client),
         Err(e) => {
             refuse(

@@ -19,14 +19,6 @@ impl NodeAnswer {
     pub(super) fn failed(&self) -> bool {
         !matches!(&self.answer, Ok(answer) if answer.error.is_none())
     }
-
-    /// The node's value of a one-row, one-column answer.
-    pub(super) fn value(&self) -> Option<&str> {
-        match &self.answer {
-            Ok(answer) => answer.first_values.first()?.as_deref(),
-            Err(_) => None,
-        }
-    }
 }
 
 impl Session {

@@ -126,6 +126,15 @@ impl Session {
             Analysis::SearchPath { temporary: false } => self.search_path_changed = true,
             _ => {}
         }
+        if matches!(*analysis, Analysis::Other { .. }) {
+            let map = self.map.current();
+            if let Some(split) = self.split_copy(&sql, &map) {
+                return self.copy_split(split).await;
+            }
+            if let Some(plan) = self.copy_out_plan(&sql, &map) {
+                return self.copy_out(plan).await;
+            }
+        }
         let effect = session_effect(&analysis);
         let committing = matches!(*analysis, Analysis::Transaction(TransactionCommand::Commit))
             && self.tx.state == TxState::Open;
@@ -144,6 +153,7 @@ impl Session {
             if target == Target::Metadata {
                 self.note_on_metadata(&analysis, &map);
             }
+            self.tx.note_write(target, router::may_write(&analysis));
             let retryable = self.may_retry(target) && tries < self.shared.config.wrong_shard_tries;
             if multiplexable(&analysis) {
                 if let Some(pipe) = self.pipe(target, &map) {
@@ -430,10 +440,8 @@ impl Session {
                 if command == TransactionCommand::Begin {
                     protocol::notice_response(
                         &mut self.output,
-                        &ServerError {
-                            code: "25001".into(),
-                            ..ServerError::warning("there is already a transaction in progress")
-                        },
+                        &ServerError::warning("there is already a transaction in progress")
+                            .with_code("25001"),
                     );
                     return Some("BEGIN");
                 }

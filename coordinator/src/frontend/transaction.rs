@@ -33,6 +33,9 @@ pub(super) struct Transaction {
     /// tables: it runs the rest of the transaction (only it sees what that
     /// statement wrote through its own connections to the workers).
     pub(super) metadata_distributed: bool,
+    /// Nodes where a statement that may write ran (router::may_write):
+    /// only they take part in the commit decision.
+    pub(super) wrote_on: Vec<Target>,
 }
 
 impl Transaction {
@@ -45,6 +48,7 @@ impl Transaction {
             members: Vec::new(),
             savepoints: Vec::new(),
             metadata_distributed: false,
+            wrote_on: Vec::new(),
         }
     }
 
@@ -65,6 +69,13 @@ impl Transaction {
 
     pub(super) fn has_worker_members(&self) -> bool {
         self.members.iter().any(|t| matches!(t, Target::Worker(_)))
+    }
+
+    /// A statement that may write runs on `target`.
+    pub(super) fn note_write(&mut self, target: Target, writes: bool) {
+        if writes && !self.wrote_on.contains(&target) {
+            self.wrote_on.push(target);
+        }
     }
 
     /// The transaction has begun on `target`.
@@ -157,13 +168,18 @@ impl Session {
         self.reply_error(error);
         self.roll_back_everywhere().await;
         self.abort_held();
-        let state = if self.tx.state == TxState::Idle {
-            TxState::Idle
-        } else {
-            TxState::Failed
-        };
+        self.start_over(self.tx.state != TxState::Idle);
+    }
+
+    /// The transaction is gone from every node: failed for the client (it
+    /// ends it with ROLLBACK), or not there at all.
+    pub(super) fn start_over(&mut self, failed: bool) {
         self.tx = Transaction {
-            state,
+            state: if failed {
+                TxState::Failed
+            } else {
+                TxState::Idle
+            },
             ..Transaction::idle()
         };
     }

@@ -660,8 +660,16 @@ pub struct ServerError {
     pub severity: String,
     pub code: String,
     pub message: String,
-    pub detail: Option<String>,
-    pub hint: Option<String>,
+    /// DETAIL, HINT and CONTEXT, when there are any (boxed: errors travel
+    /// in Results, and most have none).
+    extra: Option<Box<ErrorExtra>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ErrorExtra {
+    detail: Option<String>,
+    hint: Option<String>,
+    context: Option<String>,
 }
 
 impl ServerError {
@@ -670,8 +678,7 @@ impl ServerError {
             severity: "ERROR".into(),
             code: code.into(),
             message: message.into(),
-            detail: None,
-            hint: None,
+            extra: None,
         }
     }
 
@@ -690,12 +697,31 @@ impl ServerError {
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> ServerError {
-        self.hint = Some(hint.into());
+        self.extra_mut().hint = Some(hint.into());
+        self
+    }
+
+    pub fn with_code(mut self, code: &str) -> ServerError {
+        self.code = code.into();
+        self
+    }
+
+    fn extra_mut(&mut self) -> &mut ErrorExtra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    /// Takes the CONTEXT out (to be rewritten).
+    pub fn take_context(&mut self) -> Option<String> {
+        self.extra.as_mut().and_then(|extra| extra.context.take())
+    }
+
+    pub fn with_context(mut self, context: impl Into<String>) -> ServerError {
+        self.extra_mut().context = Some(context.into());
         self
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> ServerError {
-        self.detail = Some(detail.into());
+        self.extra_mut().detail = Some(detail.into());
         self
     }
 
@@ -706,11 +732,16 @@ impl ServerError {
             (b'C', self.code.as_str()),
             (b'M', self.message.as_str()),
         ];
-        if let Some(detail) = &self.detail {
-            fields.push((b'D', detail));
-        }
-        if let Some(hint) = &self.hint {
-            fields.push((b'H', hint));
+        if let Some(extra) = &self.extra {
+            for (field, value) in [
+                (b'D', &extra.detail),
+                (b'H', &extra.hint),
+                (b'W', &extra.context),
+            ] {
+                if let Some(value) = value {
+                    fields.push((field, value.as_str()));
+                }
+            }
         }
         fields
     }
@@ -728,8 +759,9 @@ impl ServerError {
                 b'S' => error.severity = value,
                 b'C' => error.code = value,
                 b'M' => error.message = value,
-                b'D' => error.detail = Some(value),
-                b'H' => error.hint = Some(value),
+                b'D' => error.extra_mut().detail = Some(value),
+                b'H' => error.extra_mut().hint = Some(value),
+                b'W' => error.extra_mut().context = Some(value),
                 _ => {}
             }
         }

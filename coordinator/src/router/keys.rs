@@ -96,7 +96,7 @@ fn text_key(text: &str, encoding: KeyEncoding) -> Option<KeyspaceId> {
     encoding.keyspace_id_of_text_form(text)
 }
 
-fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
+pub(super) fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
     match encoding {
         KeyEncoding::Integer => {
             let value = match bytes.len() {

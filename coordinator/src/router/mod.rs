@@ -12,6 +12,7 @@
 //! it needs the metadata node (sequences, subqueries, CTEs, defaults…).
 
 mod analysis;
+pub mod copy;
 mod decision;
 mod equivalence;
 mod footprint;
@@ -28,6 +29,11 @@ pub use analysis::analyze;
 use analysis::SESSION_FUNCTIONS;
 use decision::route_inner;
 pub use footprint::footprint;
+
+/// The keyspace id of a key in its binary form (None when it is not one).
+pub fn binary_key_id(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
+    keys::binary_key(bytes, encoding)
+}
 use keys::{insert_keys, key_id};
 use rewrite::rewrite;
 
@@ -234,6 +240,21 @@ impl Shape {
         self.functions
             .iter()
             .any(|(_, name)| SESSION_FUNCTIONS.contains(&name.as_str()))
+    }
+}
+
+/// Whether a statement may write (or lock rows, or call a function that
+/// might): only plain reads are known not to. A node of a transaction that
+/// ran none takes no part in its two-phase commit.
+pub fn may_write(analysis: &Analysis) -> bool {
+    match analysis {
+        Analysis::Routable(shape) => !(shape.kind == Kind::Select && shape.multiplexable()),
+        Analysis::Transaction(_)
+        | Analysis::Savepoint(_)
+        | Analysis::Admin(_)
+        | Analysis::Deallocate { .. }
+        | Analysis::SearchPath { temporary: false } => false,
+        _ => true,
     }
 }
 

@@ -52,6 +52,7 @@ fn cluster() -> ClusterMap {
             },
             columns: vec!["aid".into(), "bid".into(), "abalance".into()],
             filled_columns: filled.iter().map(|s| s.to_string()).collect(),
+            generated_columns: HashSet::new(),
         })
     };
     map.tables.insert(
@@ -77,6 +78,7 @@ fn cluster() -> ClusterMap {
             },
             columns: vec!["bid".into()],
             filled_columns: HashSet::new(),
+            generated_columns: HashSet::new(),
         }),
     );
     map.catalog_functions = ["now", "lower", "nextval", "count", "set_config"]
@@ -454,6 +456,7 @@ fn text_keys_take_literals_as_written_only() {
             },
             columns: vec!["k".into()],
             filled_columns: HashSet::new(),
+            generated_columns: HashSet::new(),
         }),
     );
     let path = default_path("app");

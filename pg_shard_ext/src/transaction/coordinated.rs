@@ -10,7 +10,7 @@
 //! prepares each participant under its id, commits the deciding
 //! transaction, and commits the prepared ones.
 
-use super::remote::{any_remote_writes, make_decision_durable, record_remote_transaction};
+use super::remote::{make_decision_durable, record_remote_transaction};
 use crate::error::{OrReport, Result, ShardError};
 use crate::metadata::Node;
 use pgrx::prelude::*;
@@ -24,18 +24,6 @@ use pgrx::prelude::*;
 #[pg_extern(schema = "pg_shard", volatile)]
 fn coordinated_commit_gids(node_ids: Vec<i32>) -> Vec<String> {
     gids_for(&node_ids).or_report()
-}
-
-/// Whether the calling transaction has written anything: here (it has a
-/// transaction id: rows, row locks) or, through pg_shard's own connections,
-/// on another node. A coordinator asks each node of a client transaction
-/// before its COMMIT: two-phase commit is needed only when more than one
-/// node wrote.
-#[pg_extern(schema = "pg_shard", volatile)]
-fn transaction_wrote() -> bool {
-    // SAFETY: reads whether this backend's transaction has an id.
-    let local = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
-    local || any_remote_writes()
 }
 
 fn gids_for(node_ids: &[i32]) -> Result<Vec<String>> {

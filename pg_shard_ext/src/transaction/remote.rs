@@ -684,11 +684,6 @@ fn keep_idle(transaction: OpenTransaction) {
     }
 }
 
-/// Whether a remote transaction of the local one has written.
-pub(crate) fn any_remote_writes() -> bool {
-    OPEN.with(|open| open.borrow().iter().any(|t| t.wrote))
-}
-
 /// A PREPARE TRANSACTION of the local transaction would leave the remote
 /// ones without anyone to commit them (their commit follows the local
 /// commit in this backend), so it is refused, as postgres_fdw does.

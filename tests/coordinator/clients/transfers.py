@@ -221,6 +221,18 @@ def worker_down_mid_transaction():
     with connect(metadata_port, autocommit=True) as c:
         c.execute("SELECT pg_shard.recover_prepared_transactions()")
     check("...nothing left prepared", prepared_everywhere() == 0)
+    # The coordinators' pooled connections to the restarted worker are dead:
+    # the next transfers (two-phase commit) get new ones.
+    try:
+        for port in (first_port, second_port):
+            with connect(port) as conn:
+                transfer(conn, source, target, 1)
+                transfer(conn, target, source, 1)
+        error = None
+    except psycopg.Error as e:
+        error = e
+    check("...after the worker is back, transfers across nodes commit at once", error is None,
+          repr(error))
 
 
 def deadlock_across_nodes():
