@@ -202,6 +202,10 @@ impl Session {
             }
         };
         if gids.len() != prepared.len() {
+            self.reply_error(ServerError::new(
+                sqlstate::INTERNAL_ERROR,
+                "pg_shard coordinator: the metadata node returned no transaction ids for the commit",
+            ));
             self.abandon_decision(decider).await;
             self.roll_back_transaction().await;
             return false;

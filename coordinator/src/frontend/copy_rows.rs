@@ -6,6 +6,10 @@
 use crate::router::copy::{CopyFormat, CopyIn};
 use bytes::{Buf, Bytes, BytesMut};
 
+/// A row (or binary field) longer than this fails the COPY: the
+/// coordinator holds a row whole before it knows its shard.
+pub(super) const MAX_ROW_BYTES: usize = 64 << 20;
+
 /// The binary format's signature, flags and header extension length.
 pub(super) const BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 /// The binary format's trailer (a field count of -1).
@@ -30,6 +34,8 @@ pub(super) struct Row {
     /// Its line (the last, for a CSV row with quoted newlines; the tuple's
     /// number in binary), counted from 1 as PostgreSQL does, header included.
     pub(super) line: u64,
+    /// Lines it spans (more than one: a CSV row with quoted newlines).
+    pub(super) spans: u64,
     pub(super) key: KeyValue,
 }
 
@@ -45,6 +51,8 @@ pub(super) enum RowError {
     UnterminatedQuote,
     #[error("unexpected EOF in COPY data")]
     Truncated,
+    #[error("a row of more than 64 MB (or a line end other than \\n) in COPY data")]
+    TooLong,
 }
 
 pub(super) struct RowReader {
@@ -61,6 +69,11 @@ pub(super) struct RowReader {
     line: u64,
     /// The end-of-data marker (`\.` or the binary trailer) was read.
     ended: bool,
+    /// How far the buffered, unfinished row was scanned: where to go on,
+    /// inside quotes or not, quoted newlines so far.
+    scanned: usize,
+    scan_in_quote: bool,
+    scan_newlines: u64,
 }
 
 impl RowReader {
@@ -77,6 +90,9 @@ impl RowReader {
             buffer: BytesMut::new(),
             line: 0,
             ended: false,
+            scanned: 0,
+            scan_in_quote: false,
+            scan_newlines: 0,
         }
     }
 
@@ -122,21 +138,32 @@ impl RowReader {
     /// A text or CSV row: up to a newline outside quotes.
     fn next_line(&mut self, at_end: bool) -> Result<Option<Row>, RowError> {
         let csv = self.format == CopyFormat::Csv;
-        let mut in_quote = false;
-        let mut newlines = 0;
+        let mut in_quote = self.scan_in_quote;
+        let mut newlines = self.scan_newlines;
         let mut end = None;
-        let mut i = 0;
+        let mut i = self.scanned;
         let data = &self.buffer[..];
-        while i < data.len() {
+        // The last byte may start a pair (an escape, a doubled quote) whose
+        // second byte comes in the next piece: it is read then.
+        let limit = if at_end {
+            data.len()
+        } else {
+            data.len().saturating_sub(1)
+        };
+        while i < limit {
             let byte = data[i];
             if csv {
                 if in_quote {
-                    if byte == self.escape && self.escape != self.quote {
+                    let next = data.get(i + 1);
+                    if byte == self.escape
+                        && self.escape != self.quote
+                        && (next == Some(&self.quote) || next == Some(&self.escape))
+                    {
                         i += 2;
                         continue;
                     }
                     if byte == self.quote {
-                        if self.escape == self.quote && data.get(i + 1) == Some(&self.quote) {
+                        if self.escape == self.quote && next == Some(&self.quote) {
                             i += 2;
                             continue;
                         }
@@ -151,10 +178,8 @@ impl RowReader {
                     break;
                 }
             } else if byte == b'\\' {
-                // An escaped byte (a backslash-newline is a data newline).
-                if data.get(i + 1) == Some(&b'\n') {
-                    newlines += 1;
-                }
+                // An escaped byte (a backslash-newline is a data newline,
+                // on the same line as PostgreSQL counts them).
                 i += 2;
                 continue;
             } else if byte == b'\n' {
@@ -171,10 +196,23 @@ impl RowReader {
                 }
                 self.buffer.len()
             }
-            None => return Ok(None),
+            None => {
+                if self.buffer.len() > MAX_ROW_BYTES {
+                    return Err(RowError::TooLong);
+                }
+                // Go on from here when more data comes.
+                self.scanned = i;
+                self.scan_in_quote = in_quote;
+                self.scan_newlines = newlines;
+                return Ok(None);
+            }
         };
+        self.scanned = 0;
+        self.scan_in_quote = false;
+        self.scan_newlines = 0;
         let bytes = self.buffer.split_to(end).freeze();
-        self.line += 1 + newlines;
+        let spans = 1 + newlines;
+        self.line += spans;
         let key = if csv {
             self.csv_key(&bytes)
         } else {
@@ -183,6 +221,7 @@ impl RowReader {
         Ok(Some(Row {
             bytes,
             line: self.line,
+            spans,
             key,
         }))
     }
@@ -225,8 +264,12 @@ impl RowReader {
             while i < row.len() {
                 let byte = row[i];
                 if in_quote {
-                    if byte == self.escape && row.get(i + 1) == Some(&self.quote) {
-                        value.push(self.quote);
+                    let next = row.get(i + 1).copied();
+                    if byte == self.escape
+                        && (next == Some(self.quote)
+                            || (self.escape != self.quote && next == Some(self.escape)))
+                    {
+                        value.push(next.unwrap_or(self.quote));
                         i += 2;
                         continue;
                     }
@@ -278,6 +321,9 @@ impl RowReader {
                 self.buffer[17],
                 self.buffer[18],
             ]) as usize;
+            if extension > MAX_ROW_BYTES {
+                return Err(RowError::BadHeader);
+            }
             if self.buffer.len() < 19 + extension {
                 return if at_end {
                     Err(RowError::BadHeader)
@@ -316,6 +362,9 @@ impl RowReader {
             let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
             at += 4;
             let size = length.max(0) as usize;
+            if size > MAX_ROW_BYTES {
+                return Err(RowError::TooLong);
+            }
             if self.buffer.len() < at + size {
                 return if at_end {
                     Err(RowError::Truncated)
@@ -337,6 +386,7 @@ impl RowReader {
         Ok(Some(Row {
             bytes,
             line: self.line,
+            spans: 1,
             key,
         }))
     }
@@ -457,6 +507,41 @@ mod tests {
                 (6, KeyValue::Text(String::new())),
             ]
         );
+    }
+
+    #[test]
+    fn pairs_split_between_pieces_and_escaped_escapes() {
+        // An escaped escape and an escaped quote, each cut between two
+        // pieces.
+        let got = rows(
+            "COPY t FROM STDIN WITH (FORMAT csv, ESCAPE '\\')",
+            0,
+            &[b"\"a\\", b"\\b\",1\n\"q\\", b"\"x\",2\n"],
+        );
+        let keys: Vec<KeyValue> = got.into_iter().map(|(_, k, _)| k).collect();
+        assert_eq!(
+            keys,
+            vec![KeyValue::Text("a\\b".into()), KeyValue::Text("q\"x".into())]
+        );
+        // A backslash-newline in text is data on the same line.
+        let got = rows("COPY t FROM STDIN", 0, &[b"1\tx\\\ny\n2\tz\n"]);
+        assert_eq!((got[0].0, got[1].0), (1, 2));
+    }
+
+    #[test]
+    fn a_row_without_end_is_bounded() {
+        let copy = copy_in("COPY t FROM STDIN").unwrap();
+        let mut reader = RowReader::new(&copy, 0);
+        let piece = vec![b'x'; 1 << 20];
+        let mut failed = false;
+        for _ in 0..(MAX_ROW_BYTES >> 20) + 2 {
+            reader.push(&piece);
+            if matches!(reader.next_row(false), Err(RowError::TooLong)) {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
     }
 
     #[test]

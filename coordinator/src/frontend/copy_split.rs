@@ -35,14 +35,14 @@ struct Batch {
     node: NodeId,
     table: String,
     bytes: BytesMut,
-    /// The client's line of each row, in order.
-    lines: Vec<u64>,
+    /// The client's line of each row and the lines it spans, in order.
+    lines: Vec<(u64, u64)>,
 }
 
 /// A batch sent to a node whose answer is not read yet.
 struct InFlight {
     table: String,
-    lines: Vec<u64>,
+    lines: Vec<(u64, u64)>,
 }
 
 impl Session {
@@ -165,7 +165,7 @@ impl Session {
                     lines: Vec::new(),
                 });
                 batch.bytes.extend_from_slice(&row.bytes);
-                batch.lines.push(row.line);
+                batch.lines.push((row.line, row.spans));
                 if batch.bytes.len() >= BATCH_BYTES {
                     if let Some(full) = batches.remove(&shard.0) {
                         if let Err(error) = self
@@ -242,6 +242,7 @@ impl Session {
         }
         let target = Target::Worker(node);
         self.join_for_copy(target, map).await?;
+        self.tx.note_write(target, true);
         let mut out = BytesMut::with_capacity(batch.bytes.len() + 128);
         protocol::query(&mut out, &split.copy.shard_statement(&batch.table));
         let binary = split.copy.format == CopyFormat::Binary;
@@ -323,7 +324,6 @@ impl Session {
             match self.begin_for_copy(&mut lease, target, map).await {
                 Ok(()) => {
                     self.tx.join(target);
-                    self.tx.note_write(target, true);
                     self.tx.parked.push((target, lease));
                     return Ok(());
                 }
@@ -490,7 +490,17 @@ fn worker_row_error(split: &SplitCopy, batch: &InFlight, mut error: ServerError)
     });
     match in_batch {
         Some((n, column_part)) => {
-            let line = batch.lines.get(n.saturating_sub(1)).copied().unwrap_or(0);
+            // The worker counts the batch's lines (quoted newlines
+            // included): the row whose lines hold line n.
+            let mut seen = 0;
+            let line = batch
+                .lines
+                .iter()
+                .find(|(_, spans)| {
+                    seen += spans;
+                    seen >= n as u64
+                })
+                .map_or(0, |(line, _)| *line);
             error.with_context(format!("{}{column_part}", copy_context(split, line)))
         }
         None => error.with_context(format!("{context} (in the rows of {})", batch.table)),

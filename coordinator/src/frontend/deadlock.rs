@@ -91,11 +91,18 @@ async fn waits_for_lock(shared: &Shared, pool: &Arc<Pool>, process_id: i32) -> b
     let sql = format!(
         "SELECT wait_event_type = 'Lock' FROM pg_catalog.pg_stat_activity WHERE pid = {process_id}"
     );
+    // Until its answer is read: the task may be stopped at any await (the
+    // statement ended), and the connection must not go back to the pool
+    // with an answer due.
+    connection.broken = true;
     if connection.send_query(&sql).await.is_err() {
         return false;
     }
     match connection.read_answer().await {
-        Ok(answer) => answer.first_values.first() == Some(&Some("t".to_string())),
+        Ok(answer) => {
+            connection.broken = false;
+            answer.first_values.first() == Some(&Some("t".to_string()))
+        }
         Err(_) => false,
     }
 }

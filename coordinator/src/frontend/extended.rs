@@ -89,8 +89,12 @@ impl Session {
             return self.end_batch(synced).await;
         }
         // Rolled back by the coordinator itself: nothing but COMMIT or
-        // ROLLBACK (answered above) ends it.
-        if self.tx.state == TxState::Failed && self.tx.pinned.is_none() && !only_sync {
+        // ROLLBACK (answered above) ends it. On several nodes, the failed
+        // transaction's COMMIT, ROLLBACK and savepoint commands come alone
+        // (answered above); anything else is refused here.
+        let failed_here =
+            self.tx.pinned.is_none() || self.tx.members.len() > 1 || self.tx.on_several_nodes();
+        if self.tx.state == TxState::Failed && failed_here && !only_sync {
             return self.fail_batch(aborted_error(), synced).await;
         }
         let committing = self.tx.state == TxState::Open

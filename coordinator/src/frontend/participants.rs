@@ -92,7 +92,8 @@ impl Session {
             self.reply_error(aborted_error());
             return None;
         }
-        if self.tx.connections() > 0 {
+        let on_nodes = self.tx.connections() > 0;
+        if on_nodes {
             let sql = format!("{verb} {}", pg_shard_core::quote::ident(name));
             let answers = self.on_each_node(|_| Some(sql.clone())).await;
             if self.pass_first_failure(&answers) {
@@ -100,7 +101,15 @@ impl Session {
                 return None;
             }
         }
-        if !self.tx.note_savepoint(command) {
+        let noted = self.tx.note_savepoint(command);
+        if !noted && on_nodes {
+            // Every node has it though the coordinator did not note it (it
+            // was defined in a batch that then failed, as pgjdbc's autosave
+            // does): from here on it is known.
+            if let router::Savepoint::RollbackTo(name) = command {
+                self.tx.savepoints.push(name.clone());
+            }
+        } else if !noted {
             // No node has it (none was reached yet): the server's error.
             self.reply_error(ServerError::new(
                 "3B001",
@@ -149,7 +158,9 @@ impl Session {
             }
         }
         .await;
-        if rolled_back.is_err() {
+        // (Not idle after it: an answer was still due, for a COPY batch in
+        // flight; the connection closes and its server rolls back.)
+        if rolled_back.is_err() || connection.status != tags::status::IDLE {
             connection.broken = true;
         }
     }

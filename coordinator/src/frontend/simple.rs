@@ -66,13 +66,17 @@ impl Session {
         let (analysis, normalized) = self.analysis(&sql);
         // A failed transaction still on its server: the server answers
         // (COMMIT, ROLLBACK, ROLLBACK TO SAVEPOINT work, the rest is 25P02).
-        // One the coordinator rolled back itself: answered here.
+        // One the coordinator rolled back itself, or one on several nodes
+        // (whose COMMIT, ROLLBACK and savepoint commands the coordinator
+        // runs, as statements of their own): answered here.
+        let ends_here = matches!(
+            *analysis,
+            Analysis::Transaction(TransactionCommand::Commit | TransactionCommand::Rollback)
+        ) || (self.tx.members.len() > 1
+            && matches!(*analysis, Analysis::Savepoint(_)));
         if self.tx.state == TxState::Failed
-            && self.tx.pinned.is_none()
-            && !matches!(
-                *analysis,
-                Analysis::Transaction(TransactionCommand::Commit | TransactionCommand::Rollback)
-            )
+            && (self.tx.pinned.is_none() || self.tx.members.len() > 1)
+            && !ends_here
         {
             self.reply_error(aborted_error());
             return self.finish_reply().await;
@@ -234,6 +238,8 @@ impl Session {
             .as_ref()
             .map_or(Target::Metadata, |(target, _)| *target);
         let map = self.map.current();
+        // (lo_write and the like: a write, as far as the commit knows.)
+        self.tx.note_write(target, true);
         for _ in 0..3 {
             let Some(lease) = self.acquire(target, &map, false, true).await? else {
                 return Ok(());
@@ -455,9 +461,13 @@ impl Session {
                 return None;
             }
         };
+        let committed = tag == Some("COMMIT");
         self.last_failed = tag.is_none();
-        if command == TransactionCommand::Commit {
+        if committed {
             self.after_statements(Vec::new(), true, false);
+        } else {
+            // Session SETs made in a transaction that rolled back are undone.
+            self.pending_settings.clear();
         }
         tag
     }

@@ -57,10 +57,13 @@ impl Transaction {
         usize::from(self.pinned.is_some()) + self.parked.len()
     }
 
-    /// The transaction runs on more than one node: the coordinator ends it
-    /// and runs its savepoint commands on each.
+    /// The coordinator ends the transaction itself: it runs on more than
+    /// one node, or its last node's connection is not the one in use (it
+    /// was lost, or a new node's could not be had), or it lost a node.
     pub(super) fn on_several_nodes(&self) -> bool {
         self.connections() > 1
+            || (self.pinned.is_none() && self.connections() > 0)
+            || (self.members.len() > self.connections() && self.connections() > 0)
     }
 
     pub(super) fn has_begun_on(&self, target: Target) -> bool {
@@ -156,7 +159,12 @@ impl Transaction {
 impl Session {
     pub(super) fn end_transaction(&mut self) {
         let ended = std::mem::replace(&mut self.tx, Transaction::idle());
-        for (target, lease) in ended.pinned.into_iter().chain(ended.parked) {
+        for (target, mut lease) in ended.pinned.into_iter().chain(ended.parked) {
+            // One still in a transaction (a node whose part was not ended)
+            // closes: its server rolls back. Never pooled or kept so.
+            if lease.connection().status != tags::status::IDLE {
+                lease.connection().broken = true;
+            }
             self.release(target, lease);
         }
         self.portals.clear();

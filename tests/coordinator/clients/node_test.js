@@ -33,6 +33,24 @@ function check(description, condition) {
   } catch (e) {
     check('error code ' + e.code, e.code === '23505');
   }
+  // A transaction on two workers (accounts 7 and 42 live on different
+  // ones): named prepared statements, a savepoint the second worker joins
+  // after, two-phase commit.
+  const balance = async (id) =>
+    Number((await client.query('SELECT balance FROM accounts WHERE id = $1', [id])).rows[0].balance);
+  const before = [await balance(42), await balance(7)];
+  const move = { name: 'move_balance', text: 'UPDATE accounts SET balance = balance + $2 WHERE id = $1' };
+  await client.query('BEGIN');
+  await client.query({ ...move, values: [42, -1] });
+  await client.query('SAVEPOINT s');
+  await client.query({ ...move, values: [7, 1] });
+  await client.query({ ...move, values: [42, -100] });
+  await client.query('ROLLBACK TO SAVEPOINT s');
+  await client.query({ ...move, values: [7, 1] });
+  await client.query('COMMIT');
+  const moved = [await balance(42), await balance(7)];
+  check('transaction on two workers with a savepoint: ' + before + ' -> ' + moved,
+        moved[0] === before[0] - 1 && moved[1] === before[1] + 1);
   r = await client.query('SELECT count(*)::int AS n FROM accounts');
   check('multi-shard query', r.rows[0].n > 100);
   await client.end();

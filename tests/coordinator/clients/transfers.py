@@ -235,6 +235,48 @@ def worker_down_mid_transaction():
           repr(error))
 
 
+def disconnect_mid_transaction():
+    """A client that goes away in the middle of a transaction on two nodes:
+    nothing of it stays, and its row locks are gone at once."""
+    a, b = two_accounts_on_two_nodes()
+    before = balances([a, b])
+    conn = connect(first_port)
+    conn.execute("UPDATE transfer_accounts SET balance = balance - 7 WHERE id = %s", (a,))
+    conn.execute("UPDATE transfer_accounts SET balance = balance + 7 WHERE id = %s", (b,))
+    conn.pgconn.finish()  # the socket closes: no ROLLBACK, no Terminate
+    time.sleep(0.5)
+    try:
+        with connect(second_port) as other:
+            other.execute("SET lock_timeout = '2s'")
+            transfer(other, a, b, 1)
+            transfer(other, b, a, 1)
+        error = None
+    except psycopg.Error as e:
+        error = e
+    check("a client gone mid-transaction on two nodes: nothing of it stays, its locks are free",
+          error is None and balances([a, b]) == before, f"{error!r}, {before} -> {balances([a, b])}")
+
+
+def batch_across_nodes():
+    """A pipeline (one Sync) whose statements need two nodes inside a
+    transaction: refused before anything runs, with the coordinator's hint."""
+    a, b = two_accounts_on_two_nodes()
+    before = balances([a, b])
+    error = None
+    with connect(first_port) as conn:
+        conn.execute("UPDATE transfer_accounts SET balance = balance WHERE id = %s", (a,))
+        try:
+            with conn.pipeline():
+                conn.execute("UPDATE transfer_accounts SET balance = balance - 1 WHERE id = %s", (a,))
+                conn.execute("UPDATE transfer_accounts SET balance = balance + 1 WHERE id = %s", (b,))
+        except psycopg.Error as e:
+            error = e
+        conn.rollback()
+    check("a pipeline needing two nodes in a transaction: 0A000 with a hint, nothing changed",
+          error is not None and error.sqlstate == "0A000" and balances([a, b]) == before,
+          repr(error))
+
+
 def deadlock_across_nodes():
     """Two transactions lock an account each on different workers, then
     each waits for the other's: no node sees the cycle; the coordinator's
@@ -299,6 +341,8 @@ def deallocate_all_between_statements():
 
 
 setup()
+disconnect_mid_transaction()
+batch_across_nodes()
 deallocate_all_between_statements()
 deadlock_across_nodes()
 stats = workload()

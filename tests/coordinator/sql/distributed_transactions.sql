@@ -67,6 +67,17 @@ ROLLBACK TO SAVEPOINT s;
 UPDATE accounts SET balance = 99 WHERE id = 7;
 COMMIT;
 SELECT id, balance FROM accounts WHERE id IN (7, 42) ORDER BY id;
+-- after an error on one of two nodes, ROLLBACK TO and COMMIT in one query
+-- are refused (the coordinator runs them on every node, one at a time):
+-- nothing commits anywhere
+BEGIN;
+UPDATE accounts SET balance = 500 WHERE id = 42;
+UPDATE accounts SET balance = 500 WHERE id = 7;
+SAVEPOINT a;
+SELECT balance / 0 FROM accounts WHERE id = 7;
+ROLLBACK TO SAVEPOINT a \; COMMIT;
+ROLLBACK;
+SELECT id, balance FROM accounts WHERE id IN (7, 42) ORDER BY id;
 -- a savepoint that does not exist
 BEGIN;
 RELEASE SAVEPOINT nowhere;
