@@ -227,21 +227,9 @@ impl Session {
                 )
             })
         };
-        let mut answers = Vec::new();
-        if one_at_a_time(Step::BetweenPrepares) {
-            for (at, writer) in prepared.iter().enumerate() {
-                if at == 1 {
-                    pause_at(Step::BetweenPrepares).await;
-                }
-                let writer = *writer;
-                answers.extend(
-                    self.on_each_node(|t| if t == writer { prepare(t) } else { None })
-                        .await,
-                );
-            }
-        } else {
-            answers = self.on_each_node(prepare).await;
-        }
+        let answers = self
+            .on_each_node_paced(Step::BetweenPrepares, &prepared, prepare)
+            .await;
         if self.pass_first_failure(&answers) {
             self.abandon_decision(decider).await;
             // A failed PREPARE ends its transaction; the prepared ones and
@@ -313,51 +301,58 @@ impl Session {
         }
         pause_at(Step::AfterDecision).await;
 
-        // Phase two.
+        // Phase two (the metadata node committed with the decision).
         let finish = |target: Target| {
             Some(match gid_of(target) {
                 Some(gid) => format!("COMMIT PREPARED {}", pg_shard_core::quote::literal(&gid)),
                 None => "COMMIT".into(),
             })
+            .filter(|_| target != Target::Metadata)
         };
-        let mut finished = Vec::new();
-        if one_at_a_time(Step::BetweenCommitPrepareds) {
-            for (at, writer) in prepared.iter().enumerate() {
-                if at == 1 {
-                    pause_at(Step::BetweenCommitPrepareds).await;
-                }
-                let writer = *writer;
-                finished.extend(
-                    self.on_each_node(|t| if t == writer { finish(t) } else { None })
-                        .await,
-                );
-            }
-            let readers = self
-                .on_each_node(|t| {
-                    if gid_of(t).is_none() && t != Target::Metadata {
-                        finish(t)
-                    } else {
-                        None
-                    }
-                })
-                .await;
-            finished.extend(readers);
-        } else {
-            finished = self
-                .on_each_node(|t| {
-                    if t == Target::Metadata {
-                        None
-                    } else {
-                        finish(t)
-                    }
-                })
-                .await;
-        }
+        let finished = self
+            .on_each_node_paced(Step::BetweenCommitPrepareds, &prepared, finish)
+            .await;
         self.warn_of_failures(
             &finished,
             "it is committed; pg_shard.recover_prepared_transactions() finishes it on that node",
         );
         true
+    }
+
+    /// [`Self::on_each_node`], except under a test pause at `step`: then
+    /// the `writers` one at a time in order (the pause before the second),
+    /// and the other nodes after them.
+    async fn on_each_node_paced(
+        &mut self,
+        step: Step,
+        writers: &[Target],
+        statement: impl Fn(Target) -> Option<String>,
+    ) -> Vec<NodeAnswer> {
+        if !one_at_a_time(step) {
+            return self.on_each_node(statement).await;
+        }
+        let mut answers = Vec::new();
+        for (at, writer) in writers.iter().enumerate() {
+            if at == 1 {
+                pause_at(step).await;
+            }
+            let writer = *writer;
+            let one = self
+                .on_each_node(|t| if t == writer { statement(t) } else { None })
+                .await;
+            answers.extend(one);
+        }
+        let rest = self
+            .on_each_node(|t| {
+                if writers.contains(&t) {
+                    None
+                } else {
+                    statement(t)
+                }
+            })
+            .await;
+        answers.extend(rest);
+        answers
     }
 
     /// A connection to the metadata node for a decision of the

@@ -7,7 +7,7 @@
 
 use super::copy_rows::{BINARY_HEADER, BINARY_TRAILER};
 use super::*;
-use crate::backend::cluster::TableKind;
+use crate::backend::cluster::{Table, TableKind};
 use crate::net::sqlstate;
 use crate::router::copy::{CopyFormat, CopyIn};
 
@@ -20,37 +20,20 @@ pub(super) struct CopyOut {
 }
 
 impl Session {
-    /// The COPY TO in `sql`, if the coordinator streams it from the shards.
-    pub(super) fn copy_out_plan(&self, sql: &str, map: &ClusterMap) -> Option<CopyOut> {
-        let head = sql.trim_start().get(..4)?;
-        if !head.eq_ignore_ascii_case("copy") || !self.routing {
+    /// A COPY TO STDOUT the coordinator streams from the shards (not in a
+    /// transaction that reached the metadata node, which may have written
+    /// the table through its own connections).
+    pub(super) fn copy_out_plan(
+        &self,
+        copy: CopyIn,
+        table: &Table,
+        columns: usize,
+    ) -> Option<CopyOut> {
+        if !copy.out || self.tx.has_begun_on(Target::Metadata) {
             return None;
         }
-        if self.tx.state == TxState::Failed
-            || self.tx.metadata_distributed
-            || self.tx.has_begun_on(Target::Metadata)
-            || self.session_targets.contains(&Target::Metadata)
-            || self.held.is_some()
-        {
-            return None;
-        }
-        let copy = router::copy::copy_out(sql)?;
-        let search_path = match (&copy.schema, self.known_search_path()) {
-            (Some(_), _) => &[][..],
-            (None, Some(path)) => path,
-            (None, None) => return None,
-        };
-        let table = map.table(copy.schema.as_deref(), &copy.name, search_path)?;
         let TableKind::Distributed { shards, .. } = &table.kind else {
             return None;
-        };
-        let columns = match &copy.columns {
-            Some(columns) => columns.len(),
-            None => table
-                .columns
-                .iter()
-                .filter(|c| !table.generated_columns.contains(*c))
-                .count(),
         };
         let placements = shards
             .entries()

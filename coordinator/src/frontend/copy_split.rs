@@ -46,12 +46,17 @@ struct InFlight {
 }
 
 impl Session {
-    /// The COPY in `sql`, if the coordinator splits it: FROM STDIN into a
-    /// distributed table it knows, with options it reads and a key it can
-    /// find in every row.
-    pub(super) fn split_copy(&self, sql: &str, map: &ClusterMap) -> Option<SplitCopy> {
+    /// A COPY of a distributed table in `sql` that the coordinator runs
+    /// itself (FROM STDIN split by key, TO STDOUT streamed from the
+    /// shards): the statement, its table, and the columns of its data (its
+    /// list, or every column but the generated ones).
+    pub(super) fn distributed_copy(
+        &self,
+        sql: &str,
+        map: &ClusterMap,
+    ) -> Option<(CopyIn, Arc<Table>, Vec<String>)> {
         let head = sql.trim_start().get(..4)?;
-        if !head.eq_ignore_ascii_case("copy") || !self.routing || !self.utf8_client {
+        if !head.eq_ignore_ascii_case("copy") || !self.routing {
             return None;
         }
         if self.tx.state == TxState::Failed
@@ -61,7 +66,7 @@ impl Session {
         {
             return None;
         }
-        let copy = router::copy::copy_in(sql)?;
+        let copy = router::copy::copy_statement(sql)?;
         let search_path = match (&copy.schema, self.known_search_path()) {
             (Some(_), _) => &[][..],
             (None, Some(path)) => path,
@@ -70,14 +75,10 @@ impl Session {
         let table = map
             .table(copy.schema.as_deref(), &copy.name, search_path)?
             .clone();
-        let TableKind::Distributed {
-            column, encoding, ..
-        } = &table.kind
-        else {
+        if !matches!(table.kind, TableKind::Distributed { .. }) {
             return None;
-        };
-        // Without a list, the data has every column but the generated ones.
-        let columns: Vec<String> = match &copy.columns {
+        }
+        let columns = match &copy.columns {
             Some(columns) => columns.clone(),
             None => table
                 .columns
@@ -85,6 +86,26 @@ impl Session {
                 .filter(|c| !table.generated_columns.contains(*c))
                 .cloned()
                 .collect(),
+        };
+        Some((copy, table, columns))
+    }
+
+    /// A COPY FROM STDIN the coordinator splits: with a key it can find in
+    /// every row, and the client's encoding UTF8 (keys hash as UTF-8).
+    pub(super) fn split_copy(
+        &self,
+        copy: CopyIn,
+        table: Arc<Table>,
+        columns: Vec<String>,
+    ) -> Option<SplitCopy> {
+        if copy.out || !self.utf8_client {
+            return None;
+        }
+        let TableKind::Distributed {
+            column, encoding, ..
+        } = &table.kind
+        else {
+            return None;
         };
         // Defaults the metadata node fills in (from its sequences) must be
         // in the data; generated columns each node computes alike.

@@ -93,7 +93,7 @@ impl Session {
         // transaction's COMMIT, ROLLBACK and savepoint commands come alone
         // (answered above); anything else is refused here.
         let failed_here =
-            self.tx.pinned.is_none() || self.tx.members.len() > 1 || self.tx.on_several_nodes();
+            self.tx.pinned.is_none() || self.tx.members.len() > 1 || self.tx.ended_by_coordinator();
         if self.tx.state == TxState::Failed && failed_here && !only_sync {
             return self.fail_batch(aborted_error(), synced).await;
         }

@@ -107,8 +107,8 @@ impl Session {
                 protocol::command_complete(&mut self.output, tag);
                 return self.finish_reply().await;
             }
-            Analysis::Transaction(command) if self.tx.on_several_nodes() => {
-                let tag = self.end_on_several_nodes(*command).await;
+            Analysis::Transaction(command) if self.tx.ended_by_coordinator() => {
+                let tag = self.end_transaction_here(*command).await;
                 if let Some(tag) = tag {
                     protocol::command_complete(&mut self.output, tag);
                 }
@@ -132,11 +132,13 @@ impl Session {
         }
         if matches!(*analysis, Analysis::Other { .. }) {
             let map = self.map.current();
-            if let Some(split) = self.split_copy(&sql, &map) {
-                return self.copy_split(split).await;
-            }
-            if let Some(plan) = self.copy_out_plan(&sql, &map) {
-                return self.copy_out(plan).await;
+            if let Some((copy, table, columns)) = self.distributed_copy(&sql, &map) {
+                if let Some(plan) = self.copy_out_plan(copy.clone(), &table, columns.len()) {
+                    return self.copy_out(plan).await;
+                }
+                if let Some(split) = self.split_copy(copy, table, columns) {
+                    return self.copy_split(split).await;
+                }
             }
         }
         let effect = session_effect(&analysis);
@@ -432,9 +434,10 @@ impl Session {
         }
     }
 
-    /// COMMIT, ROLLBACK or another transaction command of a transaction on
-    /// several nodes: the command tag, or None when an error was passed on.
-    pub(super) async fn end_on_several_nodes(
+    /// COMMIT, ROLLBACK or another transaction command of a transaction the
+    /// coordinator ends itself (see `Transaction::ended_by_coordinator`): the
+    /// command tag, or None when an error was passed on.
+    pub(super) async fn end_transaction_here(
         &mut self,
         command: TransactionCommand,
     ) -> Option<&'static str> {

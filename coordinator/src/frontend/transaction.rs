@@ -60,7 +60,7 @@ impl Transaction {
     /// The coordinator ends the transaction itself: it runs on more than
     /// one node, or its last node's connection is not the one in use (it
     /// was lost, or a new node's could not be had), or it lost a node.
-    pub(super) fn on_several_nodes(&self) -> bool {
+    pub(super) fn ended_by_coordinator(&self) -> bool {
         self.connections() > 1
             || (self.pinned.is_none() && self.connections() > 0)
             || (self.members.len() > self.connections() && self.connections() > 0)
@@ -272,7 +272,7 @@ impl Session {
         let answer = match &lone {
             LoneCommand::Transaction(kind) => match self.tx.answered_here(*kind) {
                 Some(tag) => Answer::Tag(tag),
-                None if self.tx.on_several_nodes() => Answer::Coordinated,
+                None if self.tx.ended_by_coordinator() => Answer::Coordinated,
                 None => return None,
             },
             LoneCommand::Savepoint(_) if self.tx.state != TxState::Idle => Answer::Coordinated,
@@ -305,7 +305,7 @@ impl Session {
                     let tag = match (&answer, &lone) {
                         (Answer::Tag(tag), _) => Some(*tag),
                         (Answer::Coordinated, LoneCommand::Transaction(kind)) => {
-                            self.end_on_several_nodes(*kind).await
+                            self.end_transaction_here(*kind).await
                         }
                         (Answer::Coordinated, LoneCommand::Savepoint(savepoint)) => {
                             self.savepoint(savepoint).await

@@ -72,16 +72,20 @@ impl CopyIn {
 
 /// Reads a COPY FROM STDIN statement (None for anything else, or for
 /// options the coordinator leaves to the metadata node).
+#[cfg(test)]
 pub fn copy_in(sql: &str) -> Option<CopyIn> {
     copy_statement(sql).filter(|copy| !copy.out)
 }
 
 /// Reads a COPY table TO STDOUT statement, as [`copy_in`].
+#[cfg(test)]
 pub fn copy_out(sql: &str) -> Option<CopyIn> {
     copy_statement(sql).filter(|copy| copy.out)
 }
 
-fn copy_statement(sql: &str) -> Option<CopyIn> {
+/// Reads a COPY table FROM STDIN or TO STDOUT (None for anything else, or
+/// for options the coordinator leaves to the metadata node).
+pub fn copy_statement(sql: &str) -> Option<CopyIn> {
     let parsed = pg_query::parse(sql).ok()?;
     let [statement] = parsed.protobuf.stmts.as_slice() else {
         return None;
