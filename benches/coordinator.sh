@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The coordinator on the hot path, side by side in one run:
 #   pgbench -S at scale S (default 10) for T seconds (default 15) at 4 and 16
-#   clients against
+#   clients, simple and prepared protocol, on a quiet machine and again with
+#   a CPU-bound process beside it, against
 #     direct       one PostgreSQL holding the same data (TCP 127.0.0.1)
 #     pgbouncer    pgbouncer (transaction pooling) in front of it, reaching
 #                  the server over TCP, and over its Unix-domain socket
@@ -11,7 +12,9 @@
 #                  over TCP, and over their Unix-domain sockets
 #   Clients always connect over TCP to 127.0.0.1. Reports tps, the ratio to
 #   direct, and p50/p99 latency (from pgbench's per-transaction log).
-#   Then point reads (pgbench -S, one client) while three clients pipeline
+#   Then two-account transfers (BEGIN; UPDATE; UPDATE; COMMIT), COPY of 1M
+#   rows, the coordinator against a baseline binary, and point reads
+#   (pgbench -S, one client) while three clients pipeline
 #   50,000 INSERTs each before one Sync, direct and through the coordinator;
 #   and pgbench -N through the coordinator (history distributed by aid and
 #   co-located with accounts; branches and tellers reference tables).
@@ -25,6 +28,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 scale=${1:-10}
 seconds=${2:-15}
+# Sections to run (default all): PGSHARD_BENCH_SECTIONS=hot,busy,transfers,copy,pairs,pipeline,writes
+sections=${PGSHARD_BENCH_SECTIONS:-hot,busy,transfers,copy,pairs,pipeline,writes}
+section() { [[ ",$sections," == *",$1,"* ]]; }
 # Workers the distributed copy is spread over (default 2).
 workers=${PGSHARD_BENCH_WORKERS:-2}
 
@@ -141,20 +147,37 @@ run() { # label port database clients [protocol] → "tps p50 p99"
         "$(awk "BEGIN {printf \"%.3f\", $p99 / 1000}")"
 }
 
-echo "pgbench -S, scale $scale, $seconds s per run, 2 pgbench threads; $(nproc) cores; $workers worker(s)"
-printf '%-32s %7s %10s %7s %9s %9s\n' target clients tps ratio "p50 ms" "p99 ms"
-for clients in 4 16; do
-    read -r direct_tps p50 p99 <<<"$(run direct 29330 single "$clients")"
-    printf '%-32s %7s %10.0f %7s %9s %9s\n' "direct" "$clients" "$direct_tps" "1.00" "$p50" "$p99"
-    for target in "pgbouncer (server over TCP):29430:single" \
-                  "pgbouncer (server over socket):29431:single" "${coordinators[@]}"; do
-        IFS=: read -r label port database <<<"$target"
-        read -r tps p50 p99 <<<"$(run "${port}" "$port" "$database" "$clients")"
-        printf '%-32s %7s %10.0f %7.2f %9s %9s\n' "$label" "$clients" "$tps" \
-            "$(awk "BEGIN {print $tps / $direct_tps}")" "$p50" "$p99"
+hot_path() { # heading
+    echo "pgbench -S, scale $scale, $seconds s per run, 2 pgbench threads; $(nproc) cores; $workers worker(s)$1"
+    printf '%-9s %-32s %7s %10s %7s %9s %9s\n' protocol target clients tps ratio "p50 ms" "p99 ms"
+    for mode in simple prepared; do
+        for clients in 4 16; do
+            read -r direct_tps p50 p99 <<<"$(run "direct-$mode" 29330 single "$clients" "$mode")"
+            printf '%-9s %-32s %7s %10.0f %7s %9s %9s\n' "$mode" "direct" "$clients" "$direct_tps" "1.00" "$p50" "$p99"
+            for target in "pgbouncer (server over TCP):29430:single" \
+                          "pgbouncer (server over socket):29431:single" "${coordinators[@]}"; do
+                IFS=: read -r label port database <<<"$target"
+                read -r tps p50 p99 <<<"$(run "${port}-$mode" "$port" "$database" "$clients" "$mode")"
+                printf '%-9s %-32s %7s %10.0f %7.2f %9s %9s\n' "$mode" "$label" "$clients" "$tps" \
+                    "$(awk "BEGIN {print $tps / $direct_tps}")" "$p50" "$p99"
+            done
+        done
     done
-done
+}
+if section hot; then
+    hot_path ""
+fi
+# The same with a CPU-bound process beside it (the machine busy).
+if section busy; then
+    echo
+    yes >/dev/null &
+    hog=$!
+    pids+=("$hog")
+    hot_path ", with a CPU-bound process beside it (yes >/dev/null)"
+    kill "$hog"
+fi
 
+if section transfers; then
 # Two-account transfers: BEGIN, UPDATE one random account, UPDATE another,
 # COMMIT. Through the coordinator about half of them touch both workers
 # (two-phase commit), the rest one; against the same script on the single
@@ -194,7 +217,9 @@ done
 transfer_check=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c \
     "SELECT sum(abalance) FROM pgbench_accounts")
 echo "sum of balances after the transfers (0 before): $transfer_check"
+fi
 
+if section copy; then
 # COPY FROM STDIN of 1M rows (text): through the coordinator, which splits
 # them by key and streams each worker's share into its shards, against
 # COPY into the single PostgreSQL; three runs each, in turn, best of three.
@@ -226,8 +251,9 @@ loaded=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c "SELECT count(*) FROM cop
 echo
 echo "COPY of $copy_rows rows (best of 3): direct $direct_best s, coordinator $coordinator_best s;" \
     "rate ratio $(awk "BEGIN {printf \"%.2f\", $direct_best / $coordinator_best}") ($loaded rows loaded)"
+fi
 
-if [ -n "${baseline_pid:-}" ]; then
+if [ -n "${baseline_pid:-}" ] && section pairs; then
     # Before and after, run by run: the coordinator and the baseline in
     # turn, so that the machine's drift falls on both alike.
     pairs=${PGSHARD_BENCH_PAIRS:-5}
@@ -265,6 +291,7 @@ if [ -n "${baseline_pid:-}" ]; then
     done
 fi
 
+if section pipeline; then
 # Point reads while three clients each pipeline 50,000 INSERTs with one
 # Sync (pgbench -M extended in pipeline mode: Parse/Bind/Execute per row),
 # into an ordinary table (on the metadata node through the coordinator):
@@ -317,6 +344,8 @@ for target in "direct:29330:single" "${coordinators[@]:1}"; do
     read -r reads p50 p99 done_pipelines <<<"$(under_load "$label" "$port" "$database")"
     printf '%-32s %9s %9s %9s %10s\n' "$label" "$reads" "$p50" "$p99" "$done_pipelines"
 done
+fi
+
 if [ -n "${baseline_pid:-}" ]; then
     # A stalled baseline ignores SIGTERM; the rest of the run is the
     # coordinator's own.
@@ -324,6 +353,7 @@ if [ -n "${baseline_pid:-}" ]; then
     { wait "$baseline_pid"; } 2>/dev/null || true
 fi
 
+if section writes; then
 echo
 echo "pgbench -N through the coordinator (16 clients, $seconds s):"
 pgbench -n -N -c 16 -j 2 -T "$seconds" -h 127.0.0.1 -p 29420 bench 2>&1 |
@@ -332,3 +362,4 @@ check=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c \
     "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")
 echo "balances equal history deltas: $check"
 psql -X -h 127.0.0.1 -p 29420 -d bench -c "SHOW STATS"
+fi

@@ -217,14 +217,6 @@ BEGIN
     RETURN new_job;
 END $$;
 
--- Global ids of this server's remote transactions start with it: the
--- server's system identifier keeps them apart from another metadata node's
--- on a shared worker.
-CREATE FUNCTION pg_shard.gid_prefix() RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT format('pg_shard_%s_', system_identifier) FROM pg_control_system()
-$$;
-
 -- The job functions run as the extension's owner (SECURITY DEFINER): the
 -- job runner does the work, and a role a superuser granted them to may
 -- queue, cancel and plan jobs; they run no code of the caller's.
@@ -329,8 +321,14 @@ BEGIN
     CREATE TEMP TABLE pg_shard_rebalance_moves
         (shard_id bigint, source_node integer, target_node integer, size_bytes bigint) ON COMMIT DROP;
     -- Nodes within 5 % of the average of each other count as balanced
-    -- (no churn of small moves).
+    -- (no churn of small moves). A plan starts only beyond twice that: a
+    -- moved table's size differs a little from its source's (free space,
+    -- dead rows), so a just-balanced cluster must not plan again.
     SELECT coalesce(avg(l.bytes), 0)::bigint / 20 INTO tolerance FROM pg_shard_rebalance_loads l;
+    IF (SELECT max(l.bytes) - min(l.bytes) FROM pg_shard_rebalance_loads l) <= 2 * tolerance THEN
+        DROP TABLE pg_shard_rebalance_groups, pg_shard_rebalance_loads, pg_shard_rebalance_moves;
+        RETURN;
+    END IF;
     -- Greedy: the largest group on the fullest node that still narrows the
     -- gap to the emptiest one moves there; until no move narrows it.
     LOOP

@@ -234,6 +234,10 @@ pub struct Session {
     /// The client's idle_session_timeout: the coordinator ends the session
     /// as the server would (its pooled connections are not the session).
     idle_timeout: Option<Duration>,
+    /// Connections of a committed transaction whose last statement
+    /// (COMMIT PREPARED, a reader's COMMIT) was sent after the decision and
+    /// whose answer is read before the client's next message (commit.rs).
+    finishing: Vec<commit::Finishing>,
 }
 
 /// How one round trip ended.
@@ -249,6 +253,12 @@ enum Outcome {
 impl Session {
     async fn run(&mut self) -> Result<(), SessionError> {
         loop {
+            if !self.finishing.is_empty() {
+                // The client has heard COMMIT; what it sends next sees
+                // every node's part committed.
+                self.flush().await?;
+                self.finish_commit().await;
+            }
             let (message, size) = self.next_message().await?;
             if self.batch.is_empty() {
                 self.forget_cancel();

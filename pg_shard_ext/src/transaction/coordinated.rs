@@ -10,9 +10,8 @@
 //! prepares each participant under its id, commits the deciding
 //! transaction, and commits the prepared ones.
 
-use super::remote::{make_decision_durable, record_remote_transaction};
+use super::remote::{make_decision_durable, record_coordinated_transactions};
 use crate::error::{OrReport, Result, ShardError};
-use crate::metadata::Node;
 use pgrx::prelude::*;
 
 /// Global transaction ids for a coordinator's participants on `node_ids`
@@ -34,17 +33,7 @@ fn gids_for(node_ids: &[i32]) -> Result<Vec<String>> {
         // then commit one participant alone.
         return Err(ShardError::DecisionOutsideTransaction);
     }
-    let nodes = crate::metadata::catalog::all_nodes()?;
-    let mut gids = Vec::with_capacity(node_ids.len());
-    for node_id in node_ids {
-        let node: &Node = nodes
-            .iter()
-            .find(|node| node.node_id == *node_id)
-            .ok_or_else(|| {
-                ShardError::InvalidArgument(format!("node {node_id} is not in the cluster"))
-            })?;
-        gids.push(record_remote_transaction(node)?);
-    }
+    let gids = record_coordinated_transactions(node_ids)?;
     if !gids.is_empty() {
         make_decision_durable();
     }

@@ -38,8 +38,8 @@ use super::client::remote_error;
 use super::connection::NodeConnection;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
-use crate::spi::query_value;
 use pgrx::prelude::*;
+use pgrx::spi::OwnedPreparedStatement;
 use pgrx::{
     register_subxact_callback, register_xact_callback, GucContext, GucFlags, GucRegistry,
     GucSetting, PgSubXactCallbackEvent, PgXactCallbackEvent,
@@ -143,6 +143,10 @@ thread_local! {
     // Global ids whose COMMIT PREPARED succeeded: their records go in the
     // next transaction that records one.
     static FINISHED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    // The INSERT of a coordinator's commit records, planned once per
+    // backend (a coordinator asks on every commit on several nodes);
+    // PostgreSQL replans it by itself when the tables change.
+    static RECORD_COORDINATED_PLAN: RefCell<Option<OwnedPreparedStatement>> = const { RefCell::new(None) };
 }
 
 /// Run `work` on `node` inside a remote transaction that commits or aborts
@@ -490,16 +494,88 @@ fn record_as_owner(node: &Node) -> Result<String> {
             &[finished.into()],
         )?;
     }
+    let gid = next_gid();
+    crate::spi::run_with_args(
+        "INSERT INTO pg_shard.remote_transaction (gid, node_id) VALUES ($1, $2)",
+        &[gid.as_str().into(), node.node_id.into()],
+    )?;
+    Ok(gid)
+}
+
+/// Global ids for a coordinator's participants on `node_ids`, recorded in
+/// the local transaction with one statement (a coordinator asks for them
+/// on every commit on several nodes). Errors when a node is not in the
+/// cluster.
+pub(crate) fn record_coordinated_transactions(node_ids: &[i32]) -> Result<Vec<String>> {
+    const RECORD: &str = "WITH recorded AS (\
+           INSERT INTO pg_shard.remote_transaction (gid, node_id) \
+           SELECT g.gid, g.node_id \
+             FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), \
+                             pg_catalog.unnest($2::pg_catalog.int4[])) AS g(gid, node_id) \
+            WHERE EXISTS (SELECT FROM pg_shard.node n WHERE n.node_id OPERATOR(pg_catalog.=) g.node_id) \
+           RETURNING 1) \
+         SELECT pg_catalog.count(*) FROM recorded";
+    let gids: Vec<String> = node_ids.iter().map(|_| next_gid()).collect();
+    let recorded = crate::metadata::catalog::as_extension_owner(|| {
+        crate::spi::connect_mut(|client| -> Result<Option<i64>> {
+            RECORD_COORDINATED_PLAN.with(|kept| {
+                let mut kept = kept.borrow_mut();
+                let plan = match kept.take() {
+                    Some(plan) => plan,
+                    None => client
+                        .prepare_mut(
+                            RECORD,
+                            &[
+                                PgOid::BuiltIn(PgBuiltInOids::TEXTARRAYOID),
+                                PgOid::BuiltIn(PgBuiltInOids::INT4ARRAYOID),
+                            ],
+                        )?
+                        .keep(),
+                };
+                let counted = client
+                    .update(
+                        &plan,
+                        Some(1),
+                        &[gids.clone().into(), node_ids.to_vec().into()],
+                    )
+                    .and_then(|mut rows| match rows.next() {
+                        Some(row) => row.get::<i64>(1),
+                        None => Ok(None),
+                    });
+                *kept = Some(plan);
+                Ok(counted?)
+            })
+        })
+    })?;
+    if recorded != Some(gids.len() as i64) {
+        return Err(ShardError::InvalidArgument(format!(
+            "a node of {node_ids:?} is not in the cluster"
+        )));
+    }
+    Ok(gids)
+}
+
+/// The next global id of this local transaction: the prefix, the local
+/// transaction's id (assigned now), this backend's pid and a number.
+fn next_gid() -> String {
     let number = OPENED.get() + 1;
     OPENED.set(number);
-    let gid = crate::metadata::catalog::write_returning::<String>(
-        "INSERT INTO pg_shard.remote_transaction (gid, node_id) \
-         SELECT format('%s%s_%s_%s', pg_shard.gid_prefix(), pg_catalog.txid_current(), \
-                       pg_catalog.pg_backend_pid(), $2), $1 \
-         RETURNING gid",
-        &[node.node_id.into(), (number as i64).into()],
-    )?;
-    gid.ok_or_else(|| ShardError::Internal("no global transaction id".into()))
+    // SAFETY: assigns (or reads) the top-level transaction id of this
+    // backend's transaction; callers run inside one. MyProcPid is set at
+    // backend start.
+    let (xid, pid) = unsafe { (pg_sys::GetTopFullTransactionId().value, pg_sys::MyProcPid) };
+    format!("{}{xid}_{pid}_{number}", gid_prefix())
+}
+
+/// What every global id of this server starts with: its system identifier
+/// keeps them apart from another metadata node's on a shared worker.
+#[pg_extern(schema = "pg_shard", stable, parallel_safe)]
+pub(crate) fn gid_prefix() -> String {
+    // SAFETY: reads the system identifier from the control file data in
+    // shared memory (set at startup).
+    let system = unsafe { pg_sys::GetSystemIdentifier() };
+    // (As pg_control_system() shows it: a bigint.)
+    format!("pg_shard_{}_", system as i64)
 }
 
 /// The recovery decides by the fate of the local transaction's id. Its WAL
@@ -732,7 +808,7 @@ fn recover_prepared_transactions() -> i64 {
 }
 
 pub(crate) fn recover() -> Result<i64> {
-    let prefix = query_value::<String>("SELECT pg_shard.gid_prefix()")?.unwrap_or_default();
+    let prefix = gid_prefix();
     let mut ended = 0;
     let mut still_prepared: Vec<String> = Vec::new();
     // The records of a node that cannot be asked are kept: the decision for
