@@ -313,25 +313,23 @@ impl Session {
             })
             .filter(|_| target != Target::Metadata)
         };
-        let consequence =
-            "it is committed; pg_shard.recover_prepared_transactions() finishes it on that node";
-        if one_at_a_time(Step::BetweenCommitPrepareds) {
-            let finished = self
-                .on_each_node_paced(Step::BetweenCommitPrepareds, &prepared, finish)
-                .await;
-            self.warn_of_failures(&finished, consequence);
-        } else {
-            self.send_finishing(finish, consequence).await;
-        }
+        // Answered before the client hears COMMIT: once it has, any other
+        // session must see the transaction committed on every node.
+        let finished = self
+            .on_each_node_paced(Step::BetweenCommitPrepareds, &prepared, finish)
+            .await;
+        self.warn_of_failures(
+            &finished,
+            "it is committed; pg_shard.recover_prepared_transactions() finishes it on that node",
+        );
         true
     }
 
-    /// Sends the statements that finish a committed transaction on its
-    /// nodes (COMMIT PREPARED, the readers' COMMIT) without waiting for
-    /// their answers: the client hears COMMIT one round trip sooner. Their
+    /// Sends the readers' COMMIT once the writer committed, without waiting
+    /// for the answers: the client hears COMMIT one round trip sooner (the
+    /// readers wrote nothing another session could wait to see). Their
     /// connections move to `finishing`; [`Self::finish_commit`] reads the
-    /// answers before the client's next message is read, so that whatever
-    /// it runs next sees the transaction committed everywhere.
+    /// answers before the client's next message is read.
     async fn send_finishing(
         &mut self,
         statement: impl Fn(Target) -> Option<String>,

@@ -234,9 +234,9 @@ pub struct Session {
     /// The client's idle_session_timeout: the coordinator ends the session
     /// as the server would (its pooled connections are not the session).
     idle_timeout: Option<Duration>,
-    /// Connections of a committed transaction whose last statement
-    /// (COMMIT PREPARED, a reader's COMMIT) was sent after the decision and
-    /// whose answer is read before the client's next message (commit.rs).
+    /// Connections of a committed transaction whose reader's COMMIT was
+    /// sent after the writer's and whose answer is read before the client's
+    /// next message (commit.rs).
     finishing: Vec<commit::Finishing>,
 }
 
@@ -254,8 +254,8 @@ impl Session {
     async fn run(&mut self) -> Result<(), SessionError> {
         loop {
             if !self.finishing.is_empty() {
-                // The client has heard COMMIT; what it sends next sees
-                // every node's part committed.
+                // The client has heard COMMIT; what it sends next finds
+                // every node's part ended.
                 self.flush().await?;
                 self.finish_commit().await;
             }

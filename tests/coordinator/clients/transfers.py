@@ -12,6 +12,8 @@ accounts on different workers, and the total never changes.
    and nothing is left prepared on any node.
 3. A worker stopped in the middle of a transaction: a clear error, nothing
    half-committed.
+4. Read after commit: once a client heard COMMIT on two nodes, another
+   session sees both sides.
 
 Usage: transfers.py METADATA_PORT COORDINATOR_PORT SECOND_COORDINATOR_PORT
        DATABASE CLUSTER_DIR COORDINATOR_BIN WORKER_PORTS(comma-separated)"""
@@ -340,7 +342,29 @@ def deallocate_all_between_statements():
           not errors, "; ".join(errors[:2]))
 
 
+def read_after_commit(rounds=300):
+    """Once a client has heard COMMIT of a transaction on two nodes, another
+    session (through the other coordinator) reads it on both."""
+    source, target = two_accounts_on_two_nodes()
+    stale = []
+    with connect(first_port, autocommit=True) as writer, \
+            connect(second_port, autocommit=True) as reader:
+        for step in range(1, rounds + 1):
+            transfer(writer, source, target, 1)
+            # (Each read routed to its worker.)
+            seen = tuple(
+                reader.execute("SELECT balance FROM transfer_accounts WHERE id = %s",
+                               (key,)).fetchone()[0]
+                for key in (source, target))
+            if seen != (START - step, START + step):
+                stale.append((step, seen))
+        transfer(writer, target, source, rounds)
+    check(f"after COMMIT on two nodes another session reads both sides ({rounds} rounds)",
+          not stale, f"stale reads: {stale[:3]}")
+
+
 setup()
+read_after_commit()
 disconnect_mid_transaction()
 batch_across_nodes()
 deallocate_all_between_statements()
