@@ -109,29 +109,30 @@ invariant() {
     psql -X -At -h 127.0.0.1 -p 28320 -d "$bench" -c \
         "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT coalesce(sum(delta), 0) FROM pgbench_history)"
 }
+# pgbench through the coordinator, 4 clients × 200 transactions: all 800
+# processed, none failed.
+pgbench_passes() { # label what pgbench-arguments…
+    local label=$1 what=$2 out
+    shift 2
+    out=$(pgbench_via -n "$@" -c 4 -j 2 -t 200 2>&1)
+    if grep -q "number of transactions actually processed: 800/800" <<<"$out" &&
+        grep -q "number of failed transactions: 0 " <<<"$out"; then
+        ok "$label: 800 $what, none failed"
+    else
+        not_ok "$label"
+        echo "$out" | tail -5
+    fi
+}
 for mode in simple extended prepared; do
     for script in -S -N; do
-        out=$(pgbench_via -n $script -M $mode -c 4 -j 2 -t 200 2>&1)
-        if grep -q "number of transactions actually processed: 800/800" <<<"$out" &&
-            grep -q "number of failed transactions: 0 " <<<"$out"; then
-            ok "pgbench $script -M $mode: 800 transactions, none failed"
-        else
-            not_ok "pgbench $script -M $mode"
-            echo "$out" | tail -5
-        fi
+        pgbench_passes "pgbench $script -M $mode" transactions $script -M $mode
     done
 done
 # Two-account transfers (pgbench custom script): about half touch both
 # workers (two-phase commit through the coordinator); the sum stays.
 for mode in simple extended prepared; do
-    out=$(pgbench_via -n -f "$here/transfer.pgbench" -M $mode -c 4 -j 2 -t 200 --max-tries 10 2>&1)
-    if grep -q "number of transactions actually processed: 800/800" <<<"$out" &&
-        grep -q "number of failed transactions: 0 " <<<"$out"; then
-        ok "pgbench transfers -M $mode: 800 transactions across nodes, none failed"
-    else
-        not_ok "pgbench transfers -M $mode"
-        echo "$out" | tail -5
-    fi
+    pgbench_passes "pgbench transfers -M $mode" "transactions across nodes" \
+        -f "$here/transfer.pgbench" -M $mode --max-tries 10
 done
 check "balances equal the history's deltas after pgbench -N" test "$(invariant)" = t
 history_rows=$(psql -X -At -h 127.0.0.1 -p 28320 -d "$bench" -c "SELECT count(*) FROM pgbench_history")

@@ -112,11 +112,10 @@ impl Session {
                 return false;
             }
         }
-        self.send_finishing(
-            |target| (Some(target) != writer).then(|| "COMMIT".into()),
-            "its COMMIT failed after the writing node's",
-        )
-        .await;
+        let rest = self
+            .on_each_node(|target| (Some(target) != writer).then(|| "COMMIT".into()))
+            .await;
+        self.warn_of_failures(&rest, "its COMMIT failed after the writing node's");
         true
     }
 
@@ -325,75 +324,6 @@ impl Session {
         true
     }
 
-    /// Sends the readers' COMMIT once the writer committed, without waiting
-    /// for the answers: the client hears COMMIT one round trip sooner (the
-    /// readers wrote nothing another session could wait to see). Their
-    /// connections move to `finishing`; [`Self::finish_commit`] reads the
-    /// answers before the client's next message is read.
-    async fn send_finishing(
-        &mut self,
-        statement: impl Fn(Target) -> Option<String>,
-        consequence: &'static str,
-    ) {
-        let connections: Vec<(Target, Lease)> = self
-            .tx
-            .pinned
-            .take()
-            .into_iter()
-            .chain(std::mem::take(&mut self.tx.parked))
-            .collect();
-        for (target, mut lease) in connections {
-            let Some(sql) = statement(target) else {
-                self.tx.parked.push((target, lease));
-                continue;
-            };
-            let sent = lease.connection().send_query(&sql).await;
-            match sent {
-                Ok(()) => self.finishing.push(Finishing {
-                    target,
-                    lease,
-                    consequence,
-                }),
-                Err(e) => {
-                    lease.connection().broken = true;
-                    let failed = NodeAnswer {
-                        target,
-                        answer: Err(e),
-                    };
-                    self.warn_of_failures(&[failed], consequence);
-                    self.release(target, lease);
-                }
-            }
-        }
-    }
-
-    /// Reads the answers of [`Self::send_finishing`]'s statements and lets
-    /// go of their connections; failures reach the client as warnings.
-    pub(super) async fn finish_commit(&mut self) {
-        for Finishing {
-            target,
-            mut lease,
-            consequence,
-        } in std::mem::take(&mut self.finishing)
-        {
-            let answer = lease.connection().read_answer().await;
-            if answer.is_err() {
-                lease.connection().broken = true;
-            }
-            if let Ok(answer) = &answer {
-                for notice in &answer.notices {
-                    self.pass_notice(tags::backend::NOTICE_RESPONSE, notice);
-                }
-            }
-            self.warn_of_failures(&[NodeAnswer { target, answer }], consequence);
-            // Not idle after its COMMIT: closed, never pooled.
-            if lease.connection().status != tags::status::IDLE {
-                lease.connection().broken = true;
-            }
-            self.release(target, lease);
-        }
-    }
-
     /// [`Self::on_each_node`], except under a test pause at `step`: then
     /// the `writers` one at a time in order (the pause before the second),
     /// and the other nodes after them.
@@ -484,15 +414,6 @@ impl Session {
             );
         }
     }
-}
-
-/// A connection whose last statement of a committed transaction is due
-/// an answer (see `Session::send_finishing`).
-pub(super) struct Finishing {
-    target: Target,
-    lease: Lease,
-    /// What a failure there means, for the client's warning.
-    consequence: &'static str,
 }
 
 /// A query of the coordinator's own on one connection.

@@ -234,10 +234,6 @@ pub struct Session {
     /// The client's idle_session_timeout: the coordinator ends the session
     /// as the server would (its pooled connections are not the session).
     idle_timeout: Option<Duration>,
-    /// Connections of a committed transaction whose reader's COMMIT was
-    /// sent after the writer's and whose answer is read before the client's
-    /// next message (commit.rs).
-    finishing: Vec<commit::Finishing>,
 }
 
 /// How one round trip ended.
@@ -253,12 +249,6 @@ enum Outcome {
 impl Session {
     async fn run(&mut self) -> Result<(), SessionError> {
         loop {
-            if !self.finishing.is_empty() {
-                // The client has heard COMMIT; what it sends next finds
-                // every node's part ended.
-                self.flush().await?;
-                self.finish_commit().await;
-            }
             let (message, size) = self.next_message().await?;
             if self.batch.is_empty() {
                 self.forget_cancel();

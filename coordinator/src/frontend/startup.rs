@@ -22,7 +22,6 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     match start(stream, shared.clone(), crowded).await {
         Ok(Some(mut session)) => {
             let result = session.run().await;
-            session.finish_commit().await;
             session.forget_session_state();
             shared.cancels.unregister(session.cancel_key);
             if let Err(e) = result {
@@ -386,6 +385,5 @@ async fn start(
         pending_settings: Vec::new(),
         pending_transaction: None,
         deadlock_fired: None,
-        finishing: Vec::new(),
     }))
 }

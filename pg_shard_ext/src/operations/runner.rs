@@ -169,7 +169,7 @@ pub extern "C-unwind" fn pg_shard_job_runner(argument: pg_sys::Datum) {
     }
     // Remote transactions a crash left prepared (the launcher starts a
     // runner in every database when the server starts) are ended now.
-    match transaction(crate::transaction::remote::recover) {
+    match transaction(crate::transaction::records::recover) {
         Ok(0) => {}
         Ok(ended) => pgrx::log!("pg_shard: recovery ended {ended} prepared remote transactions"),
         Err(e) => pgrx::warning!("pg_shard: recovery of prepared remote transactions: {e}"),

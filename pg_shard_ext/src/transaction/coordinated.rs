@@ -10,7 +10,7 @@
 //! prepares each participant under its id, commits the deciding
 //! transaction, and commits the prepared ones.
 
-use super::remote::{make_decision_durable, record_coordinated_transactions};
+use super::records::{make_decision_durable, record_coordinated_transactions};
 use crate::error::{OrReport, Result, ShardError};
 use pgrx::prelude::*;
 

@@ -14,6 +14,7 @@ mod libpq;
 mod node_errors;
 mod node_wait;
 pub(crate) mod paths;
+pub(crate) mod records;
 pub(crate) mod remote;
 mod result_rows;
 pub(crate) mod shard_copy;
