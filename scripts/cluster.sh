@@ -171,7 +171,10 @@ start_coordinator() {
         return
     fi
     # Servers on this machine are reached through their Unix-domain sockets.
-    nohup "$coordinator_bin" --listen "127.0.0.1:$coordinator_port" \
+    # In a session of its own, as a service manager (or pgbouncer -d) runs
+    # it: the scheduler then shares the CPU between it and the shell's
+    # programs (a benchmark's clients) instead of among them.
+    setsid nohup "$coordinator_bin" --listen "127.0.0.1:$coordinator_port" \
         --metadata "127.0.0.1:$base_port" --metrics-listen "$coordinator_metrics" \
         --server-socket-dir "$cluster_dir" \
         >>"$cluster_dir/coordinator.log" 2>&1 &

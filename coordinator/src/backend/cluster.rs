@@ -112,25 +112,67 @@ impl ClusterMap {
         name: &str,
         search_path: &[String],
     ) -> Option<&Arc<Table>> {
+        // Looked up without copying the names: this runs for every routed
+        // statement.
         if let Some(schema) = schema {
-            return self.tables.get(&(schema.to_owned(), name.to_owned()));
+            return self.tables.get(&(schema, name) as &dyn NamePair);
         }
         let implicit = (!search_path.iter().any(|s| s == "pg_catalog")).then_some("pg_catalog");
         for schema in implicit
             .into_iter()
             .chain(search_path.iter().map(String::as_str))
         {
-            let key = (schema.to_owned(), name.to_owned());
-            if let Some(table) = self.tables.get(&key) {
+            let key = &(schema, name) as &dyn NamePair;
+            if let Some(table) = self.tables.get(key) {
                 return Some(table);
             }
-            if self.same_names.contains(&key) {
+            if self.same_names.contains(key) {
                 return None;
             }
         }
         None
     }
 }
+
+/// A (schema, name) pair, owned or borrowed: the maps keyed by owned
+/// pairs are searched with borrowed ones.
+trait NamePair {
+    fn pair(&self) -> (&str, &str);
+}
+
+impl NamePair for (String, String) {
+    fn pair(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl NamePair for (&str, &str) {
+    fn pair(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn NamePair + 'a> for (String, String) {
+    fn borrow(&self) -> &(dyn NamePair + 'a) {
+        self
+    }
+}
+
+// Hashes as (String, String) does (a String hashes as its str), as Borrow
+// requires.
+impl std::hash::Hash for dyn NamePair + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.pair().hash(state)
+    }
+}
+
+impl PartialEq for dyn NamePair + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.pair() == other.pair()
+    }
+}
+
+impl Eq for dyn NamePair + '_ {}
 
 /// What a database's map listener is asked to do.
 #[derive(Debug, Default, Clone, Copy)]

@@ -255,9 +255,10 @@ impl Session {
             }
             match message {
                 FrontendMessage::Query(sql) => {
-                    let command = self.database_command(&sql);
+                    let (analysis, normalized) = self.analysis(&sql);
+                    let command = self.database_command(&sql, &analysis);
                     let holds = self.let_go_of_databases(command.as_ref());
-                    self.simple_query(sql).await?;
+                    self.simple_query(sql, analysis, normalized).await?;
                     drop(holds);
                     self.after_database_command(command);
                 }

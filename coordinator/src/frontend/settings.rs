@@ -100,12 +100,15 @@ pub(super) fn session_effect(analysis: &Analysis) -> SessionEffect {
 
 /// `DISCARD ALL`: the session's state is gone.
 pub(super) fn discards_all(sql: &str) -> bool {
-    let words: Vec<String> = sql
+    // Asked after every simple query: compared word by word, nothing copied.
+    let mut words = sql
         .split(|c: char| c.is_whitespace() || c == ';')
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    words == ["discard", "all"]
+        .filter(|w| !w.is_empty());
+    matches!(
+        (words.next(), words.next(), words.next()),
+        (Some(first), Some(second), None)
+            if first.eq_ignore_ascii_case("discard") && second.eq_ignore_ascii_case("all")
+    )
 }
 
 /// Statements whose success changes the client's settings.
@@ -361,6 +364,16 @@ mod tests {
         assert_eq!(command_line_settings("-d 5"), None);
         assert_eq!(command_line_settings("-c"), None);
         assert_eq!(command_line_settings("-c =x"), None);
+    }
+
+    #[test]
+    fn discard_all_in_any_case_and_spacing() {
+        assert!(discards_all("DISCARD ALL"));
+        assert!(discards_all("  discard\n\tAll ;"));
+        assert!(!discards_all("DISCARD PLANS"));
+        assert!(!discards_all("DISCARD ALL; SELECT 1"));
+        assert!(!discards_all("DISCARD"));
+        assert!(!discards_all("SELECT 'discard all'"));
     }
 
     #[test]

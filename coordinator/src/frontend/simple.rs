@@ -9,9 +9,12 @@ impl Session {
     // ---- statements about whole databases --------------------------------
 
     /// What `sql` does to whole databases, if it runs on the metadata node.
-    pub(super) fn database_command(&self, sql: &str) -> Option<DatabaseCommand> {
-        let (analysis, _) = self.shared.statements.get(sql);
-        match *analysis {
+    pub(super) fn database_command(
+        &self,
+        sql: &str,
+        analysis: &Analysis,
+    ) -> Option<DatabaseCommand> {
+        match analysis {
             Analysis::Other { .. } => database_commands::database_command(sql),
             _ => None,
         }
@@ -62,8 +65,12 @@ impl Session {
 
     // ---- simple query ---------------------------------------------------
 
-    pub(super) async fn simple_query(&mut self, sql: String) -> Result<(), SessionError> {
-        let (analysis, normalized) = self.analysis(&sql);
+    pub(super) async fn simple_query(
+        &mut self,
+        sql: String,
+        analysis: Arc<Analysis>,
+        normalized: Normalized,
+    ) -> Result<(), SessionError> {
         // A failed transaction still on its server: the server answers
         // (COMMIT, ROLLBACK, ROLLBACK TO SAVEPOINT work, the rest is 25P02).
         // One the coordinator rolled back itself, or one on several nodes
@@ -165,7 +172,7 @@ impl Session {
                 if let Some(pipe) = self.pipe(target, &map) {
                     let ran = self
                         .multiplexed(pipe, &map, shard, retryable, |_, _| {
-                            let mut bytes = BytesMut::new();
+                            let mut bytes = BytesMut::with_capacity(text.len() + 6);
                             protocol::query(&mut bytes, &text);
                             let built = Built {
                                 bytes,
@@ -188,7 +195,7 @@ impl Session {
             let Some(lease) = self.acquire(target, &map, false, true).await? else {
                 return Ok(());
             };
-            let mut request = BytesMut::new();
+            let mut request = BytesMut::with_capacity(text.len() + 6);
             protocol::query(&mut request, &text);
             match self
                 .exchange(
