@@ -325,6 +325,21 @@ check "...through the coordinator too (no session without the password)" grep -q
 check "...a wrong password is refused" grep -q 'password authentication failed for user "sp_secure"' <<<"$via_wrong"
 check "...the right one logs in" test "$via_right" = "sp_secure"
 on_metadata -q -c "DROP ROLE sp_secure"
+# Passthrough logins reach the metadata node over TCP; the coordinator's
+# pooled connections there use the node's socket all the same (its map
+# listeners stay on TCP). Ports of this coordinator's TCP connections to the
+# node, against the ports of the node's TCP sessions that are not listeners.
+for _ in 1 2 3; do via -Atc "SELECT count(*) FROM pg_catalog.pg_class" >/dev/null; done
+sleep 0.5
+via -Atc "SELECT count(*) FROM pg_catalog.pg_class" >/dev/null
+coordinator_ports=$(ss -tnpH state established "( dport = :$PGSHARD_BASE_PORT )" |
+    grep "pid=$(cat "$cluster_dir/coordinator.pid")," | awk '{print $3}' | sed 's/.*://' | sort)
+session_ports=$(on_metadata -Atc "SELECT client_port FROM pg_catalog.pg_stat_activity
+    WHERE client_addr IS NOT NULL AND pid <> pg_catalog.pg_backend_pid()
+      AND application_name <> 'pg_shard_coordinator listener'" | sort)
+over_tcp=$(comm -12 <(echo "$coordinator_ports") <(echo "$session_ports") | grep -c . || true)
+check "passthrough: pooled connections to the metadata node use its socket ($over_tcp over TCP)" \
+    test "$over_tcp" = 0 -a -n "$coordinator_ports"
 
 # 8. A database dropped and created again under the same name: the
 # coordinator's pooled connections and map listener do not keep it busy,

@@ -62,6 +62,17 @@ pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
     let _ = SOCKET_FOLDER.set(folder);
 }
 
+/// The Unix-domain socket of a server on this machine, when a socket
+/// folder is configured.
+fn socket_path(address: &ServerAddress) -> Option<std::path::PathBuf> {
+    let local = matches!(address.host.as_str(), "127.0.0.1" | "localhost" | "::1");
+    SOCKET_FOLDER
+        .get()
+        .and_then(|folder| folder.as_ref())
+        .filter(|_| local)
+        .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)))
+}
+
 /// [`ServerConnection::last_session`] of a connection whose session state
 /// may be anyone's.
 pub const UNKNOWN_SESSION: u64 = u64::MAX;
@@ -199,17 +210,24 @@ impl ServerConnection {
         Self::open_by(address, false).await
     }
 
+    /// Whether the connection runs over a Unix-domain socket.
+    pub fn over_unix_socket(&self) -> bool {
+        self.stream.is_unix()
+    }
+
+    /// Over TCP to a server that [`Self::open`] reaches through its
+    /// Unix-domain socket (a passthrough login's connection): every
+    /// message costs more here than it would there.
+    pub fn tcp_where_socket_serves(&self) -> bool {
+        !self.stream.is_unix() && socket_path(&self.address).is_some()
+    }
+
     async fn open_by(
         address: &ServerAddress,
         socket_allowed: bool,
     ) -> Result<ServerConnection, BackendError> {
         let target = address.to_string();
-        let local = matches!(address.host.as_str(), "127.0.0.1" | "localhost" | "::1");
-        let socket = SOCKET_FOLDER
-            .get()
-            .and_then(|folder| folder.as_ref())
-            .filter(|_| local && socket_allowed)
-            .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)));
+        let socket = socket_path(address).filter(|_| socket_allowed);
         let stream = match socket {
             Some(path) => Socket::new(Inner::Unix(
                 tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&path))

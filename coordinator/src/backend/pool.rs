@@ -5,10 +5,17 @@
 use crate::backend::connection::{BackendError, Credentials, ServerAddress, ServerConnection};
 use crate::metrics::{Metrics, NodeStats};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Whether a pool opens its own connections over the server's Unix-domain
+/// socket ([`Pool::socket_connects`]).
+const SOCKET_UNTRIED: u8 = 0;
+const SOCKET_TRYING: u8 = 1;
+const SOCKET_WORKS: u8 = 2;
+const SOCKET_REFUSED: u8 = 3;
 
 /// How long a client waits for a free server connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,6 +46,12 @@ pub struct Pool {
     /// Moves on whenever `role_settings` does: a connection checked at this
     /// generation needs no string comparison (checkouts stay lock-free).
     settings_generation: AtomicU64,
+    /// Whether connections of its own reach the server over its Unix-domain
+    /// socket (SOCKET_*): then the TCP connections of later passthrough
+    /// logins are not kept, as every message over TCP costs both sides
+    /// more. (Connections already lent or idle stay: one may hold a
+    /// session's sequence state, which that session gets back.)
+    socket_connects: AtomicU8,
 }
 
 impl Pool {
@@ -84,6 +97,19 @@ impl Pool {
 
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Keeps `connection` idle if it is fit for reuse and within the size.
+    fn keep_idle(&self, mut connection: ServerConnection) {
+        connection.idle_since = std::time::Instant::now();
+        if connection.reusable() && self.current(&mut connection) {
+            if let Ok(mut idle) = self.idle.lock() {
+                // The pool's connections, lent and idle, stay within its size.
+                if idle.len() + self.active_count() < self.size {
+                    idle.push(connection);
+                }
+            }
+        }
     }
 }
 
@@ -176,6 +202,7 @@ impl Pools {
                     role_settings: Mutex::new(None),
                     // (Connections start at 0: compared once.)
                     settings_generation: AtomicU64::new(1),
+                    socket_connects: AtomicU8::new(SOCKET_UNTRIED),
                 })
             })
             .clone()
@@ -213,7 +240,11 @@ impl Pools {
             None => {
                 pool.connects.fetch_add(1, Ordering::Relaxed);
                 self.metrics.server_connects.fetch_add(1, Ordering::Relaxed);
-                connect(&pool.key, self.password.as_deref()).await?
+                let connection = connect(&pool.key, self.password.as_deref()).await?;
+                if connection.over_unix_socket() {
+                    pool.socket_connects.store(SOCKET_WORKS, Ordering::Release);
+                }
+                connection
             }
         };
         Ok(Lease {
@@ -298,17 +329,51 @@ impl Pools {
     }
 
     /// Hands a connection made elsewhere (passthrough login) to the pool.
-    pub fn adopt(&self, key: &PoolKey, mut connection: ServerConnection) {
-        connection.idle_since = std::time::Instant::now();
+    /// A login reaches the server over TCP (its rules for TCP clients
+    /// apply to it); where the coordinator's own connections use the
+    /// server's Unix-domain socket, the first such login tries one of those
+    /// in the background and, if the server takes it, pools it instead —
+    /// and later logins' TCP connections are not kept. If the server
+    /// refuses the socket connection (its local rules ask for a password
+    /// the coordinator does not have), the TCP connections are kept.
+    pub fn adopt(&self, key: &PoolKey, connection: ServerConnection) {
         let pool = self.pool(key);
-        if connection.reusable() && pool.current(&mut connection) {
-            if let Ok(mut idle) = pool.idle.lock() {
-                // The pool's connections, lent and idle, stay within its size.
-                if idle.len() + pool.active_count() < self.size {
-                    idle.push(connection);
+        if connection.tcp_where_socket_serves() {
+            match pool.socket_connects.compare_exchange(
+                SOCKET_UNTRIED,
+                SOCKET_TRYING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    let password = self.password.clone();
+                    let metrics = self.metrics.clone();
+                    tokio::spawn(async move {
+                        pool.connects.fetch_add(1, Ordering::Relaxed);
+                        metrics.server_connects.fetch_add(1, Ordering::Relaxed);
+                        match connect(&pool.key, password.as_deref()).await {
+                            Ok(over_socket) if over_socket.over_unix_socket() => {
+                                pool.socket_connects.store(SOCKET_WORKS, Ordering::Release);
+                                pool.keep_idle(over_socket);
+                            }
+                            outcome => {
+                                if let Err(e) = outcome {
+                                    tracing::debug!(server = %pool.key.address, error = %e,
+                                        "no connection over the server's socket; logins' TCP connections are pooled");
+                                }
+                                pool.socket_connects
+                                    .store(SOCKET_REFUSED, Ordering::Release);
+                                pool.keep_idle(connection);
+                            }
+                        }
+                    });
+                    return;
                 }
+                Err(SOCKET_WORKS) => return,
+                Err(_) => {}
             }
         }
+        pool.keep_idle(connection);
     }
 }
 

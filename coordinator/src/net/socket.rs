@@ -57,6 +57,11 @@ pub struct Socket {
 }
 
 impl Socket {
+    /// Whether this is a Unix-domain socket (else TCP).
+    pub fn is_unix(&self) -> bool {
+        matches!(self.fd.as_ref().map(AsyncFd::get_ref), Some(Inner::Unix(_)))
+    }
+
     /// Takes over a connected socket; must be called inside the runtime.
     pub fn new(inner: Inner) -> io::Result<Socket> {
         match &inner {
