@@ -237,15 +237,7 @@ impl Pools {
         let reused = idle.is_some();
         let connection = match idle {
             Some(connection) => connection,
-            None => {
-                pool.connects.fetch_add(1, Ordering::Relaxed);
-                self.metrics.server_connects.fetch_add(1, Ordering::Relaxed);
-                let connection = connect(&pool.key, self.password.as_deref()).await?;
-                if connection.over_unix_socket() {
-                    pool.socket_connects.store(SOCKET_WORKS, Ordering::Release);
-                }
-                connection
-            }
+            None => open_for(&pool, &self.metrics, self.password.as_deref()).await?,
         };
         Ok(Lease {
             connection: Some(connection),
@@ -349,11 +341,8 @@ impl Pools {
                     let password = self.password.clone();
                     let metrics = self.metrics.clone();
                     tokio::spawn(async move {
-                        pool.connects.fetch_add(1, Ordering::Relaxed);
-                        metrics.server_connects.fetch_add(1, Ordering::Relaxed);
-                        match connect(&pool.key, password.as_deref()).await {
+                        match open_for(&pool, &metrics, password.as_deref()).await {
                             Ok(over_socket) if over_socket.over_unix_socket() => {
-                                pool.socket_connects.store(SOCKET_WORKS, Ordering::Release);
                                 pool.keep_idle(over_socket);
                             }
                             outcome => {
@@ -361,8 +350,13 @@ impl Pools {
                                     tracing::debug!(server = %pool.key.address, error = %e,
                                         "no connection over the server's socket; logins' TCP connections are pooled");
                                 }
-                                pool.socket_connects
-                                    .store(SOCKET_REFUSED, Ordering::Release);
+                                // (Unless a checkout got one over the socket meanwhile.)
+                                let _ = pool.socket_connects.compare_exchange(
+                                    SOCKET_TRYING,
+                                    SOCKET_REFUSED,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                );
                                 pool.keep_idle(connection);
                             }
                         }
@@ -375,6 +369,22 @@ impl Pools {
         }
         pool.keep_idle(connection);
     }
+}
+
+/// A new connection of `pool`'s own, counted; one that reached the server
+/// over its socket shows the pool can (see [`Pool::socket_connects`]).
+async fn open_for(
+    pool: &Pool,
+    metrics: &Metrics,
+    password: Option<&str>,
+) -> Result<ServerConnection, BackendError> {
+    pool.connects.fetch_add(1, Ordering::Relaxed);
+    metrics.server_connects.fetch_add(1, Ordering::Relaxed);
+    let connection = connect(&pool.key, password).await?;
+    if connection.over_unix_socket() {
+        pool.socket_connects.store(SOCKET_WORKS, Ordering::Release);
+    }
+    Ok(connection)
 }
 
 /// A new server connection for `key`.

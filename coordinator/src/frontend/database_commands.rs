@@ -23,6 +23,16 @@ pub struct DatabaseCommand {
 /// PostgreSQL's template when CREATE DATABASE names none.
 const DEFAULT_TEMPLATE: &str = "template1";
 
+/// What a statement the coordinator analysed does to whole databases:
+/// only one that runs on the metadata node (neither routed nor answered
+/// by the coordinator) can.
+pub fn of_statement(sql: &str, analysis: &crate::router::Analysis) -> Option<DatabaseCommand> {
+    match analysis {
+        crate::router::Analysis::Other { .. } => database_command(sql),
+        _ => None,
+    }
+}
+
 /// What `sql` does to whole databases; None for any other statement (a
 /// cheap look at the first words first: this runs for every statement the
 /// metadata node gets).

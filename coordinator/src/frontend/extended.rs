@@ -38,9 +38,8 @@ impl Session {
             .iter()
             .filter(|item| matches!(item.message, FrontendMessage::Bind(_)))
             .filter_map(|item| item.statement.as_ref())
-            .find_map(|statement| match *statement.analysis {
-                Analysis::Other { .. } => database_commands::database_command(&statement.sql),
-                _ => None,
+            .find_map(|statement| {
+                database_commands::of_statement(&statement.sql, &statement.analysis)
             });
         let holds = self.let_go_of_databases(command.as_ref());
         let result = self.run_extended_batch().await;

@@ -256,7 +256,7 @@ impl Session {
             match message {
                 FrontendMessage::Query(sql) => {
                     let (analysis, normalized) = self.analysis(&sql);
-                    let command = self.database_command(&sql, &analysis);
+                    let command = database_commands::of_statement(&sql, &analysis);
                     let holds = self.let_go_of_databases(command.as_ref());
                     self.simple_query(sql, analysis, normalized).await?;
                     drop(holds);

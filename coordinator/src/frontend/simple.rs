@@ -8,18 +8,6 @@ use crate::net::tags;
 impl Session {
     // ---- statements about whole databases --------------------------------
 
-    /// What `sql` does to whole databases, if it runs on the metadata node.
-    pub(super) fn database_command(
-        &self,
-        sql: &str,
-        analysis: &Analysis,
-    ) -> Option<DatabaseCommand> {
-        match analysis {
-            Analysis::Other { .. } => database_commands::database_command(sql),
-            _ => None,
-        }
-    }
-
     /// Before a statement that needs databases free of other sessions: the
     /// coordinator's idle connections to them close, and their map
     /// listeners stay away while the holds live.
