@@ -4,6 +4,7 @@
 
 use crate::backend::connection::{BackendError, Credentials, ServerAddress, ServerConnection};
 use crate::metrics::{Metrics, NodeStats};
+use crate::net::sqlstate;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,9 +14,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Whether a pool opens its own connections over the server's Unix-domain
 /// socket ([`Pool::socket_connects`]).
 const SOCKET_UNTRIED: u8 = 0;
-const SOCKET_TRYING: u8 = 1;
-const SOCKET_WORKS: u8 = 2;
-const SOCKET_REFUSED: u8 = 3;
+const SOCKET_WORKS: u8 = 1;
+const SOCKET_REFUSED: u8 = 2;
 
 /// How long a client waits for a free server connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,10 +47,10 @@ pub struct Pool {
     /// generation needs no string comparison (checkouts stay lock-free).
     settings_generation: AtomicU64,
     /// Whether connections of its own reach the server over its Unix-domain
-    /// socket (SOCKET_*): then the TCP connections of later passthrough
-    /// logins are not kept, as every message over TCP costs both sides
-    /// more. (Connections already lent or idle stay: one may hold a
-    /// session's sequence state, which that session gets back.)
+    /// socket (SOCKET_*): unless the server refused them, passthrough
+    /// logins' TCP connections are swapped for such ones
+    /// ([`Pools::end_login_lease`]), as every message over TCP costs both
+    /// sides more.
     socket_connects: AtomicU8,
 }
 
@@ -97,19 +97,6 @@ impl Pool {
 
     pub fn size(&self) -> usize {
         self.size
-    }
-
-    /// Keeps `connection` idle if it is fit for reuse and within the size.
-    fn keep_idle(&self, mut connection: ServerConnection) {
-        connection.idle_since = std::time::Instant::now();
-        if connection.reusable() && self.current(&mut connection) {
-            if let Ok(mut idle) = self.idle.lock() {
-                // The pool's connections, lent and idle, stay within its size.
-                if idle.len() + self.active_count() < self.size {
-                    idle.push(connection);
-                }
-            }
-        }
     }
 }
 
@@ -217,10 +204,7 @@ impl Pools {
     /// that `session` used last if there is one (it keeps that session's
     /// sequence state and needs no reset), else the one idle longest.
     pub async fn checkout_from(&self, pool: Arc<Pool>, session: u64) -> Result<Lease, PoolError> {
-        let permit = tokio::time::timeout(CHECKOUT_TIMEOUT, pool.permits.clone().acquire_owned())
-            .await
-            .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?
-            .map_err(|_| PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT))?;
+        let permit = acquire(&pool).await?;
         pool.checkouts.fetch_add(1, Ordering::Relaxed);
         let idle = pool.idle.lock().ok().and_then(|mut idle| {
             // Made before the role's or database's settings changed.
@@ -320,55 +304,92 @@ impl Pools {
         }
     }
 
-    /// Hands a connection made elsewhere (passthrough login) to the pool.
-    /// A login reaches the server over TCP (its rules for TCP clients
-    /// apply to it); where the coordinator's own connections use the
-    /// server's Unix-domain socket, the first such login tries one of those
-    /// in the background and, if the server takes it, pools it instead —
-    /// and later logins' TCP connections are not kept. If the server
-    /// refuses the socket connection (its local rules ask for a password
-    /// the coordinator does not have), the TCP connections are kept.
-    pub fn adopt(&self, key: &PoolKey, connection: ServerConnection) {
+    /// Lends `connection`, made elsewhere for `key` (a passthrough login's),
+    /// as if it had been checked out of its pool.
+    pub async fn lend(
+        &self,
+        key: &PoolKey,
+        connection: ServerConnection,
+    ) -> Result<Lease, PoolError> {
         let pool = self.pool(key);
-        if connection.tcp_where_socket_serves() {
-            match pool.socket_connects.compare_exchange(
-                SOCKET_UNTRIED,
-                SOCKET_TRYING,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    let password = self.password.clone();
-                    let metrics = self.metrics.clone();
-                    tokio::spawn(async move {
-                        match open_for(&pool, &metrics, password.as_deref()).await {
-                            Ok(over_socket) if over_socket.over_unix_socket() => {
-                                pool.keep_idle(over_socket);
-                            }
-                            outcome => {
-                                if let Err(e) = outcome {
-                                    tracing::debug!(server = %pool.key.address, error = %e,
-                                        "no connection over the server's socket; logins' TCP connections are pooled");
-                                }
-                                // (Unless a checkout got one over the socket meanwhile.)
-                                let _ = pool.socket_connects.compare_exchange(
-                                    SOCKET_TRYING,
-                                    SOCKET_REFUSED,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                );
-                                pool.keep_idle(connection);
-                            }
-                        }
-                    });
-                    return;
-                }
-                Err(SOCKET_WORKS) => return,
-                Err(_) => {}
-            }
-        }
-        pool.keep_idle(connection);
+        let permit = acquire(&pool).await?;
+        pool.checkouts.fetch_add(1, Ordering::Relaxed);
+        Ok(Lease {
+            connection: Some(connection),
+            pool,
+            _permit: permit,
+            reused: false,
+        })
     }
+
+    /// Ends the lease of a passthrough login's connection ([`Self::lend`])
+    /// whose role and database have no CONNECTION LIMIT. A login reaches
+    /// the server over TCP (its rules for TCP clients apply to it); where
+    /// the coordinator's own connections use the server's Unix-domain
+    /// socket, the pool gets one of those in its place (over TCP every
+    /// message costs both sides more). If the server refuses the socket
+    /// connection (its local rules ask for a password the coordinator does
+    /// not have), the logins' TCP connections are pooled.
+    ///
+    /// Each login still leaves one connection in the pool, as without the
+    /// swap: sessions that log in together find one each, and do not take
+    /// each other's (and with it their currval). The TCP connection is
+    /// closed first, so that a burst of logins holds no more server
+    /// connections than without the swap. Not for limited roles: the
+    /// closed connection's backend may still count for a moment, and
+    /// refuse the role's next client.
+    pub async fn end_login_lease(&self, mut lease: Lease) {
+        let pool = lease.pool.clone();
+        if !lease.connection().tcp_where_socket_serves()
+            || pool.socket_connects.load(Ordering::Acquire) == SOCKET_REFUSED
+        {
+            return;
+        }
+        let over_tcp = lease.connection.take();
+        drop(over_tcp);
+        match open_for(&pool, &self.metrics, self.password.as_deref()).await {
+            Ok(connection) => lease.connection = Some(connection),
+            Err(e) if refuses_login(&e) => {
+                tracing::debug!(server = %pool.key.address, error = %e,
+                    "the server refuses connections over its socket; logins' TCP connections are pooled");
+                // (Unless one got through meanwhile.)
+                let _ = pool.socket_connects.compare_exchange(
+                    SOCKET_UNTRIED,
+                    SOCKET_REFUSED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+            // The session opens one when it needs it.
+            Err(e) => tracing::debug!(server = %pool.key.address, error = %e,
+                "no connection over the server's socket after a login"),
+        }
+    }
+}
+
+/// Whether the server turned the login itself down (its rules, a password
+/// the coordinator lacks), rather than failing for the moment.
+fn refuses_login(error: &BackendError) -> bool {
+    match error {
+        BackendError::Refused(error) => [
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            sqlstate::INVALID_PASSWORD,
+        ]
+        .contains(&error.code.as_str()),
+        BackendError::PasswordNeeded(_)
+        | BackendError::UnsupportedAuth(..)
+        | BackendError::Scram(_) => true,
+        _ => false,
+    }
+}
+
+/// A place in `pool`, waited for up to [`CHECKOUT_TIMEOUT`].
+async fn acquire(pool: &Arc<Pool>) -> Result<OwnedSemaphorePermit, PoolError> {
+    let exhausted = || PoolError::Exhausted(pool.key.address.clone(), CHECKOUT_TIMEOUT);
+    tokio::time::timeout(CHECKOUT_TIMEOUT, pool.permits.clone().acquire_owned())
+        .await
+        .map_err(|_| exhausted())?
+        .map_err(|_| exhausted())
 }
 
 /// A new connection of `pool`'s own, counted; one that reached the server

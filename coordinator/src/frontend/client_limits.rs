@@ -38,6 +38,13 @@ pub struct Limits {
     pub superuser: bool,
 }
 
+impl Limits {
+    /// Neither limit holds this login back.
+    pub fn none_apply(&self) -> bool {
+        self.superuser || (self.role < 0 && self.database < 0)
+    }
+}
+
 impl ClientCounts {
     /// Counts a client of `role` in `database`, or refuses it (53300) when
     /// that would pass the role's or the database's limit.

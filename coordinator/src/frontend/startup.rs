@@ -137,6 +137,8 @@ async fn start(
         )
     });
     let mut out = BytesMut::new();
+    // A passthrough login's server connection: the session's first.
+    let mut login_connection = None;
     let metadata_key = PoolKey {
         address: shared.metadata.clone(),
         database: database.clone(),
@@ -175,7 +177,7 @@ async fn start(
                     // Fresh: the defaults it has are the ones a new session
                     // gets now.
                     if connection.note_role_settings().await.is_ok() {
-                        shared.pools.adopt(&metadata_key, connection);
+                        login_connection = Some(connection);
                     }
                 }
                 None => return Ok(None),
@@ -237,9 +239,18 @@ async fn start(
     // client_encoding 'utf-8' is reported as UTF8); one it refuses
     // refuses the login, as it would directly.
     let mut tries = 0;
-    let (login, mut reported): (Login, Vec<(String, String)>) = loop {
+    let (login, mut reported, login_lease): (
+        Login,
+        Vec<(String, String)>,
+        Option<crate::backend::pool::Lease>,
+    ) = loop {
         tries += 1;
-        let mut lease = match shared.pools.checkout(&metadata_key).await {
+        let lent = login_connection.is_some();
+        let checkout = match login_connection.take() {
+            Some(connection) => shared.pools.lend(&metadata_key, connection).await,
+            None => shared.pools.checkout(&metadata_key).await,
+        };
+        let mut lease = match checkout {
             Ok(lease) => lease,
             Err(e) => {
                 let error = match e {
@@ -283,7 +294,7 @@ async fn start(
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                break (login, reported);
+                break (login, reported, lent.then_some(lease));
             }
             // A pooled connection its server had closed (an
             // idle_session_timeout, a restart): another one.
@@ -308,6 +319,11 @@ async fn start(
         database: login.database_limit,
         superuser,
     };
+    if let Some(lease) = login_lease {
+        if limits.none_apply() {
+            shared.pools.end_login_lease(lease).await;
+        }
+    }
     let admitted = match shared
         .clients
         .admit_waiting(&user, &database, &limits)

@@ -1131,6 +1131,7 @@ def connection_limits():
     clients that left do not use it up."""
     with metadata() as conn:
         conn.execute("DROP ROLE IF EXISTS sp_limited")
+        conn.execute("DROP ROLE IF EXISTS sp_limited_one")
         conn.execute("CREATE ROLE sp_limited LOGIN CONNECTION LIMIT 2")
 
     def limited():
@@ -1163,12 +1164,26 @@ def connection_limits():
                 c.close()
         check("CONNECTION LIMIT 2: four rounds of two new clients after others left are all served",
               rounds == [[3, 3]] * 4, f"got {rounds}")
+        # A role the coordinator has no pool for yet: its first login must
+        # not take a second connection (the limit is 1).
+        with metadata() as conn:
+            conn.execute("CREATE ROLE sp_limited_one LOGIN CONNECTION LIMIT 1")
+        alone = []
+        for n in range(3):
+            alone.append(attempt(lambda: value_closing(
+                psycopg.connect(host="127.0.0.1", port=port, user="sp_limited_one", dbname=database,
+                                connect_timeout=10, autocommit=True), f"SELECT {n}")))
+            time.sleep(0.1)  # the server's backend of the one before has ended
+        check("CONNECTION LIMIT 1, a role's first clients one after another: each is served",
+              alone == [0, 1, 2], f"got {alone}")
     finally:
         time.sleep(0.2)
         with metadata() as conn:
-            # Pooled connections of the role may remain; they end with the role.
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'sp_limited'")
+            # Pooled connections of the roles may remain; they end with the roles.
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE usename IN ('sp_limited', 'sp_limited_one')")
             conn.execute("DROP ROLE IF EXISTS sp_limited")
+            conn.execute("DROP ROLE IF EXISTS sp_limited_one")
 
 
 def search_paths():
