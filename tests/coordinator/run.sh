@@ -340,6 +340,19 @@ session_ports=$(on_metadata -Atc "SELECT client_port FROM pg_catalog.pg_stat_act
 over_tcp=$(comm -12 <(echo "$coordinator_ports") <(echo "$session_ports") | grep -c . || true)
 check "passthrough: pooled connections to the metadata node use its socket ($over_tcp over TCP)" \
     test "$over_tcp" = 0 -a -n "$coordinator_ports"
+# Each login leaves its connection (or one over the socket in its place) in
+# the pool, which keeps to its size (20): 40 logins one after another do not
+# leave 40 more sessions on the node.
+socket_sessions() {
+    on_metadata -Atc "SELECT count(*) FROM pg_catalog.pg_stat_activity
+        WHERE client_port = -1 AND datname = pg_catalog.current_database()"
+}
+sessions_before=$(socket_sessions)
+for _ in $(seq 40); do via -Atc "SELECT 1" >/dev/null; done
+sleep 0.5
+sessions_after=$(socket_sessions)
+check "passthrough: 40 logins one after another leave at most the pool's size of sessions on the node ($sessions_before before, $sessions_after after)" \
+    test "$((sessions_after - sessions_before))" -le 20
 
 # 8. A database dropped and created again under the same name: the
 # coordinator's pooled connections and map listener do not keep it busy,

@@ -140,7 +140,12 @@ impl Drop for Lease {
             {
                 connection.idle_since = std::time::Instant::now();
                 if let Ok(mut idle) = self.pool.idle.lock() {
-                    idle.push(connection);
+                    // Within the size with the others lent (this lease
+                    // still counts among them): a lent login's connection
+                    // ([`Pools::lend`]) did not come from the pool.
+                    if idle.len() + self.pool.active_count() <= self.pool.size {
+                        idle.push(connection);
+                    }
                 }
             }
         }
@@ -347,6 +352,10 @@ impl Pools {
         }
         let over_tcp = lease.connection.take();
         drop(over_tcp);
+        if pool.idle_count() + pool.active_count() > pool.size {
+            // Full: no place for one in the pool.
+            return;
+        }
         match open_for(&pool, &self.metrics, self.password.as_deref()).await {
             Ok(connection) => lease.connection = Some(connection),
             Err(e) if refuses_login(&e) => {
