@@ -210,11 +210,6 @@ impl ServerConnection {
         Self::open_by(address, false).await
     }
 
-    /// Whether the connection runs over a Unix-domain socket.
-    pub fn over_unix_socket(&self) -> bool {
-        self.stream.is_unix()
-    }
-
     /// Over TCP to a server that [`Self::open`] reaches through its
     /// Unix-domain socket (a passthrough login's connection): every
     /// message costs more here than it would there.

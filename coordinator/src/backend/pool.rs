@@ -6,16 +6,10 @@ use crate::backend::connection::{BackendError, Credentials, ServerAddress, Serve
 use crate::metrics::{Metrics, NodeStats};
 use crate::net::sqlstate;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-/// Whether a pool opens its own connections over the server's Unix-domain
-/// socket ([`Pool::socket_connects`]).
-const SOCKET_UNTRIED: u8 = 0;
-const SOCKET_WORKS: u8 = 1;
-const SOCKET_REFUSED: u8 = 2;
 
 /// How long a client waits for a free server connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,12 +40,10 @@ pub struct Pool {
     /// Moves on whenever `role_settings` does: a connection checked at this
     /// generation needs no string comparison (checkouts stay lock-free).
     settings_generation: AtomicU64,
-    /// Whether connections of its own reach the server over its Unix-domain
-    /// socket (SOCKET_*): unless the server refused them, passthrough
-    /// logins' TCP connections are swapped for such ones
-    /// ([`Pools::end_login_lease`]), as every message over TCP costs both
-    /// sides more.
-    socket_connects: AtomicU8,
+    /// The server refused a login over its Unix-domain socket: passthrough
+    /// logins' TCP connections are pooled rather than swapped for socket
+    /// ones ([`Pools::end_login_lease`]).
+    socket_refused: AtomicBool,
 }
 
 impl Pool {
@@ -194,7 +186,7 @@ impl Pools {
                     role_settings: Mutex::new(None),
                     // (Connections start at 0: compared once.)
                     settings_generation: AtomicU64::new(1),
-                    socket_connects: AtomicU8::new(SOCKET_UNTRIED),
+                    socket_refused: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -346,12 +338,11 @@ impl Pools {
     pub async fn end_login_lease(&self, mut lease: Lease) {
         let pool = lease.pool.clone();
         if !lease.connection().tcp_where_socket_serves()
-            || pool.socket_connects.load(Ordering::Acquire) == SOCKET_REFUSED
+            || pool.socket_refused.load(Ordering::Acquire)
         {
             return;
         }
-        let over_tcp = lease.connection.take();
-        drop(over_tcp);
+        lease.connection = None;
         if pool.idle_count() + pool.active_count() > pool.size {
             // Full: no place for one in the pool.
             return;
@@ -361,13 +352,7 @@ impl Pools {
             Err(e) if refuses_login(&e) => {
                 tracing::debug!(server = %pool.key.address, error = %e,
                     "the server refuses connections over its socket; logins' TCP connections are pooled");
-                // (Unless one got through meanwhile.)
-                let _ = pool.socket_connects.compare_exchange(
-                    SOCKET_UNTRIED,
-                    SOCKET_REFUSED,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                pool.socket_refused.store(true, Ordering::Release);
             }
             // The session opens one when it needs it.
             Err(e) => tracing::debug!(server = %pool.key.address, error = %e,
@@ -401,8 +386,7 @@ async fn acquire(pool: &Arc<Pool>) -> Result<OwnedSemaphorePermit, PoolError> {
         .map_err(|_| exhausted())
 }
 
-/// A new connection of `pool`'s own, counted; one that reached the server
-/// over its socket shows the pool can (see [`Pool::socket_connects`]).
+/// A new connection of `pool`'s own, counted.
 async fn open_for(
     pool: &Pool,
     metrics: &Metrics,
@@ -410,11 +394,7 @@ async fn open_for(
 ) -> Result<ServerConnection, BackendError> {
     pool.connects.fetch_add(1, Ordering::Relaxed);
     metrics.server_connects.fetch_add(1, Ordering::Relaxed);
-    let connection = connect(&pool.key, password).await?;
-    if connection.over_unix_socket() {
-        pool.socket_connects.store(SOCKET_WORKS, Ordering::Release);
-    }
-    Ok(connection)
+    connect(&pool.key, password).await
 }
 
 /// A new server connection for `key`.
