@@ -417,6 +417,19 @@ impl ServerConnection {
         }
     }
 
+    /// Ends the session and waits (up to `within`) for its server to close
+    /// the connection: by then the backend has left the server's process
+    /// table, so it no longer counts against max_connections or a
+    /// CONNECTION LIMIT.
+    pub async fn terminate(mut self, within: Duration) {
+        let mut out = BytesMut::new();
+        protocol::empty(&mut out, tags::frontend::TERMINATE);
+        if self.write(&out).await.is_err() {
+            return;
+        }
+        let _ = tokio::time::timeout(within, async { while self.read().await.is_ok() {} }).await;
+    }
+
     /// Reads one message: its tag and body.
     pub async fn read(&mut self) -> Result<(u8, Bytes), BackendError> {
         loop {

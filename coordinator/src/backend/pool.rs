@@ -11,6 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// How long a login's swapped-out connection is given to end on its
+/// server ([`Pools::end_login_lease`]).
+const LOGIN_EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How long a client waits for a free server connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A connection with more prepared statements than this is closed rather
@@ -330,11 +333,12 @@ impl Pools {
     ///
     /// Each login still leaves one connection in the pool, as without the
     /// swap: sessions that log in together find one each, and do not take
-    /// each other's (and with it their currval). The TCP connection is
-    /// closed first, so that a burst of logins holds no more server
-    /// connections than without the swap. Not for limited roles: the
-    /// closed connection's backend may still count for a moment, and
-    /// refuse the role's next client.
+    /// each other's (and with it their currval). The TCP connection's
+    /// backend has ended before the other is opened, so that a burst of
+    /// logins holds no more server connections than without the swap (a
+    /// server at max_connections refused sessions' connections while the
+    /// closed backends were still exiting). Not for limited roles: the
+    /// swap could still take the place of the role's next client.
     pub async fn end_login_lease(&self, mut lease: Lease) {
         let pool = lease.pool.clone();
         if !lease.connection().tcp_where_socket_serves()
@@ -342,7 +346,9 @@ impl Pools {
         {
             return;
         }
-        lease.connection = None;
+        if let Some(over_tcp) = lease.connection.take() {
+            over_tcp.terminate(LOGIN_EXIT_WAIT).await;
+        }
         if pool.idle_count() + pool.active_count() > pool.size {
             // Full: no place for one in the pool.
             return;

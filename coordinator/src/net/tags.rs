@@ -17,6 +17,7 @@ pub mod frontend {
     /// Also SASLInitialResponse and SASLResponse.
     pub const PASSWORD: u8 = b'p';
     pub const QUERY: u8 = b'Q';
+    pub const TERMINATE: u8 = b'X';
 }
 
 /// Messages a server (or the coordinator, as the client's server) sends.
