@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// How long a login's swapped-out connection is given to end on its
-/// server ([`Pools::end_login_lease`]).
+/// How long a connection closed to make room for a login is given to end
+/// on its server.
 const LOGIN_EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How long a client waits for a free server connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -268,29 +268,36 @@ impl Pools {
         }
     }
 
-    /// Closes the idle connections of the pool for `key`; how many.
-    pub fn close_idle_of(&self, key: &PoolKey) -> usize {
+    /// The idle connections of `key`'s pool, taken out of it.
+    fn take_idle_of(&self, key: &PoolKey) -> Vec<ServerConnection> {
         let pool = self
             .pools
             .lock()
             .ok()
             .and_then(|pools| pools.get(key).cloned());
         pool.and_then(|pool| {
-            pool.idle.lock().ok().map(|mut idle| {
-                let closed = idle.len();
-                idle.clear();
-                closed
-            })
+            pool.idle
+                .lock()
+                .ok()
+                .map(|mut idle| std::mem::take(&mut *idle))
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
     }
 
-    /// [`Self::close_idle_of`]; when none is idle but some are lent, waits
-    /// up to `grace` for one to come back (its client just left).
+    /// Closes the idle connections of `key`'s pool, their backends gone
+    /// from the server when it returns; when none is idle but some are
+    /// lent, waits up to `grace` for one to come back (its client just
+    /// left). How many it closed.
     pub async fn close_idle_of_waiting(&self, key: &PoolKey, grace: Duration) -> usize {
         let deadline = std::time::Instant::now() + grace;
         loop {
-            let closed = self.close_idle_of(key);
+            // Their backends must have left the server, else the login
+            // that asks for their places is refused again.
+            let taken = self.take_idle_of(key);
+            let closed = taken.len();
+            for connection in taken {
+                connection.terminate(LOGIN_EXIT_WAIT).await;
+            }
             let lent = self
                 .pools
                 .lock()
