@@ -90,6 +90,9 @@ pub struct Config {
     /// nodes (which no node's own detector sees) and cancels it with
     /// 40P01 (0: never).
     pub distributed_deadlock_timeout: u64,
+    /// Microseconds an event loop keeps polling its sockets after a send
+    /// instead of sleeping (0: never); see net/busy_poll.rs.
+    pub busy_poll: u64,
 }
 
 impl Default for Config {
@@ -115,6 +118,7 @@ impl Default for Config {
             multiplex: true,
             multiplex_connections: 1,
             distributed_deadlock_timeout: 2000,
+            busy_poll: 50,
         }
     }
 }
@@ -154,10 +158,13 @@ names with underscores):
                            default 2000: a statement of a transaction on several
                            nodes waiting this long for a lock is canceled with
                            40P01 (a deadlock across nodes); 0: never
+  --busy-poll US           [PGSHARD_COORDINATOR_BUSY_POLL]   default 50: after a send,
+                           poll for the answer this many microseconds while no
+                           other task wants the core, instead of sleeping; 0: never
 ";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 20] = [
+const NAMES: [&str; 21] = [
     "listen",
     "metadata",
     "auth",
@@ -178,6 +185,7 @@ const NAMES: [&str; 20] = [
     "threads",
     "multiplex",
     "multiplex-connections",
+    "busy-poll",
 ];
 
 impl Config {
@@ -303,6 +311,13 @@ impl Config {
                 }
             }
             "multiplex-connections" => self.multiplex_connections = number()?,
+            "busy-poll" => {
+                self.busy_poll = value
+                    .parse()
+                    .ok()
+                    .filter(|us| *us <= 10_000)
+                    .ok_or_else(|| bad("expected microseconds from 0 (never) to 10000"))?
+            }
             "log-format" => match value {
                 "text" | "json" => self.log_format = value.to_owned(),
                 _ => return Err(bad("expected text or json")),
@@ -340,6 +355,11 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(!off.multiplex);
+        assert_eq!(config.busy_poll, 50);
+        let polling = Config::load(&args(&["--busy-poll", "0"]), &env)
+            .unwrap()
+            .unwrap();
+        assert_eq!(polling.busy_poll, 0);
     }
 
     #[test]
@@ -351,6 +371,8 @@ mod tests {
         assert!(Config::load(&args(&["--bogus", "1"]), &none).is_err());
         assert!(Config::load(&args(&["--listen"]), &none).is_err());
         assert!(Config::load(&args(&["--multiplex", "maybe"]), &none).is_err());
+        assert!(Config::load(&args(&["--busy-poll", "-1"]), &none).is_err());
+        assert!(Config::load(&args(&["--busy-poll", "20000"]), &none).is_err());
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn event_loops(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    let busy_poll = std::time::Duration::from_micros(shared.config.busy_poll);
     let mut senders = Vec::new();
     for index in 1..threads {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
@@ -52,6 +53,7 @@ fn event_loops(
             .name(format!("event-loop-{index}"))
             .spawn(move || {
                 runtime.block_on(async move {
+                    tokio::spawn(net::busy_poll::run(busy_poll));
                     while let Some(stream) = receiver.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
                             Ok(stream) => {
@@ -189,6 +191,9 @@ async fn run(mut config: Config) -> Result<(), String> {
     if shared.config.server_idle_timeout > 0 {
         tokio::spawn(shared::close_idle_server_connections(shared.clone()));
     }
+    tokio::spawn(net::busy_poll::run(std::time::Duration::from_micros(
+        shared.config.busy_poll,
+    )));
     let event_loops = event_loops(&shared)?;
     let mut next = 0;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -27,7 +27,7 @@ use crate::net::tags;
 use bytes::BytesMut;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
-use std::io::{self, Write};
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
@@ -629,7 +629,7 @@ fn close(state: &mut State) {
 /// the coordinator each time the server reads).
 async fn write_all(mut writer: Inner, mut data: &[u8]) -> io::Result<Inner> {
     while !data.is_empty() {
-        match writer.write_some(data) {
+        match writer.write(data) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(written) => data = &data[written..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -642,13 +642,4 @@ async fn write_all(mut writer: Inner, mut data: &[u8]) -> io::Result<Inner> {
         }
     }
     Ok(writer)
-}
-
-impl Inner {
-    fn write_some(&mut self, data: &[u8]) -> io::Result<usize> {
-        match self {
-            Inner::Tcp(stream) => stream.write(data),
-            Inner::Unix(stream) => stream.write(data),
-        }
-    }
 }

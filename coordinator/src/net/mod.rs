@@ -1,5 +1,7 @@
-//! The wire: PostgreSQL protocol messages, SQLSTATE codes, sockets, SCRAM.
+//! The wire: PostgreSQL protocol messages, SQLSTATE codes, sockets, SCRAM,
+//! busy-polling.
 
+pub mod busy_poll;
 pub mod protocol;
 pub mod scram;
 pub mod socket;
