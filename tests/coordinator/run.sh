@@ -288,6 +288,17 @@ metrics_text=$(curl -s "http://$metrics/metrics")
 check "/metrics: latency histograms per node" grep -q 'pg_shard_node_latency_seconds_bucket{node="127.0.0.1:28321",le="+Inf"}' <<<"$metrics_text"
 check "/metrics: statements per shard" grep -q '^pg_shard_shard_queries_total{shard="' <<<"$metrics_text"
 
+# Busy-polling (on by default) polls only for a moment after each send: a
+# coordinator that just answered statements and then has none uses almost
+# no CPU (a poller that never rests would use the whole 2 s).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$(cat "$cluster_dir/coordinator.pid")/stat"; }
+for _ in 1 2 3; do via -Atc "SELECT 1" >/dev/null; done
+idle_before=$(cpu_ticks)
+sleep 2
+idle_used=$(( $(cpu_ticks) - idle_before ))
+check "busy-polling: an idle coordinator uses almost no CPU ($idle_used of 200 ticks in 2 s)" \
+    test "$idle_used" -le 20
+
 # 7. Authentication: SCRAM against a users file (a third coordinator).
 users=$cluster_dir/users.txt
 printf '"postgres" "s3cret"\n' >"$users"
