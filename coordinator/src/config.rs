@@ -159,9 +159,14 @@ names with underscores):
                            nodes waiting this long for a lock is canceled with
                            40P01 (a deadlock across nodes); 0: never
   --busy-poll US           [PGSHARD_COORDINATOR_BUSY_POLL]   default 50: after a send,
-                           poll for the answer this many microseconds while no
-                           other task wants the core, instead of sleeping; 0: never
+                           poll for the answer this many microseconds (at most
+                           10000) while no other task wants the core, instead of
+                           sleeping; 0: never
 ";
+
+/// Longest busy-polling window (µs): beyond it polling is spinning.
+const MOST_BUSY_POLL: u64 = 10_000;
+const BUSY_POLL_RANGE: &str = "expected microseconds from 0 (never) to 10000";
 
 /// The settings names, as flags use them (without the leading dashes).
 const NAMES: [&str; 21] = [
@@ -248,7 +253,29 @@ impl Config {
         if config.auth == AuthMode::Scram && config.users_file.is_none() {
             return Err(ConfigError::ScramWithoutUsers);
         }
+        config.check_ranges()?;
         Ok(Some(config))
+    }
+
+    /// Ranges that a config file's values must keep too (flags and
+    /// environment variables are checked as they are read).
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        let bad = |name: &str, value: String, reason: &str| ConfigError::Value {
+            name: name.to_owned(),
+            value,
+            reason: reason.to_owned(),
+        };
+        if self.busy_poll > MOST_BUSY_POLL {
+            return Err(bad(
+                "busy_poll",
+                self.busy_poll.to_string(),
+                BUSY_POLL_RANGE,
+            ));
+        }
+        if self.pool_size == 0 {
+            return Err(bad("pool_size", "0".into(), "expected a positive integer"));
+        }
+        Ok(())
     }
 
     fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
@@ -315,8 +342,8 @@ impl Config {
                 self.busy_poll = value
                     .parse()
                     .ok()
-                    .filter(|us| *us <= 10_000)
-                    .ok_or_else(|| bad("expected microseconds from 0 (never) to 10000"))?
+                    .filter(|us| *us <= MOST_BUSY_POLL)
+                    .ok_or_else(|| bad(BUSY_POLL_RANGE))?
             }
             "log-format" => match value {
                 "text" | "json" => self.log_format = value.to_owned(),
@@ -388,6 +415,10 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:7100");
         assert_eq!(config.auth, AuthMode::Trust);
         std::fs::write(&file, "listen = 5\n").unwrap();
+        assert!(Config::load(&args(&["--config", file.to_str().unwrap()]), &none).is_err());
+        std::fs::write(&file, "busy_poll = 10000000\n").unwrap();
+        assert!(Config::load(&args(&["--config", file.to_str().unwrap()]), &none).is_err());
+        std::fs::write(&file, "pool_size = 0\n").unwrap();
         assert!(Config::load(&args(&["--config", file.to_str().unwrap()]), &none).is_err());
     }
 }

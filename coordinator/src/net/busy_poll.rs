@@ -34,6 +34,8 @@ struct Poller {
     resting_until: Cell<Option<Instant>>,
     /// The poll task, while it sleeps.
     asleep: RefCell<Option<Waker>>,
+    /// Rounds polled so far (tests look at it).
+    rounds: Cell<u64>,
 }
 
 thread_local! {
@@ -43,6 +45,7 @@ thread_local! {
             until: Cell::new(None),
             resting_until: Cell::new(None),
             asleep: RefCell::new(None),
+            rounds: Cell::new(0),
         }
     };
 }
@@ -72,6 +75,7 @@ pub async fn run(window: Duration) {
             })
         })
         .await;
+        POLLER.with(|poller| poller.rounds.set(poller.rounds.get() + 1));
         let before = Instant::now();
         std::thread::yield_now();
         let after = Instant::now();
@@ -111,64 +115,52 @@ pub fn sent() {
 mod tests {
     use super::*;
 
-    /// CPU time of the calling thread (the kernel's schedstat, in ns).
-    fn thread_cpu() -> Duration {
-        let stat = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
-        let nanos = stat
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .expect("time on CPU");
-        Duration::from_nanos(nanos)
+    fn rounds() -> u64 {
+        POLLER.with(|poller| poller.rounds.get())
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// Lets the runtime run for `duration` (timers, the poller).
+    async fn pause(duration: Duration) {
+        tokio::time::sleep(duration).await;
     }
 
     #[test]
     fn polls_after_a_send_then_sleeps() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            tokio::spawn(run(Duration::from_millis(20)));
-            tokio::task::yield_now().await;
-            // A send: the loop polls (keeps the thread busy) for the window.
+        runtime().block_on(async {
+            tokio::spawn(run(Duration::from_millis(5)));
+            pause(Duration::from_millis(1)).await;
+            assert_eq!(rounds(), 0, "polled before any send");
             sent();
-            let start = thread_cpu();
-            tokio::time::sleep(Duration::from_millis(15)).await;
-            let polling = thread_cpu() - start;
-            // Then it sleeps: a quiet period costs (almost) nothing.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let start = thread_cpu();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let quiet = thread_cpu() - start;
-            assert!(
-                polling >= Duration::from_millis(5),
-                "polled only {polling:?} of 15 ms after a send"
-            );
-            assert!(
-                quiet < Duration::from_millis(10),
-                "used {quiet:?} of CPU in 100 ms without sends"
-            );
+            pause(Duration::from_millis(3)).await;
+            assert!(rounds() > 0, "no polling after a send");
+            // Past the window (and a rest, should a yield have been slow):
+            // asleep, and no round happens without another send.
+            pause(Duration::from_millis(20)).await;
+            let asleep = rounds();
+            pause(Duration::from_millis(50)).await;
+            assert_eq!(rounds(), asleep, "polled without a send");
+            // The next send wakes it again (once any rest is over).
+            sent();
+            pause(Duration::from_millis(3)).await;
+            assert!(rounds() > asleep, "a later send did not wake the poller");
         });
     }
 
     #[test]
     fn off_when_the_window_is_zero() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
+        runtime().block_on(async {
             tokio::spawn(run(Duration::ZERO));
-            tokio::task::yield_now().await;
+            pause(Duration::from_millis(1)).await;
             sent();
-            let start = thread_cpu();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let used = thread_cpu() - start;
-            assert!(
-                used < Duration::from_millis(10),
-                "used {used:?} with polling off"
-            );
+            pause(Duration::from_millis(20)).await;
+            assert_eq!(rounds(), 0, "polled with a zero window");
         });
     }
 }

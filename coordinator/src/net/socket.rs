@@ -38,14 +38,19 @@ impl Inner {
         }
     }
 
-    /// Writes what the socket takes of `data` without waiting (every
-    /// send of the coordinator goes through here: see busy_poll).
+    /// Writes what the socket takes of `data` without waiting. Every send
+    /// to a client and on a pooled or shared server connection goes
+    /// through here (catalog connections and /metrics do not): see
+    /// busy_poll.
     pub fn write(&self, data: &[u8]) -> io::Result<usize> {
-        super::busy_poll::sent();
-        match self {
+        let result = match self {
             Inner::Tcp(stream) => (&*stream).write(data),
             Inner::Unix(stream) => (&*stream).write(data),
+        };
+        if matches!(result, Ok(written) if written > 0) {
+            super::busy_poll::sent();
         }
+        result
     }
 }
 
