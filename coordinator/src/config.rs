@@ -257,6 +257,11 @@ impl Config {
         Ok(Some(config))
     }
 
+    /// How long an event loop polls after a send (`busy_poll`).
+    pub fn busy_poll_window(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.busy_poll)
+    }
+
     /// Ranges that a config file's values must keep too (flags and
     /// environment variables are checked as they are read).
     fn check_ranges(&self) -> Result<(), ConfigError> {

@@ -40,7 +40,7 @@ fn event_loops(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let busy_poll = std::time::Duration::from_micros(shared.config.busy_poll);
+    let busy_poll = shared.config.busy_poll_window();
     let mut senders = Vec::new();
     for index in 1..threads {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<std::net::TcpStream>();
@@ -191,9 +191,7 @@ async fn run(mut config: Config) -> Result<(), String> {
     if shared.config.server_idle_timeout > 0 {
         tokio::spawn(shared::close_idle_server_connections(shared.clone()));
     }
-    tokio::spawn(net::busy_poll::run(std::time::Duration::from_micros(
-        shared.config.busy_poll,
-    )));
+    tokio::spawn(net::busy_poll::run(shared.config.busy_poll_window()));
     let event_loops = event_loops(&shared)?;
     let mut next = 0;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

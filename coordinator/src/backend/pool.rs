@@ -295,9 +295,14 @@ impl Pools {
             // that asks for their places is refused again.
             let taken = self.take_idle_of(key);
             let closed = taken.len();
-            for connection in taken {
-                connection.terminate(LOGIN_EXIT_WAIT).await;
-            }
+            // Together: the wait is one backend's exit, not one per closed
+            // connection.
+            futures_util::future::join_all(
+                taken
+                    .into_iter()
+                    .map(|connection| connection.terminate(LOGIN_EXIT_WAIT)),
+            )
+            .await;
             let lent = self
                 .pools
                 .lock()

@@ -66,6 +66,7 @@ pub async fn run(window: Duration) {
                     .get()
                     .is_some_and(|until| Instant::now() < until)
                 {
+                    poller.rounds.set(poller.rounds.get() + 1);
                     Poll::Ready(())
                 } else {
                     poller.until.set(None);
@@ -75,7 +76,6 @@ pub async fn run(window: Duration) {
             })
         })
         .await;
-        POLLER.with(|poller| poller.rounds.set(poller.rounds.get() + 1));
         let before = Instant::now();
         std::thread::yield_now();
         let after = Instant::now();
