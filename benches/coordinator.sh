@@ -12,7 +12,8 @@
 #                  over TCP, and over their Unix-domain sockets
 #   Clients always connect over TCP to 127.0.0.1. Reports tps, the ratio to
 #   direct, and p50/p99 latency (from pgbench's per-transaction log).
-#   Then two-account transfers (BEGIN; UPDATE; UPDATE; COMMIT), COPY of 1M
+#   Then two-account transfers (BEGIN; UPDATE; UPDATE; COMMIT) and their
+#   floor (the nodes' share of them, sent without a coordinator), COPY of 1M
 #   rows, the coordinator against a baseline binary, and point reads
 #   (pgbench -S, one client) while three clients pipeline
 #   50,000 INSERTs each before one Sync, direct and through the coordinator;
@@ -28,8 +29,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 scale=${1:-10}
 seconds=${2:-15}
-# Sections to run (default all): PGSHARD_BENCH_SECTIONS=hot,busy,transfers,copy,pairs,pipeline,writes
-sections=${PGSHARD_BENCH_SECTIONS:-hot,busy,transfers,copy,pairs,pipeline,writes}
+# Sections to run (default all): PGSHARD_BENCH_SECTIONS=hot,busy,transfers,floor,copy,pairs,pipeline,writes
+sections=${PGSHARD_BENCH_SECTIONS:-hot,busy,transfers,floor,copy,pairs,pipeline,writes}
 section() { [[ ",$sections," == *",$1,"* ]]; }
 # Workers the distributed copy is spread over (default 2).
 workers=${PGSHARD_BENCH_WORKERS:-2}
@@ -78,9 +79,32 @@ mkdir -p "$single_dir" && chown postgres "$single_dir"
 as_postgres() { (cd / && runuser -u postgres -- "$@"); }
 as_postgres "$(pg_config --bindir)/initdb" -D "$single_dir/data" --auth=trust --username=postgres \
     --encoding=UTF8 --locale=C.UTF-8 >/dev/null
-as_postgres "$(pg_config --bindir)/pg_ctl" -D "$single_dir/data" -l "$single_dir/server.log" -w -s \
-    -o "-c listen_addresses=127.0.0.1 -c port=29330 -c unix_socket_directories=$single_dir
-        -c max_connections=200 -c shared_buffers=128MB -c fsync=off -c synchronous_commit=off" start
+# Configured as scripts/cluster.sh configures the cluster's nodes (in the
+# file: pg_ctl -o drops whatever follows a line break).
+cat >>"$single_dir/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = 29330
+unix_socket_directories = '$single_dir'
+wal_level = logical
+max_prepared_transactions = 64
+max_connections = 200
+shared_buffers = 128MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+CONF
+as_postgres "$(pg_config --bindir)/pg_ctl" -D "$single_dir/data" -l "$single_dir/server.log" -w -s start
+# Compared like with like: the same durability settings on both sides.
+single_settings=$(psql -X -At -h 127.0.0.1 -p 29330 -d postgres -c \
+    "SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_settings
+      WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers')")
+cluster_settings=$(psql -X -At -h 127.0.0.1 -p 29321 -d postgres -c \
+    "SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_settings
+      WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers')")
+if [ "$single_settings" != "$cluster_settings" ]; then
+    echo "the single PostgreSQL ($single_settings) is not configured like the cluster ($cluster_settings)" >&2
+    exit 1
+fi
 psql -X -q -h 127.0.0.1 -p 29330 -d postgres -c "CREATE DATABASE single"
 pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29330 single >/dev/null 2>&1
 
@@ -188,7 +212,6 @@ if section busy; then
     kill "$hog"
 fi
 
-if section transfers; then
 # Two-account transfers: BEGIN, UPDATE one random account, UPDATE another,
 # COMMIT. Through the coordinator about half of them touch both workers
 # (two-phase commit), the rest one; against the same script on the single
@@ -214,6 +237,7 @@ transfers() { # port database clients protocol → tps
     fi
     sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out"
 }
+if section transfers; then
 echo
 echo "two-account transfers (BEGIN; UPDATE; UPDATE; COMMIT), $seconds s per run:"
 printf '%-9s %7s %12s %14s %7s\n' protocol clients "direct tps" "coordinator" ratio
@@ -228,6 +252,77 @@ done
 transfer_check=$(psql -X -At -h 127.0.0.1 -p 29320 -d bench -c \
     "SELECT sum(abalance) FROM pgbench_accounts")
 echo "sum of balances after the transfers (0 before): $transfer_check"
+fi
+
+if section floor; then
+# The floor under the transfers: the statements the coordinator sends for
+# them, sent by pgbench straight to the nodes, in the same mix (with two
+# workers: a quarter of the transfers on each worker alone — BEGIN with
+# the first UPDATE, the second, COMMIT —; half on both — on each, BEGIN with
+# its UPDATE, PREPARE TRANSACTION, COMMIT PREPARED — with the metadata
+# node's deciding transaction), paced at the single PostgreSQL's transfer
+# rate. What the nodes keep up with is what a coordinator costing nothing
+# would reach on this machine. The accounts are a plain copy of each
+# worker's rows (no guard triggers: about 1 µs a row); simple protocol.
+if [ "$workers" -ne 2 ]; then
+    echo "floor: only with 2 workers" >&2
+else
+floor_dir=$scratch/floor
+mkdir -p "$floor_dir" && chmod 755 "$floor_dir"
+for i in 1 2; do
+    port=$((29320 + i))
+    union=$(psql -X -At -h 127.0.0.1 -p "$port" -d bench -c \
+        "SELECT string_agg(format('SELECT bid, abalance, filler FROM %I.%I', n.nspname, c.relname), ' UNION ALL ')
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.relname ~ '^pgbench_accounts_[0-9]+$' AND c.relkind = 'r'")
+    psql -X -q -h 127.0.0.1 -p "$port" -d bench -v ON_ERROR_STOP=1 \
+        -c "CREATE TABLE floor_accounts AS SELECT row_number() OVER () AS aid, bid, abalance, filler FROM ($union) AS rows" \
+        -c "ALTER TABLE floor_accounts ADD PRIMARY KEY (aid)" -c "VACUUM ANALYZE floor_accounts"
+    rows=$(psql -X -At -h 127.0.0.1 -p "$port" -d bench -c "SELECT count(*) FROM floor_accounts")
+    cat >"$floor_dir/alone-$i.sql" <<PGBENCH
+\\set a random(1, $rows)
+\\set b random(1, $rows)
+\\set delta random(-5000, 5000)
+BEGIN\\; UPDATE floor_accounts SET abalance = abalance - :delta WHERE aid = :a;
+UPDATE floor_accounts SET abalance = abalance + :delta WHERE aid = :b;
+COMMIT;
+PGBENCH
+    cat >"$floor_dir/both-$i.sql" <<PGBENCH
+\\set a random(1, $rows)
+\\set delta random(-5000, 5000)
+\\set g random(1, 1000000000)
+BEGIN\\; UPDATE floor_accounts SET abalance = abalance - :delta WHERE aid = :a;
+PREPARE TRANSACTION 'pg_shard_floor_:client_id-:g';
+COMMIT PREPARED 'pg_shard_floor_:client_id-:g';
+PGBENCH
+done
+cat >"$floor_dir/decide.sql" <<'PGBENCH'
+BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE\; SELECT pg_shard.coordinated_commit_gids('{1,2}'::pg_catalog.int4[]);
+COMMIT;
+PGBENCH
+chmod 644 "$floor_dir"/*.sql
+floor_rate=$(transfers 29330 single 16 simple)
+drive() { # port rate scripts... → tps
+    local port=$1 rate=$2 args=()
+    shift 2
+    for script in "$@"; do args+=(-f "$script"); done
+    pgbench -n "${args[@]}" -c 8 -j 1 -T "$seconds" -R "$rate" -h 127.0.0.1 -p "$port" bench 2>&1 |
+        sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
+rate=${floor_rate%.*}
+drive 29321 $((rate * 3 / 4)) "$floor_dir/alone-1.sql@1" "$floor_dir/both-1.sql@2" >"$floor_dir/w1" &
+drivers=($!)
+drive 29322 $((rate * 3 / 4)) "$floor_dir/alone-2.sql@1" "$floor_dir/both-2.sql@2" >"$floor_dir/w2" &
+drivers+=($!)
+drive 29320 $((rate / 2)) "$floor_dir/decide.sql" >"$floor_dir/m" &
+drivers+=($!)
+wait "${drivers[@]}"
+kept_up=$(awk -v w1="$(cat "$floor_dir/w1")" -v w2="$(cat "$floor_dir/w2")" -v m="$(cat "$floor_dir/m")" \
+    'BEGIN { t = w1 / 0.75; if (w2 / 0.75 < t) t = w2 / 0.75; if (m / 0.5 < t) t = m / 0.5; printf "%.0f", t }')
+echo
+echo "the nodes' share of the transfers without a coordinator (simple protocol, paced at direct's" \
+    "$rate/s at 16 clients): $kept_up transfers/s, $(awk "BEGIN {printf \"%.2f\", $kept_up / $floor_rate}") of direct"
+fi
 fi
 
 if section copy; then
