@@ -42,6 +42,22 @@ CREATE FUNCTION pg_shard.shard_guard_inserted() RETURNS trigger
 CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_statement';
 
+-- A move's verification point (pg_shard_ext/src/operations/verification.rs):
+-- on the target, the apply of a marker row with a negative number waits for
+-- the lock the job holds while it takes its snapshot of the target, so the
+-- snapshot sees every change before the point and none after it.
+-- TG_ARGV[0]: the job id.
+CREATE FUNCTION pg_shard.verification_point() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NEW.job < 0 THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(1885798401,
+            (TG_ARGV[0]::bigint % 2147483647)::integer);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- Backends cache each shard's state and epoch; a change to an ownership
 -- record invalidates the shard table's relcache entry in every backend.
 CREATE FUNCTION pg_shard.local_shard_changed() RETURNS trigger

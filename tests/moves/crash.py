@@ -89,7 +89,7 @@ def start_move(meta, phase):
 
 
 # Cancel while the copy runs and while it catches up: rolled back.
-for phase in ("copy", "catch_up"):
+for phase in ("copy", "catch_up", "verify"):
     holder, job = start_move(meta, phase)
     reached = wait_phase(meta, job, phase)
     meta.execute("SELECT pg_shard.cancel_job(%s)", (job,))
@@ -99,9 +99,40 @@ for phase in ("copy", "catch_up"):
     check(f"canceled at {phase} ({reached}): {state}, rows intact, map and shards agree, nothing left ({leftovers})",
           state == "canceled" and rows_ok and owners_ok and not leftovers)
 
+# A row of the copy changed behind the job's back while the job waits to
+# verify: the verification (before any cutover) finds it and names its key
+# range; the job rolls back and nothing changes.
+holder, job = start_move(meta, "verify")
+reached = wait_phase(meta, job, "verify")
+version = meta.execute("SELECT version FROM pg_shard.map_state").fetchone()[0]
+target_port = meta.execute(
+    "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.target_node "
+    "WHERE j.job_id = %s", (job,)).fetchone()[0]
+with connect(target_port) as target:
+    copy = target.execute(
+        "SELECT shard_rel::text FROM pg_shard.local_shard WHERE state = 'frozen' "
+        "ORDER BY shard_id LIMIT 1").fetchone()[0]
+    # (Around the guards, as only a replication session would.)
+    target.execute("SET session_replication_role = replica")
+    planted = target.execute(
+        f"UPDATE {copy} SET v = 'planted' WHERE id = (SELECT min(id) FROM {copy}) RETURNING id").fetchone()
+holder.close()
+state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+error = meta.execute("SELECT error FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0] or ""
+reached_cutover = meta.execute(
+    "SELECT resources->'phase_times' ? 'cutover' FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0]
+version_after = meta.execute("SELECT version FROM pg_shard.map_state").fetchone()[0]
+rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+check(f"a row changed on the copy ({copy}, id {planted}) at {reached}: job {state}, "
+      f"error names the range ({error[:160]}), no cutover, map version {version} → {version_after}, "
+      f"rows intact, nothing left ({leftovers})",
+      planted is not None and state == "failed" and "differs from the source before the cutover" in error
+      and "keyspace ids" in error and not reached_cutover and version_after == version
+      and rows_ok and owners_ok and not leftovers)
+
 # The runner killed at each phase: the job resumes (or rolls back) after the
 # metadata node's restart of its backends.
-for phase in ("create_target", "copy", "catch_up", "cutover", "cleanup", "drop_old"):
+for phase in ("create_target", "copy", "catch_up", "verify", "cutover", "cleanup", "drop_old"):
     holder, job = start_move(meta, phase)
     reached = wait_phase(meta, job, phase)
     runner = meta.execute(

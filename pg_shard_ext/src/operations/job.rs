@@ -12,6 +12,7 @@ pub(crate) enum Phase {
     CreateTarget,
     Copy,
     CatchUp,
+    Verify,
     Cutover,
     Cleanup,
     DropOld,
@@ -21,11 +22,12 @@ pub(crate) enum Phase {
 impl Phase {
     /// The phases a job goes through when nothing fails, in order (it is
     /// done after the last).
-    pub(crate) const FORWARD: [Phase; 7] = [
+    pub(crate) const FORWARD: [Phase; 8] = [
         Phase::Plan,
         Phase::CreateTarget,
         Phase::Copy,
         Phase::CatchUp,
+        Phase::Verify,
         Phase::Cutover,
         Phase::Cleanup,
         Phase::DropOld,
@@ -38,6 +40,7 @@ impl Phase {
             Phase::CreateTarget => "create_target",
             Phase::Copy => "copy",
             Phase::CatchUp => "catch_up",
+            Phase::Verify => "verify",
             Phase::Cutover => "cutover",
             Phase::Cleanup => "cleanup",
             Phase::DropOld => "drop_old",
@@ -58,7 +61,12 @@ impl Phase {
     pub(crate) fn before_publish(self) -> bool {
         matches!(
             self,
-            Phase::Plan | Phase::CreateTarget | Phase::Copy | Phase::CatchUp | Phase::Cutover
+            Phase::Plan
+                | Phase::CreateTarget
+                | Phase::Copy
+                | Phase::CatchUp
+                | Phase::Verify
+                | Phase::Cutover
         )
     }
 }

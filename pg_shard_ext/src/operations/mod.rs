@@ -8,8 +8,8 @@
 //! (it checks what already exists), so a restarted runner resumes where the
 //! job's row says it was:
 //!
-//! plan → create_target → copy → catch_up → cutover → cleanup → drop_old →
-//! done
+//! plan → create_target → copy → catch_up → verify → catch_up → cutover →
+//! cleanup → drop_old → done
 //!
 //! * plan: record the names of everything the job will create; check that
 //!   replication can identify the rows.
@@ -21,9 +21,11 @@
 //!   ([`snapshot_copy`]), then a subscription on the target streaming from
 //!   the slot (advanced to the cut).
 //! * catch_up: until the slot's lag is small.
+//! * verify ([`verification`]): once, source and copy compared at one
+//!   consistent point while replication goes on (row counts and checksums
+//!   per key range; a mismatch rolls back); then catch_up again.
 //! * cutover ([`moves`]): writes to the source wait on a lock while the
-//!   last of them reach the target (a marker row tells), the copies are
-//!   verified (row counts and checksums; a mismatch rolls back), the source
+//!   last of them reach the target (a marker row tells), the source
 //!   is retired, the target activated at the next map version, and the new
 //!   map published (placement, the metadata node's foreign partitions,
 //!   version, NOTIFY) in one metadata transaction.
@@ -56,6 +58,7 @@ mod shard_functions;
 mod snapshot_copy;
 mod split;
 mod table_scan;
+mod verification;
 
 pub(crate) use runner::register_launcher;
 pub(crate) use settings::register_gucs;

@@ -3,7 +3,7 @@
 
 use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
-use super::node_access::{connect, exists_on, run_on, value_on};
+use super::node_access::{connect, exists_on, poll_until, run_on, shard_range, value_on};
 use super::replication::{
     drop_replication, flush_wal, lock_for_cutover, marker_table, publish_and_reserve_slot,
     replication_name,
@@ -25,6 +25,7 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::CreateTarget => create_target(job, shards),
         Phase::Copy => copy(job, shards),
         Phase::CatchUp => catch_up(job, shards),
+        Phase::Verify => super::verification::verify_move(job, shards),
         Phase::Cutover => cutover(job, shards),
         Phase::Cleanup => {
             repoint_partitions(job, shards)?;
@@ -117,14 +118,8 @@ pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             ),
         )?
         .unwrap_or_default();
-        let (range_start, range_end) = source
-            .query_one(
-                "SELECT range_start, range_end FROM pg_shard.local_shard WHERE shard_id = $1",
-                &[&shard.shard_id],
-            )
-            .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
-            .map_err(|e| remote::remote_error(&job.source, &e))?;
-        script.extend(frozen_shard_script(shard, ddl, (range_start, range_end)));
+        let range = shard_range(&job.source, &mut source, shard.shard_id)?;
+        script.extend(frozen_shard_script(shard, ddl, range));
     }
     // Foreign keys once every table of the group exists (the copy and the
     // apply run as replication sessions, which do not check them).
@@ -141,6 +136,19 @@ pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         .unwrap_or_default();
         script.extend(foreign_keys);
     }
+    // On the target the marker's apply stops at a verification point
+    // while the job takes its snapshot (operations/verification.rs); the
+    // apply runs as a replica session, hence ALWAYS.
+    script.push(format!(
+        "CREATE OR REPLACE TRIGGER pg_shard_verification_point BEFORE INSERT ON {} \
+         FOR EACH ROW EXECUTE FUNCTION pg_shard.verification_point({})",
+        marker_table(job),
+        quote::literal(&job.job_id.to_string())
+    ));
+    script.push(format!(
+        "ALTER TABLE {} ENABLE ALWAYS TRIGGER pg_shard_verification_point",
+        marker_table(job)
+    ));
     let mut target = connect(&job.target)?;
     run_on(
         &job.target,
@@ -411,7 +419,11 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
         &[job.job_id.into(), lag.into()],
     )?;
     if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
-        return Ok(Next::Phase(Phase::Cutover));
+        // Verified once, at a point of this catch-up; then the cutover.
+        if super::verification::verified(job)? {
+            return Ok(Next::Phase(Phase::Cutover));
+        }
+        return Ok(Next::Phase(Phase::Verify));
     }
     Ok(Next::Stay)
 }
@@ -422,11 +434,11 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
 ///    writers holding locks finish first, new ones wait (the write pause;
 ///    readers go on);
 /// 2. a row into the marker table; once it is on the target, every write
-///    before the lock is too;
-/// 3. verify row counts and checksums, source against target;
-/// 4. retire the source shards and commit (the waiting writers get
+///    before the lock is too (the copy was verified before, in the
+///    `verify` phase: nothing here reads the shard);
+/// 3. retire the source shards and commit (the waiting writers get
 ///    WrongShard and their routers look for the new map);
-/// 5. activate the target shards at the next map version and publish it
+/// 4. activate the target shards at the next map version and publish it
 ///    (placement, version, NOTIFY) with the job's next phase, in one
 ///    metadata transaction; the foreign partitions follow in the cleanup.
 pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
@@ -444,7 +456,6 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         ),
     )?;
     wait_for_marker(job)?;
-    verify(job, shards)?;
     run_on(
         &job.source,
         &mut lock_holder,
@@ -485,59 +496,17 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 
 pub(crate) fn wait_for_marker(job: &Job) -> Result<()> {
     let mut target = connect(&job.target)?;
-    let started = Instant::now();
-    loop {
-        let arrived = value_on::<bool>(
-            &job.target,
-            &mut target,
-            &format!(
-                "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {})",
-                marker_table(job),
-                job.job_id
-            ),
-        )?
-        .unwrap_or(false);
-        if arrived {
-            return Ok(());
-        }
-        if started.elapsed() > FINAL_WAIT {
-            return Err(ShardError::Timeout(format!(
-                "the target did not apply the last writes within {FINAL_WAIT:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-pub(crate) fn verify(job: &Job, shards: &[GroupShard]) -> Result<()> {
-    let mut source = connect(&job.source)?;
-    let mut target = connect(&job.target)?;
-    for shard in shards {
-        // Count and an order-independent checksum of the rows' text.
-        let sql = format!(
-            "SELECT count(*)::bigint, coalesce(sum(hashtext(t::text)::bigint), 0)::bigint FROM {} t",
-            shard.qualified()
-        );
-        let read = |node: &Node, client: &mut Client| -> Result<(i64, i64)> {
-            client
-                .query_one(&sql, &[])
-                .map(|row| (row.get(0), row.get(1)))
-                .map_err(|e| remote::remote_error(node, &e))
-        };
-        let on_source = read(&job.source, &mut source)?;
-        let on_target = read(&job.target, &mut target)?;
-        if on_source != on_target {
-            return Err(ShardError::VerificationMismatch(format!(
-                "verification failed for {}: {} rows (checksum {}) on the source, {} rows (checksum {}) on the target",
-                shard.qualified(),
-                on_source.0,
-                on_source.1,
-                on_target.0,
-                on_target.1
-            )));
-        }
-    }
-    Ok(())
+    poll_until(
+        &job.target,
+        &mut target,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {})",
+            marker_table(job),
+            job.job_id
+        ),
+        FINAL_WAIT,
+        "the target did not apply the last writes",
+    )
 }
 
 /// The foreign partitions follow the map the cutover published, in a

@@ -1,11 +1,12 @@
 //! A job's connections to the nodes it works on, and the small statements it
 //! runs over them.
 
-use crate::error::Result;
+use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
 use crate::transaction::client as remote;
 use postgres::Client;
+use std::time::{Duration, Instant};
 
 /// A connection to `node` for the job. Commits wait for their WAL flush
 /// whatever the server's default: a job's progress must survive a crash.
@@ -48,4 +49,34 @@ pub(crate) fn exists_on(
         ),
     )?
     .unwrap_or(false))
+}
+
+/// Asks `sql` (a boolean) on `node` every 5 ms until it is true; after
+/// `limit`, a timeout error saying that `what` did not happen.
+pub(crate) fn poll_until(
+    node: &Node,
+    client: &mut Client,
+    sql: &str,
+    limit: Duration,
+    what: &str,
+) -> Result<()> {
+    let started = Instant::now();
+    while !value_on::<bool>(node, client, sql)?.unwrap_or(false) {
+        if started.elapsed() > limit {
+            return Err(ShardError::Timeout(format!("{what} within {limit:?}")));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// The keyspace range of shard `shard_id` in `node`'s ownership records.
+pub(crate) fn shard_range(node: &Node, client: &mut Client, shard_id: i64) -> Result<(i64, i64)> {
+    client
+        .query_one(
+            "SELECT range_start, range_end FROM pg_shard.local_shard WHERE shard_id = $1",
+            &[&shard_id],
+        )
+        .map(|row| (row.get(0), row.get(1)))
+        .map_err(|e| remote::remote_error(node, &e))
 }

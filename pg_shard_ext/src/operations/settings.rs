@@ -25,6 +25,15 @@ pub(crate) const TRANSIENT_TRIES: i64 = 5;
 /// Longest wait for the target to apply the last frozen write.
 pub(crate) const FINAL_WAIT: Duration = Duration::from_secs(60);
 
+/// Key ranges a shard table is compared in before the cutover (a mismatch
+/// names the ranges that differ).
+pub(crate) const VERIFY_RANGES: i64 = 16;
+
+/// Longest wait for the lock that fixes the verification's point: writers
+/// queue behind it, so a long transaction on the source makes the job try
+/// again later rather than hold them.
+pub(crate) const VERIFY_LOCK_WAIT: &str = "200ms";
+
 /// Seconds a moved shard's old tables are kept on the source after the
 /// cutover (recorded per job when it is queued).
 static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);

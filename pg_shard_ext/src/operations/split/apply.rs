@@ -7,13 +7,15 @@ use super::tables::{Half, Ranges, SplitTable};
 use crate::error::{Result, ShardError};
 use crate::operations::job::Job;
 use crate::operations::node_access::{connect, run_on, value_on};
-use crate::operations::replication::{marker_table, replication_name};
+use crate::operations::replication::{flush_wal, marker_table, replication_name};
+use crate::operations::settings::FINAL_WAIT;
 use crate::quote;
 use crate::spi::query_one;
 use crate::transaction::client as remote;
 use pg_shard_core::pgoutput::{self, Lsn, Message, SnapshotVisibility, Value};
 use postgres::Client;
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// Messages read from the slot per round (a change, or a transaction's
 /// begin or commit).
@@ -26,6 +28,40 @@ pub(crate) fn connection(job: &Job) -> Result<Client> {
     let mut node = connect(&job.source)?;
     run_on(&job.source, &mut node, "SET bytea_output = hex")?;
     Ok(node)
+}
+
+/// Flushes the node's WAL and returns the flushed position: with the
+/// source tables locked, every change to them is before it.
+pub(crate) fn flushed_position(job: &Job, node: &mut Client) -> Result<Lsn> {
+    flush_wal(job, node)?;
+    Ok(value_on::<String>(
+        &job.source,
+        node,
+        "SELECT pg_catalog.pg_current_wal_flush_lsn()::text",
+    )?
+    .and_then(|text| Lsn::parse(&text))
+    .unwrap_or_default())
+}
+
+/// Applies rounds up to `point` until one finds nothing more, within
+/// [`FINAL_WAIT`]; `what` names the point in the timeout's error.
+pub(crate) fn apply_up_to(
+    job: &Job,
+    tables: &[SplitTable],
+    ranges: &Ranges,
+    node: &mut Client,
+    point: Lsn,
+    what: &str,
+) -> Result<()> {
+    let started = Instant::now();
+    while apply_round(job, tables, ranges, node, Some(point))? > 0 {
+        if started.elapsed() > FINAL_WAIT {
+            return Err(ShardError::Timeout(format!(
+                "{what} not applied within {FINAL_WAIT:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the next changes from the slot (those committed before `upto`,

@@ -26,5 +26,6 @@
 mod apply;
 mod phases;
 mod tables;
+mod verify;
 
 pub(crate) use phases::step;

@@ -11,15 +11,11 @@ use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::replication::{
-    drop_replication, flush_wal, lock_for_cutover, marker_table, publish_and_reserve_slot,
-    replication_name,
+    drop_replication, lock_for_cutover, marker_table, publish_and_reserve_slot, replication_name,
 };
-use crate::operations::settings::FINAL_WAIT;
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
-use crate::transaction::client as remote;
-use pg_shard_core::pgoutput::Lsn;
 use pgrx::prelude::*;
 use postgres::Client;
 use std::time::{Duration, Instant};
@@ -45,6 +41,7 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::CreateTarget => create_target(job, &tables),
         Phase::Copy => copy(job, &tables),
         Phase::CatchUp => catch_up(job, &tables),
+        Phase::Verify => super::verify::verify_split(job, &tables),
         Phase::Cutover => cutover(job, &tables),
         Phase::Cleanup => {
             replace_partitions(job, &tables)?;
@@ -339,14 +336,18 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // (The lag counts all of the node's WAL, the halves' own included: it
     // is shown, not used.)
     if caught_up {
-        return Ok(Next::Phase(Phase::Cutover));
+        // Verified once, at a point of this catch-up; then the cutover.
+        if crate::operations::verification::verified(job)? {
+            return Ok(Next::Phase(Phase::Cutover));
+        }
+        return Ok(Next::Phase(Phase::Verify));
     }
     Ok(Next::Stay)
 }
 
 /// The split's cutover: writes to the source wait on a lock while the job
-/// applies the last of them, the halves are verified against the source,
-/// the source is retired and the halves activated at the next map version in
+/// applies the last of them (the halves were verified before, in the
+/// `verify` phase), the source is retired and the halves activated at the next map version in
 /// one transaction on the node, then the new map is published.
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
@@ -355,24 +356,15 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.
     let mut node = apply::connection(job)?;
-    flush_wal(job, &mut node)?;
-    let last = value_on::<String>(
-        &job.source,
+    let last = apply::flushed_position(job, &mut node)?;
+    apply::apply_up_to(
+        job,
+        tables,
+        &ranges,
         &mut node,
-        "SELECT pg_current_wal_flush_lsn()::text",
-    )?
-    .and_then(|text| Lsn::parse(&text))
-    .unwrap_or_default();
-    let started = Instant::now();
-    while apply_round(job, tables, &ranges, &mut node, Some(last))? > 0 {
-        if started.elapsed() > FINAL_WAIT {
-            return Err(ShardError::Timeout(format!(
-                "the last writes were not applied within {:?}",
-                FINAL_WAIT
-            )));
-        }
-    }
-    verify(job, tables, &mut node)?;
+        last,
+        "the last writes were",
+    )?;
     // The next version, held until the metadata transaction commits.
     let version = crate::metadata::catalog::write_returning::<i64>(
         "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
@@ -402,45 +394,6 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         &[job.job_id.into(), published.into()],
     )?;
     Ok(Next::Phase(Phase::Cleanup))
-}
-
-/// Row counts and checksums of every source table against its two halves.
-fn verify(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<()> {
-    for table in tables {
-        let digest = |from: String| {
-            format!(
-                "SELECT count(*)::bigint, coalesce(sum(hashtext(t::text)::bigint), 0)::bigint FROM ({from}) t"
-            )
-        };
-        let read = |node: &mut Client, sql: String| -> Result<(i64, i64)> {
-            node.query_one(&sql, &[])
-                .map(|row| (row.get(0), row.get(1)))
-                .map_err(|e| remote::remote_error(&job.source, &e))
-        };
-        let source = read(
-            node,
-            digest(format!("SELECT * FROM {}", table.source.qualified())),
-        )?;
-        let halves = read(
-            node,
-            digest(format!(
-                "SELECT * FROM {} UNION ALL SELECT * FROM {}",
-                table.qualified(&table.lower),
-                table.qualified(&table.upper)
-            )),
-        )?;
-        if source != halves {
-            return Err(ShardError::VerificationMismatch(format!(
-                "verification failed for {}: {} rows (checksum {}) in the source, {} rows (checksum {}) in its halves",
-                table.source.qualified(),
-                source.0,
-                source.1,
-                halves.0,
-                halves.1
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The metadata catalog after the split: the group keeps the lower half,
