@@ -6,7 +6,8 @@
 # (copy rate unlimited, the default 32 MB/s, 8 MB/s) and then splits. Reports
 # each job's duration, bytes copied and MB/s, and the pgbench latency while
 # it copied and while it ran (the longest transaction contains the write
-# pause) against the 5 s before it, with failures and the balance invariant.
+# pause) against the 5 s before it, with failures and the balance invariant;
+# then the steps of each cutover and each verification.
 #
 # Own throwaway cluster: metadata 29520, workers 29521-29522, coordinator
 # 29620. Run with: make bench-move
@@ -91,6 +92,14 @@ for i in "${!jobs[@]}"; do
     printf '%-6s %-11s %-6s %8.2f %10.1f %6.1f %8.2f   %-22s %-22s %-22s\n' "$job" "$kind:$state" "$rate" "$duration" \
         "$(awk "BEGIN {print $bytes / 1e6}")" "$(awk "BEGIN {print $bytes / 1e6 / $duration}")" \
         "$(awk "BEGIN {print $copy_to - $copy_from}")" "$before" "$copying" "$during"
+done
+# Where each job's pause went (ms from the cutover's lock to each step; the
+# map is public when the runner commits right after "published") and its
+# verification before the cutover (source and copy compared at one point
+# while replication ran).
+for job in "${jobs[@]}"; do
+    echo "job $job: cutover $(meta -c "SELECT resources->'cutover_ms' FROM pg_shard.job WHERE job_id = $job")," \
+        "verified $(meta -c "SELECT resources->'verified' FROM pg_shard.job WHERE job_id = $job")"
 done
 grep -E "^(tps|number of failed|number of transactions actually)" "$scratch/pgbench.out"
 echo "balances equal history deltas: $(meta -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")"

@@ -51,6 +51,7 @@ mod job;
 mod moves;
 mod node_access;
 mod own_transaction;
+mod pause_clock;
 mod replication;
 mod runner;
 mod settings;

@@ -4,6 +4,7 @@
 use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, poll_until, run_on, shard_range, value_on};
+use super::pause_clock::{record_publish, PauseClock};
 use super::replication::{
     drop_replication, flush_wal, lock_for_cutover, marker_table, publish_and_reserve_slot,
     replication_name,
@@ -444,8 +445,13 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
 pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let ids = shard_id_list(shards);
-    let mut lock_holder = lock_for_cutover(job, &tables)?;
+    // Connections first: a new one costs a server process's start, which
+    // would count in the pause.
     let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    let mut pause = PauseClock::start();
+    let mut lock_holder = lock_for_cutover(job, &tables)?;
+    pause.mark("locked");
     run_on(
         &job.source,
         &mut source,
@@ -455,7 +461,8 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             job.job_id
         ),
     )?;
-    wait_for_marker(job)?;
+    wait_for_marker(job, &mut target)?;
+    pause.mark("drained");
     run_on(
         &job.source,
         &mut lock_holder,
@@ -463,13 +470,13 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids});\nCOMMIT"
         ),
     )?;
+    pause.mark("retired");
     // The next version, held until this transaction commits.
     let version = crate::metadata::catalog::write_returning::<i64>(
         "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
         &[],
     )?
     .unwrap_or(1);
-    let mut target = connect(&job.target)?;
     run_on(
         &job.target,
         &mut target,
@@ -477,6 +484,7 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
         ),
     )?;
+    pause.mark("activated");
     crate::spi::run_with_args(
         "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
         &[
@@ -486,19 +494,15 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         ],
     )?;
     let published = crate::metadata::catalog::bump_map_version()?;
-    crate::spi::run_with_args(
-        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
-         WHERE job_id = $1",
-        &[job.job_id.into(), published.into()],
-    )?;
+    pause.mark("published");
+    record_publish(job, published, &pause)?;
     Ok(Next::Phase(Phase::Cleanup))
 }
 
-pub(crate) fn wait_for_marker(job: &Job) -> Result<()> {
-    let mut target = connect(&job.target)?;
+pub(crate) fn wait_for_marker(job: &Job, target: &mut Client) -> Result<()> {
     poll_until(
         &job.target,
-        &mut target,
+        target,
         &format!(
             "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {})",
             marker_table(job),

@@ -51,7 +51,8 @@ pub(crate) fn exists_on(
     .unwrap_or(false))
 }
 
-/// Asks `sql` (a boolean) on `node` every 5 ms until it is true; after
+/// Asks `sql` (a boolean) on `node` every millisecond until it is true
+/// (the waits it serves are inside a cutover's write pause); after
 /// `limit`, a timeout error saying that `what` did not happen.
 pub(crate) fn poll_until(
     node: &Node,
@@ -65,7 +66,7 @@ pub(crate) fn poll_until(
         if started.elapsed() > limit {
             return Err(ShardError::Timeout(format!("{what} within {limit:?}")));
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
 }

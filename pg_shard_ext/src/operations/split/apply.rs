@@ -43,7 +43,8 @@ pub(crate) fn flushed_position(job: &Job, node: &mut Client) -> Result<Lsn> {
     .unwrap_or_default())
 }
 
-/// Applies rounds up to `point` until one finds nothing more, within
+/// Applies rounds up to `point` until one reads less than a round's worth
+/// (it then read everything committed before `point`), within
 /// [`FINAL_WAIT`]; `what` names the point in the timeout's error.
 pub(crate) fn apply_up_to(
     job: &Job,
@@ -54,7 +55,7 @@ pub(crate) fn apply_up_to(
     what: &str,
 ) -> Result<()> {
     let started = Instant::now();
-    while apply_round(job, tables, ranges, node, Some(point))? > 0 {
+    while apply_round(job, tables, ranges, node, Some(point))? >= CHANGES_PER_ROUND {
         if started.elapsed() > FINAL_WAIT {
             return Err(ShardError::Timeout(format!(
                 "{what} not applied within {FINAL_WAIT:?}"

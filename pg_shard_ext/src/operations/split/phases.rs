@@ -10,6 +10,7 @@ use crate::operations::group_shards::{
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::{connect, run_on, value_on};
+use crate::operations::pause_clock::{record_publish, PauseClock};
 use crate::operations::replication::{
     drop_replication, lock_for_cutover, marker_table, publish_and_reserve_slot, replication_name,
 };
@@ -352,10 +353,13 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    // The connection first: a new one would count in the pause.
+    let mut node = apply::connection(job)?;
+    let mut pause = PauseClock::start();
     let mut lock_holder = lock_for_cutover(job, &sources)?;
+    pause.mark("locked");
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.
-    let mut node = apply::connection(job)?;
     let last = apply::flushed_position(job, &mut node)?;
     apply::apply_up_to(
         job,
@@ -365,6 +369,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         last,
         "the last writes were",
     )?;
+    pause.mark("drained");
     // The next version, held until the metadata transaction commits.
     let version = crate::metadata::catalog::write_returning::<i64>(
         "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
@@ -386,13 +391,11 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
             half_ids.join(", ")
         ),
     )?;
+    pause.mark("retired");
     publish(job, tables, &ranges)?;
     let published = crate::metadata::catalog::bump_map_version()?;
-    crate::spi::run_with_args(
-        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('new_version', $2) \
-         WHERE job_id = $1",
-        &[job.job_id.into(), published.into()],
-    )?;
+    pause.mark("published");
+    record_publish(job, published, &pause)?;
     Ok(Next::Phase(Phase::Cleanup))
 }
 

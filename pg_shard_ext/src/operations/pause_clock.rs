@@ -1,0 +1,48 @@
+//! Where a cutover's write pause goes: the time from the start of the
+//! cutover's lock to each of its steps, recorded with the new map version
+//! in the job's `resources.cutover_ms` (the map is public once the
+//! runner's transaction commits, right after).
+
+use super::job::Job;
+use crate::error::Result;
+use std::time::Instant;
+
+pub(crate) struct PauseClock {
+    started: Instant,
+    steps: Vec<(&'static str, f64)>,
+}
+
+impl PauseClock {
+    pub(crate) fn start() -> PauseClock {
+        PauseClock {
+            started: Instant::now(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// `step` is done: milliseconds since the start.
+    pub(crate) fn mark(&mut self, step: &'static str) {
+        let ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        self.steps.push((step, (ms * 10.0).round() / 10.0));
+    }
+
+    fn as_json(&self) -> String {
+        let fields: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(step, ms)| format!("\"{step}\": {ms}"))
+            .collect();
+        format!("{{{}}}", fields.join(", "))
+    }
+}
+
+/// The new map version and the pause's steps, in the job's resources.
+pub(crate) fn record_publish(job: &Job, version: i64, pause: &PauseClock) -> Result<()> {
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources \
+             || jsonb_build_object('new_version', $2, 'cutover_ms', $3::jsonb) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), version.into(), pause.as_json().into()],
+    )?;
+    Ok(())
+}
