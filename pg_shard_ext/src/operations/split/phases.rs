@@ -353,8 +353,19 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    // The connection first: a new one would count in the pause.
+    // The connection first: a new one would count in the pause. And what
+    // was written since the last step is applied before the lock: only the
+    // rest is applied while writers wait.
     let mut node = apply::connection(job)?;
+    let now = apply::flushed_position(job, &mut node)?;
+    apply::apply_up_to(
+        job,
+        tables,
+        &ranges,
+        &mut node,
+        now,
+        "the writes before the cutover were",
+    )?;
     let mut pause = PauseClock::start();
     let mut lock_holder = lock_for_cutover(job, &sources)?;
     pause.mark("locked");
