@@ -71,14 +71,17 @@ done
 wait "$bench"
 echo "pgbench scale $scale, pgbench -N through the coordinator (8 clients); the shard group of aid 1 (accounts and history)"
 printf '%-6s %-11s %-6s %8s %10s %6s %8s   %-22s %-22s %-22s\n' job kind limit seconds "MB copied" "MB/s" \
-    "copy (s)" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max"
+    "copy+c-u" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max"
 for i in "${!jobs[@]}"; do
     job=${jobs[$i]}
     read -r kind rate <<<"${scenarios[$i]}"
     read -r state started finished duration bytes copy_from copy_to <<<"$(meta -F ' ' -c "SELECT state,
         extract(epoch FROM started_at), extract(epoch FROM finished_at), extract(epoch FROM finished_at - started_at),
         bytes_copied, extract(epoch FROM (resources->'phase_times'->>'copy')::timestamptz),
-        extract(epoch FROM (resources->'phase_times'->>'catch_up')::timestamptz)
+        -- (catch_up is entered again after the verification: the copy
+        -- window ends where the verification starts)
+        extract(epoch FROM coalesce(resources->'phase_times'->>'verify',
+                                    resources->'phase_times'->>'catch_up')::timestamptz)
         FROM pg_shard.job WHERE job_id = $job")"
     # pgbench's log: field 3 the latency (µs), fields 5-6 the end time (s, µs).
     window() {

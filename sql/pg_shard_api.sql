@@ -43,16 +43,19 @@ CREATE FUNCTION pg_shard.shard_guard_statement() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_guard_statement';
 
 -- A move's verification point (pg_shard_ext/src/operations/verification.rs):
--- on the target, the apply of a marker row with a negative number waits for
--- the lock the job holds while it takes its snapshot of the target, so the
--- snapshot sees every change before the point and none after it.
--- TG_ARGV[0]: the job id.
+-- on the target, the apply of a marker row with a negative number -p waits
+-- for the lock the job holds for point p while it takes its snapshot of the
+-- target, so the snapshot sees every change before the point and none
+-- after it. The lock: tag 0x7067 in the top 16 bits, 24 bits of the job id
+-- (TG_ARGV[0]), 24 bits of p.
 CREATE FUNCTION pg_shard.verification_point() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF NEW.job < 0 THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock(1885798401,
-            (TG_ARGV[0]::bigint % 2147483647)::integer);
+        PERFORM pg_catalog.pg_advisory_xact_lock(
+            (28775::bigint << 48)
+            | ((TG_ARGV[0]::bigint % 16777216) << 24)
+            | ((-NEW.job) % 16777216));
     END IF;
     RETURN NEW;
 END

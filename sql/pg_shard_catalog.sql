@@ -130,9 +130,10 @@ CREATE TABLE pg_shard.job (
     kind             text        NOT NULL CHECK (kind IN ('move', 'split')),
     state            text        NOT NULL DEFAULT 'queued'
                      CHECK (state IN ('queued', 'running', 'done', 'failed', 'canceled')),
-    -- plan, create_target, copy, catch_up, cutover (freeze, final writes,
-    -- verify, publish), cleanup, drop_old (or rollback after a failure or
-    -- cancel); pg_shard_ext/src/operations/job.rs (Phase)
+    -- plan, create_target, copy, catch_up, verify (source and copy compared
+    -- at one point), catch_up, cutover (freeze, final writes, publish),
+    -- cleanup, drop_old (or rollback after a failure or cancel);
+    -- pg_shard_ext/src/operations/job.rs (Phase)
     phase            text        NOT NULL DEFAULT 'plan',
     shard_id         bigint      NOT NULL,   -- the shard asked for
     -- NULL once the table was dropped (the job's history stays)

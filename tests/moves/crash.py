@@ -207,5 +207,40 @@ check(f"target down for 3 s at {reached}: job {state} (error {error}), rows inta
       f"nothing left ({leftovers})",
       state == "done" and error is None and rows_ok and owners_ok and not leftovers)
 
+# Rows whose text form depends on session settings (timestamps, bytea,
+# floats, intervals), on nodes whose defaults differ: the verification reads
+# both sides alike, so the copy is found equal.
+settings = ("DateStyle", "bytea_output", "extra_float_digits", "IntervalStyle", "TimeZone")
+ports = [r[0] for r in meta.execute("SELECT port FROM pg_shard.node ORDER BY node_id").fetchall()]
+for port, values in zip(ports, (("SQL, DMY", "escape", "0", "sql_standard", "Asia/Kolkata"),
+                                ("German", "hex", "3", "iso_8601", "America/Caracas"))):
+    with connect(port) as node:
+        for name, value in zip(settings, values):
+            node.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        node.execute("SELECT pg_reload_conf()")
+meta.execute("DROP TABLE IF EXISTS crash_typed")
+meta.execute("CREATE TABLE crash_typed (id bigint PRIMARY KEY, at timestamptz, b bytea, f float8, i interval)")
+meta.execute("INSERT INTO crash_typed SELECT g, now() - g * interval '1 hour', decode(md5(g::text), 'hex'), "
+             "g / 7.0, g * interval '1 min' FROM generate_series(1, 2000) g")
+meta.execute("SELECT pg_shard.create_distributed_table('crash_typed', 'id', shard_count => 2, colocate_with => 'none')")
+shard, target = meta.execute(
+    "SELECT s.shard_id, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id) "
+    "FROM pg_shard.shards s WHERE s.table_name = 'crash_typed'::regclass ORDER BY s.range_start LIMIT 1").fetchone()
+if kind == "split":
+    job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+else:
+    job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+error, verified = meta.execute(
+    "SELECT error, resources->'verified'->>'rows' FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()
+for port in ports:
+    with connect(port) as node:
+        for name in settings:
+            node.execute(f"ALTER SYSTEM RESET {name}")
+        node.execute("SELECT pg_reload_conf()")
+check(f"nodes with different output settings: job {state}, verified {verified} rows (error {error})",
+      state == "done" and verified is not None and int(verified) > 0)
+
 meta.execute("DROP TABLE crash_items")
+meta.execute("DROP TABLE crash_typed")
 sys.exit(1 if check.failures else 0)

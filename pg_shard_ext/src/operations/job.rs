@@ -203,11 +203,12 @@ impl Job {
 mod tests {
     use super::Phase;
 
-    const ALL: [Phase; 8] = [
+    const ALL: [Phase; 9] = [
         Phase::Plan,
         Phase::CreateTarget,
         Phase::Copy,
         Phase::CatchUp,
+        Phase::Verify,
         Phase::Cutover,
         Phase::Cleanup,
         Phase::DropOld,
@@ -235,6 +236,7 @@ mod tests {
                 "create_target",
                 "copy",
                 "catch_up",
+                "verify",
                 "cutover",
                 "cleanup",
                 "drop_old",

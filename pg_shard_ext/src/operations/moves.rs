@@ -508,7 +508,8 @@ pub(crate) fn wait_for_marker(job: &Job, target: &mut Client) -> Result<()> {
             marker_table(job),
             job.job_id
         ),
-        FINAL_WAIT,
+        // (Inside the write pause: every millisecond.)
+        (Duration::from_millis(1), FINAL_WAIT),
         "the target did not apply the last writes",
     )
 }

@@ -51,14 +51,13 @@ pub(crate) fn exists_on(
     .unwrap_or(false))
 }
 
-/// Asks `sql` (a boolean) on `node` every millisecond until it is true
-/// (the waits it serves are inside a cutover's write pause); after
-/// `limit`, a timeout error saying that `what` did not happen.
+/// Asks `sql` (a boolean) on `node` every `interval` until it is true;
+/// after `limit`, a timeout error saying that `what` did not happen.
 pub(crate) fn poll_until(
     node: &Node,
     client: &mut Client,
     sql: &str,
-    limit: Duration,
+    (interval, limit): (Duration, Duration),
     what: &str,
 ) -> Result<()> {
     let started = Instant::now();
@@ -66,7 +65,7 @@ pub(crate) fn poll_until(
         if started.elapsed() > limit {
             return Err(ShardError::Timeout(format!("{what} within {limit:?}")));
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(interval);
     }
     Ok(())
 }

@@ -21,7 +21,7 @@
 
 use super::group_shards::GroupShard;
 use super::job::{Job, Next, Phase};
-use super::node_access::{connect, poll_until, run_on, shard_range};
+use super::node_access::{connect, poll_until, run_on, shard_range, value_on};
 use super::replication::marker_table;
 use super::settings::{FINAL_WAIT, VERIFY_LOCK_WAIT, VERIFY_RANGES};
 use crate::error::{Result, ShardError};
@@ -30,12 +30,19 @@ use crate::quote;
 use crate::transaction::client as remote;
 use postgres::Client;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// First key of the advisory lock a move's target apply waits for at a
-/// verification point (the second is the job id); the same number is in
-/// `pg_shard.verification_point()` (sql/pg_shard_api.sql).
-const POINT_LOCK: i32 = 0x7067_0001;
+/// The advisory lock a move's target apply waits for at a verification
+/// point: a tag in the top 16 bits, then 24 bits of the job id and 24 of
+/// the point's number, so an apply held at an older point of the job (an
+/// attempt that failed before the apply reached it) is not taken for this
+/// one. `pg_shard.verification_point()` (sql/pg_shard_api.sql) computes
+/// the same.
+fn point_lock(job: &Job, point: i64) -> i64 {
+    const TAG: i64 = 0x7067;
+    const LOW_24: i64 = 0xff_ffff;
+    (TAG << 48) | ((job.job_id % (LOW_24 + 1)) << 24) | (point % (LOW_24 + 1))
+}
 
 /// Per key range (bucket number): row count and checksum.
 pub(crate) type Digest = BTreeMap<i64, (i64, i64)>;
@@ -44,39 +51,50 @@ pub(crate) type Digest = BTreeMap<i64, (i64, i64)>;
 /// reached the marker row, against the source's snapshot of that point.
 pub(crate) fn verify_move(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let started = Instant::now();
-    let job_key = point_job_key(job);
-    // The target's apply will wait at the point until the job lets it go.
+    // Every connection first: none is opened while writers wait.
     let mut gate = connect(&job.target)?;
+    let mut marker_writer = connect(&job.source)?;
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    let mut watcher = connect(&job.target)?;
+    comparable_output(&job.source, &mut source)?;
+    comparable_output(&job.target, &mut target)?;
+    // This attempt's point (the marker row -point); one runner per job.
+    let point = value_on::<i64>(
+        &job.source,
+        &mut marker_writer,
+        &format!(
+            "SELECT 1 - least(coalesce(min(job), 0), 0) FROM {}",
+            marker_table(job)
+        ),
+    )?
+    .unwrap_or(1);
+    let key = point_lock(job, point);
+    // The target's apply will wait at the point until the job lets it go.
     run_on(
         &job.target,
         &mut gate,
-        &format!("SELECT pg_catalog.pg_advisory_lock({POINT_LOCK}, {job_key})"),
+        &format!("SELECT pg_catalog.pg_advisory_lock({key})"),
     )?;
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let Some(mut lock_holder) = lock_briefly(&job.source, &tables)? else {
         return Ok(Next::Stay);
     };
-    let mut marker_writer = connect(&job.source)?;
     run_on(
         &job.source,
         &mut marker_writer,
-        &format!(
-            "INSERT INTO {marker} SELECT least(coalesce(min(job), 0), 0) - 1 FROM {marker}",
-            marker = marker_table(job)
-        ),
+        &format!("INSERT INTO {} VALUES ({})", marker_table(job), -point),
     )?;
-    let mut source = connect(&job.source)?;
     begin_snapshot(&job.source, &mut source)?;
     run_on(&job.source, &mut lock_holder, "COMMIT")?;
     drop(lock_holder);
 
-    wait_for_apply_at_point(job, job_key)?;
-    let mut target = connect(&job.target)?;
+    wait_for_apply_at_point(job, &mut watcher, key)?;
     begin_snapshot(&job.target, &mut target)?;
     run_on(
         &job.target,
         &mut gate,
-        &format!("SELECT pg_catalog.pg_advisory_unlock({POINT_LOCK}, {job_key})"),
+        &format!("SELECT pg_catalog.pg_advisory_unlock({key})"),
     )?;
     drop(gate);
 
@@ -96,25 +114,39 @@ pub(crate) fn verify_move(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     finish(job, differences, rows, started)
 }
 
-/// The job's second key of the point lock.
-fn point_job_key(job: &Job) -> i32 {
-    (job.job_id % i64::from(i32::MAX)) as i32
-}
-
 /// Locks `tables` EXCLUSIVE in a transaction of a new connection to `node`,
-/// waiting at most [`VERIFY_LOCK_WAIT`]; None when that was not enough.
+/// waiting at most [`VERIFY_LOCK_WAIT`] in all (writers queue behind the
+/// lock while it waits); None when that was not enough.
 pub(crate) fn lock_briefly(node: &Node, tables: &[String]) -> Result<Option<Client>> {
     let mut holder = connect(node)?;
+    // lock_timeout bounds each table's wait, statement_timeout all of them.
     let locked = holder.batch_execute(&format!(
-        "BEGIN;\nSET LOCAL lock_timeout = {};\nLOCK TABLE {} IN EXCLUSIVE MODE",
-        quote::literal(VERIFY_LOCK_WAIT),
-        tables.join(", ")
+        "BEGIN;\nSET LOCAL lock_timeout = {wait};\nSET LOCAL statement_timeout = {wait};\n\
+         LOCK TABLE {} IN EXCLUSIVE MODE;\nSET LOCAL statement_timeout = 0",
+        tables.join(", "),
+        wait = quote::literal(VERIFY_LOCK_WAIT),
     ));
     match locked {
         Ok(()) => Ok(Some(holder)),
-        Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => Ok(None),
+        Err(e)
+            if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+                || e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(remote::remote_error(node, &e)),
     }
+}
+
+/// Sets what a row's text depends on, the same on both sides of a
+/// comparison (servers may differ in their defaults).
+pub(crate) fn comparable_output(node: &Node, client: &mut Client) -> Result<()> {
+    run_on(
+        node,
+        client,
+        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; \
+         SET extra_float_digits = 1; SET bytea_output = 'hex'",
+    )
 }
 
 /// Starts a read-only transaction whose snapshot is taken now.
@@ -126,21 +158,24 @@ pub(crate) fn begin_snapshot(node: &Node, client: &mut Client) -> Result<()> {
     )
 }
 
-/// Waits until the target's apply waits at the verification point.
-fn wait_for_apply_at_point(job: &Job, job_key: i32) -> Result<()> {
-    let mut target = connect(&job.target)?;
+/// Waits until the target's apply waits at the verification point: the
+/// point's lock has a waiter.
+fn wait_for_apply_at_point(job: &Job, watcher: &mut Client, key: i64) -> Result<()> {
     poll_until(
         &job.target,
-        &mut target,
+        watcher,
         &format!(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks \
              WHERE locktype = 'advisory' AND NOT granted \
                AND database = (SELECT oid FROM pg_catalog.pg_database \
                                 WHERE datname = pg_catalog.current_database()) \
-               AND classid = {POINT_LOCK}::pg_catalog.oid AND objid = {job_key}::pg_catalog.oid \
-               AND objsubid = 2)"
+               AND classid = {}::pg_catalog.oid AND objid = {}::pg_catalog.oid \
+               AND objsubid = 1)",
+            key >> 32,
+            key & 0xffff_ffff
         ),
-        FINAL_WAIT,
+        // (Outside the write pause; pg_locks is not cheap to read.)
+        (Duration::from_millis(10), FINAL_WAIT),
         "the target did not reach the verification point",
     )
 }

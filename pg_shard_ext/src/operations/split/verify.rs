@@ -8,7 +8,9 @@ use crate::error::Result;
 use crate::operations::job::{Job, Next};
 use crate::operations::node_access::connect;
 use crate::operations::node_access::run_on;
-use crate::operations::verification::{begin_snapshot, compare, digest, finish, lock_briefly};
+use crate::operations::verification::{
+    begin_snapshot, comparable_output, compare, digest, finish, lock_briefly,
+};
 use std::time::Instant;
 
 /// A split's verification: the halves with everything applied up to the
@@ -17,12 +19,16 @@ pub(super) fn verify_split(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let started = Instant::now();
     let ranges = Ranges::load(job)?;
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    // Every connection first: none is opened while writers wait. Both
+    // sides are read with the same output settings.
+    let mut source = connect(&job.source)?;
+    let mut node = apply::connection(job)?;
+    comparable_output(&job.source, &mut source)?;
+    comparable_output(&job.source, &mut node)?;
     let Some(mut lock_holder) = lock_briefly(&job.source, &sources)? else {
         return Ok(Next::Stay);
     };
-    let mut source = connect(&job.source)?;
     begin_snapshot(&job.source, &mut source)?;
-    let mut node = apply::connection(job)?;
     let point = apply::flushed_position(job, &mut node)?;
     run_on(&job.source, &mut lock_holder, "COMMIT")?;
     drop(lock_holder);
