@@ -81,26 +81,16 @@ as_postgres "$(pg_config --bindir)/initdb" -D "$single_dir/data" --auth=trust --
     --encoding=UTF8 --locale=C.UTF-8 >/dev/null
 # Configured as scripts/cluster.sh configures the cluster's nodes (in the
 # file: pg_ctl -o drops whatever follows a line break).
-cat >>"$single_dir/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = 29330
-unix_socket_directories = '$single_dir'
-wal_level = logical
-max_prepared_transactions = 64
-max_connections = 200
-shared_buffers = 128MB
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-CONF
+"$repo/scripts/cluster.sh" conf 29330 "$single_dir" >>"$single_dir/data/postgresql.conf"
 as_postgres "$(pg_config --bindir)/pg_ctl" -D "$single_dir/data" -l "$single_dir/server.log" -w -s start
 # Compared like with like: the same durability settings on both sides.
-single_settings=$(psql -X -At -h 127.0.0.1 -p 29330 -d postgres -c \
-    "SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_settings
-      WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers')")
-cluster_settings=$(psql -X -At -h 127.0.0.1 -p 29321 -d postgres -c \
-    "SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_settings
-      WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers')")
+durability() { # port → the settings that decide what a commit costs
+    psql -X -At -h 127.0.0.1 -p "$1" -d postgres -c \
+        "SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_settings
+          WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers')"
+}
+single_settings=$(durability 29330)
+cluster_settings=$(durability 29321)
 if [ "$single_settings" != "$cluster_settings" ]; then
     echo "the single PostgreSQL ($single_settings) is not configured like the cluster ($cluster_settings)" >&2
     exit 1

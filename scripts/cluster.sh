@@ -8,6 +8,8 @@
 #   scripts/cluster.sh stop    stop every node
 #   scripts/cluster.sh status  show which nodes run
 #   scripts/cluster.sh destroy stop and remove the data
+#   scripts/cluster.sh conf PORT SOCKET_DIR
+#                              print a node's settings (for a server to compare with)
 #
 # Settings (environment):
 #   PGSHARD_CLUSTER_DIR  data folder          (default: <repo>/.cluster)
@@ -99,11 +101,18 @@ init_node() {
     fi
     as_server_user "$bindir/initdb" --pgdata="$data" --auth=trust --encoding=UTF8 \
         --locale=C.UTF-8 --username=postgres >/dev/null
-    cat >>"$data/postgresql.conf" <<CONF
+    node_conf "$port" "$cluster_dir" >>"$data/postgresql.conf"
+}
+
+# A node's settings (also for a plain server compared with the cluster:
+# benches/coordinator.sh).
+node_conf() {
+    local port=$1 socket_dir=$2
+    cat <<CONF
 # pg_shard local cluster
 listen_addresses = '127.0.0.1'
 port = $port
-unix_socket_directories = '$cluster_dir'
+unix_socket_directories = '$socket_dir'
 wal_level = logical
 max_replication_slots = 16
 max_wal_senders = 16
@@ -250,5 +259,6 @@ case "${1:-}" in
     stop) stop ;;
     status) status ;;
     destroy) destroy ;;
-    *) echo "usage: $0 start|restart|stop|status|destroy" >&2; exit 2 ;;
+    conf) node_conf "$2" "$3" ;;
+    *) echo "usage: $0 start|restart|stop|status|destroy|conf PORT SOCKET_DIR" >&2; exit 2 ;;
 esac
