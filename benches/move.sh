@@ -41,10 +41,12 @@ SQL
 sleep 1
 # The shard group of aid 1 moves to the other worker without a copy rate
 # limit, moves back at the default limit, moves again at 8 MB/s, then
-# splits (default limit); each job gets a 20 s slot of the pgbench run.
+# splits (default limit), then moves without a limit, takes writes on the
+# new node for 3 s and is reverted; each job gets a 20 s slot of the
+# pgbench run.
 read -r shard <<<"$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
      AND pg_shard.keyspace_id(1) BETWEEN s.range_start AND s.range_end")"
-scenarios=("move 0" "move 32" "move 8" "split 32")
+scenarios=("move 0" "move 32" "move 8" "split 32" "revert 0")
 slot=20
 seconds=$((8 + slot * ${#scenarios[@]}))
 (cd "$scratch" && pgbench -n -N -c 8 -j 2 -T $seconds -h 127.0.0.1 -p 29620 -l --log-prefix="$scratch/tx" bench \
@@ -64,7 +66,16 @@ for scenario in "${scenarios[@]}"; do
         call="pg_shard.move_shard($shard, (SELECT min(node_id) FROM pg_shard.node n
               WHERE n.node_id <> (SELECT node_id FROM pg_shard.shards WHERE shard_id = $shard)))"
     fi
-    job=$(meta -c "SET pg_shard.move_drop_delay = 0" -c "SET pg_shard.copy_rate_limit = $rate" -c "SELECT $call")
+    delay=0
+    [ "$kind" = revert ] && delay="'1h'"
+    job=$(meta -c "SET pg_shard.move_drop_delay = $delay" -c "SET pg_shard.copy_rate_limit = $rate" -c "SELECT $call")
+    if [ "$kind" = revert ]; then
+        until [ "$(meta -c "SELECT phase FROM pg_shard.job WHERE job_id = $job")" = reverse_replicating ]; do
+            sleep 0.1
+        done
+        sleep 3
+        meta -c "SELECT pg_shard.revert_job($job)" >/dev/null
+    fi
     meta -c "SELECT pg_shard.wait_job($job, '10 minutes')" >/dev/null
     jobs+=("$job")
 done
@@ -103,6 +114,12 @@ done
 for job in "${jobs[@]}"; do
     echo "job $job: cutover $(meta -c "SELECT resources->'cutover_ms' FROM pg_shard.job WHERE job_id = $job")," \
         "verified $(meta -c "SELECT resources->'verified' FROM pg_shard.job WHERE job_id = $job")"
+    # A revert: from its request to the end (reverting → done), and its pause.
+    meta -F ' ' -c "SELECT 'job ' || job_id || ': reverted in ' || round(extract(epoch FROM
+            (resources->'phase_times'->>'reverted')::timestamptz
+            - (resources->'phase_times'->>'reverting')::timestamptz)::numeric, 2) || ' s, pause '
+            || (resources->'revert_ms')::text
+        FROM pg_shard.job WHERE job_id = $job AND phase = 'reverted'"
 done
 grep -E "^(tps|number of failed|number of transactions actually)" "$scratch/pgbench.out"
 echo "balances equal history deltas: $(meta -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")"

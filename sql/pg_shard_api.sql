@@ -269,8 +269,9 @@ BEGIN
          WHERE j.job_id = cancel_job.job_id;
         RETURN true;
     ELSIF current = 'running' AND (SELECT j.phase FROM pg_shard.job j WHERE j.job_id = cancel_job.job_id)
-                                  IN ('cleanup', 'drop_old') THEN
-        RAISE NOTICE 'job % is past its cutover (the new map is published); it finishes', cancel_job.job_id;
+                                  IN ('cleanup', 'reverse_replicating', 'drop_old', 'reverting', 'revert_cleanup') THEN
+        RAISE NOTICE 'job % is past its cutover (the new map is published); it finishes', cancel_job.job_id
+            USING HINT = 'pg_shard.revert_job() gives a moved shard back to its old node while reverse replication runs.';
         RETURN false;
     ELSIF current = 'running' THEN
         -- the runner rolls the job back at its next step (or finishes it
@@ -284,6 +285,82 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION pg_shard.cancel_job(bigint) IS
     'abort a queued or running job safely (rolled back unless its new map is already published)';
+
+-- After a move's cutover its old copy keeps receiving the new owner's
+-- writes (reverse replication, phase reverse_replicating) until the drop
+-- time (pg_shard.move_drop_delay), complete_job or revert_job.
+CREATE FUNCTION pg_shard.revert_job(job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j pg_shard.job;
+BEGIN
+    SELECT * INTO j FROM pg_shard.job WHERE pg_shard.job.job_id = revert_job.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', revert_job.job_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF j.kind <> 'move' THEN
+        RAISE EXCEPTION 'job % is a %: only a move can be reverted', j.job_id, j.kind
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF j.state = 'running' AND j.phase IN ('reverting', 'revert_cleanup')
+       OR j.state = 'done' AND j.phase = 'reverted' THEN
+        RAISE NOTICE 'job % is already reverted or reverting', j.job_id;
+        RETURN false;
+    END IF;
+    IF j.state IN ('queued', 'running') AND j.phase NOT IN ('cleanup', 'reverse_replicating', 'drop_old') THEN
+        RAISE EXCEPTION 'job % has not published its new map yet (phase %)', j.job_id, j.phase
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'pg_shard.cancel_job() rolls it back.';
+    END IF;
+    IF j.state <> 'running' OR j.phase = 'drop_old' OR j.resources->>'requested' = 'complete' THEN
+        RAISE EXCEPTION 'job % can no longer be reverted: its reverse replication has ended (%, %)',
+                        j.job_id, j.state, j.phase
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'pg_shard.move_shard() moves the shard back with a new job.';
+    END IF;
+    UPDATE pg_shard.job SET resources = resources || '{"requested": "revert"}'
+     WHERE pg_shard.job.job_id = j.job_id;
+    PERFORM pg_notify('pg_shard_jobs', j.job_id::text);
+    PERFORM pg_shard.start_job_runner();
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION pg_shard.revert_job(bigint) IS
+    'give a moved shard group back to its old node while reverse replication runs (a new map version, '
+    'no write lost); pg_shard.wait_job() waits for it';
+
+CREATE FUNCTION pg_shard.complete_job(job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j pg_shard.job;
+BEGIN
+    SELECT * INTO j FROM pg_shard.job WHERE pg_shard.job.job_id = complete_job.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', complete_job.job_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF j.state <> 'running' OR j.phase NOT IN ('cleanup', 'reverse_replicating', 'drop_old') THEN
+        IF j.state IN ('queued', 'running') AND j.phase NOT IN ('reverting', 'revert_cleanup') THEN
+            RAISE EXCEPTION 'job % has not published its new map yet (phase %)', j.job_id, j.phase
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'pg_shard.wait_job() waits for it.';
+        END IF;
+        RAISE NOTICE 'job % has nothing left to complete (%, %)', j.job_id, j.state, j.phase;
+        RETURN false;
+    END IF;
+    IF j.resources->>'requested' = 'revert' THEN
+        RAISE EXCEPTION 'job % is being reverted', j.job_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE pg_shard.job
+       SET resources = resources || jsonb_build_object('requested', 'complete', 'drop_after', now())
+     WHERE pg_shard.job.job_id = j.job_id;
+    PERFORM pg_notify('pg_shard_jobs', j.job_id::text);
+    PERFORM pg_shard.start_job_runner();
+    RETURN true;
+END $$;
+COMMENT ON FUNCTION pg_shard.complete_job(bigint) IS
+    'end a finished move''s reverse replication (or a split''s wait) now and drop the old shard tables';
 
 CREATE FUNCTION pg_shard.wait_job(job_id bigint, timeout interval DEFAULT NULL)
 RETURNS text
@@ -435,7 +512,8 @@ CREATE VIEW pg_shard.jobs AS
     JOIN pg_shard.node dst ON dst.node_id = j.target_node
     ORDER BY j.job_id;
 COMMENT ON VIEW pg_shard.jobs IS
-    'shard moves and splits: state (queued, running, done, failed, canceled), current phase, '
+    'shard moves and splits: state (queued, running, done, failed, canceled), current phase '
+    '(a done job''s last: completed or reverted), '
     'progress (rows and bytes copied, replication lag), timings and error';
 
 -- DROP TABLE: on the metadata node, drop the shards of dropped distributed
@@ -461,7 +539,7 @@ BEGIN
                 RAISE EXCEPTION 'cannot drop table %: a shard move or split of it is in progress',
                     (SELECT table_rel FROM pg_shard.logical_table WHERE table_rel::oid = dropped.objid)
                     USING ERRCODE = 'object_in_use',
-                          HINT = 'Wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first.';
+                          HINT = 'Wait for it (pg_shard.wait_job), cancel it (pg_shard.cancel_job), or past its cutover complete it (pg_shard.complete_job) first.';
             END IF;
             logical := logical || dropped.objid;
             logical_names := logical_names || dropped.object_identity;
@@ -514,6 +592,8 @@ REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PU
 REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.revert_job(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.complete_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.rebalance(boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 -- Each call may take a background worker slot; recovery ends other

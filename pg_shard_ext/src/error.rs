@@ -257,7 +257,7 @@ impl ShardError {
                     .into(),
             ),
             ShardError::SchemaChangeDuringJob(_) => Some(
-                "wait for it (pg_shard.wait_job) or cancel it (pg_shard.cancel_job) first".into(),
+                "wait for it (pg_shard.wait_job), cancel it (pg_shard.cancel_job), or past its cutover complete it (pg_shard.complete_job) first".into(),
             ),
             ShardError::ExtensionMissing { .. } => Some(
                 "install the pg_shard package on that server (make install), \

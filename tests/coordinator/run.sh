@@ -260,6 +260,7 @@ check "SET of one client does not reach the next ($(echo $fresh))" test "$(echo 
 : >"$here/moves.log"
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
+run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 revert
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" move
 # Prepares through the coordinator while the metadata node crash-restarts.

@@ -2,7 +2,8 @@
 """Shard moves (or splits) interrupted: a job held at the start of a phase
 (by the pause lock) is either canceled, or its runner is killed with SIGKILL
 (the metadata node then restarts its backends and the launcher restarts the
-runner), or a node restarts. Afterwards the job has ended (done, or
+runner), or a node restarts; a move is also reverted, with its runner
+killed during the revert. Afterwards the job has ended (done, or
 canceled), the map and the shards agree, every row is there once, and no
 slot, publication or subscription is left.
 Usage: crash.py METADATA_PORT DATABASE CLUSTER_DIR [move|split]"""
@@ -40,6 +41,12 @@ def wait_phase(meta, job, phase, timeout=60):
     return None
 
 
+def wait_job(meta, job, timeout):
+    """The job's state once it ends (or the timeout passes) and its phase then."""
+    state = meta.execute("SELECT pg_shard.wait_job(%s, %s)", (job, timeout)).fetchone()[0]
+    return state, meta.execute("SELECT phase FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0]
+
+
 def consistent(meta, expected_rows, expected_sum):
     """Rows, map and shards agree; nothing of the jobs left on the workers."""
     count, total = meta.execute("SELECT count(*), sum(id) FROM crash_items").fetchone()
@@ -69,7 +76,7 @@ meta.execute("SELECT pg_shard.create_distributed_table('crash_items', 'id', shar
 rows, total = meta.execute("SELECT count(*), sum(id) FROM crash_items").fetchone()
 
 
-def start_move(meta, phase):
+def start_move(meta, phase, drop_delay="0"):
     """Queues a move (or split) of crash_items' first shard, held at `phase`."""
     holder = connect()
     holder.execute(f"SELECT pg_advisory_lock({phase_key(phase)})")
@@ -77,7 +84,7 @@ def start_move(meta, phase):
         "SELECT s.shard_id, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id) "
         "FROM pg_shard.shards s WHERE s.table_name = 'crash_items'::regclass "
         "ORDER BY s.range_start LIMIT 1").fetchone()
-    meta.execute("SET pg_shard.move_drop_delay = 0")
+    meta.execute(f"SET pg_shard.move_drop_delay = '{drop_delay}'")
     # The local cluster runs with synchronous_commit off: the job must be
     # on disk before its runner is killed.
     meta.execute("SET synchronous_commit = on")
@@ -132,22 +139,85 @@ check(f"a row changed on the copy ({copy}, id {planted}) at {reached}: job {stat
 
 # The runner killed at each phase: the job resumes (or rolls back) after the
 # metadata node's restart of its backends.
-for phase in ("create_target", "copy", "catch_up", "verify", "cutover", "cleanup", "drop_old"):
-    holder, job = start_move(meta, phase)
-    reached = wait_phase(meta, job, phase)
+def kill_runner():
+    """SIGKILL to the job runner; every backend goes (crash restart): lock
+    holders and our sessions too. Returns the runner's pid (None: none ran)
+    and a new session."""
     runner = meta.execute(
         "SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pg_shard job runner%'").fetchone()
     if runner:
         os.kill(runner[0], signal.SIGKILL)
-    # Every backend goes (crash restart): the lock holder and our session too.
     time.sleep(1)
-    meta = connect()
+    return runner, connect()
+
+
+phases = ("create_target", "copy", "catch_up", "verify", "cutover", "cleanup", "drop_old")
+if kind == "move":
+    phases += ("reverse_replicating",)
+for phase in phases:
+    holder, job = start_move(meta, phase)
+    reached = wait_phase(meta, job, phase)
+    runner, meta = kill_runner()
     state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
     rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
     check(f"runner killed at {phase} ({reached}, pid {runner}): job {state}, rows intact, "
           f"map and shards agree, nothing left ({leftovers})",
           runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
+
+if kind == "move":
+    # A job that has not published its map cannot be reverted (cancel_job
+    # rolls it back); nothing changes.
+    holder, job = start_move(meta, "copy")
+    reached = wait_phase(meta, job, "copy")
+    try:
+        meta.execute("SELECT pg_shard.revert_job(%s)", (job,))
+        refused = None
+    except psycopg.errors.ObjectNotInPrerequisiteState as e:
+        refused = str(e).splitlines()[0]
+    holder.close()
+    state, phase = wait_job(meta, job, "2 minutes")
+    check(f"revert_job at {reached} refused ({refused}); the move went on ({state}, {phase})",
+          refused is not None and "has not published its new map" in refused
+          and state == "done" and phase == "completed")
+
+    # Reverted, with the runner killed at the start of the revert's cutover
+    # and of its cleanup: the revert resumes; the shard is back on its old
+    # node and nothing of the job is left.
+    for phase in ("reverting", "revert_cleanup"):
+        holder, job = start_move(meta, phase, drop_delay="1h")
+        reached = wait_phase(meta, job, "reverse_replicating")
+        source = meta.execute("SELECT source_node FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0]
+        meta.execute("INSERT INTO crash_items SELECT g, 'moved' FROM generate_series(30001, 30100) g")
+        meta.execute("UPDATE crash_items SET v = 'moved' WHERE id <= 1000")
+        meta.execute("SELECT pg_shard.revert_job(%s)", (job,))
+        at = wait_phase(meta, job, phase)
+        runner, meta = kill_runner()
+        state, last = wait_job(meta, job, "2 minutes")
+        owners = meta.execute(
+            "SELECT DISTINCT s.node_id FROM pg_shard.shards s JOIN pg_shard.shard h USING (shard_id) "
+            "WHERE h.shard_group_id = (SELECT shard_group_id FROM pg_shard.job WHERE job_id = %s)",
+            (job,)).fetchall()
+        moved = meta.execute("SELECT count(*) FROM crash_items WHERE v = 'moved'").fetchone()[0]
+        meta.execute("DELETE FROM crash_items WHERE id > 30000")
+        meta.execute("UPDATE crash_items SET v = repeat('v', 100) WHERE id <= 1000")
+        rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+        check(f"runner killed while reverting, at {at} (pid {runner}): job {state} ({last}), "
+              f"back on node {owners} (was {source}), the new owner's writes kept ({moved} of 1100), "
+              f"rows intact, map and shards agree, nothing left ({leftovers})",
+              runner is not None and state == "done" and last == "reverted" and owners == [(source,)]
+              and moved == 1100 and rows_ok and owners_ok and not leftovers)
+
+    # Completed early: the reverse replication ends and the old tables go.
+    holder, job = start_move(meta, "none", drop_delay="1h")
+    holder.close()
+    reached = wait_phase(meta, job, "reverse_replicating")
+    completed = meta.execute("SELECT pg_shard.complete_job(%s)", (job,)).fetchone()[0]
+    state, last = wait_job(meta, job, "1 minute")
+    rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+    check(f"complete_job at {reached}: {completed}, job {state} ({last}), rows intact, nothing left ({leftovers})",
+          completed is True and state == "done" and last == "completed" and rows_ok and owners_ok
+          and not leftovers)
 
 
 def restart(port):

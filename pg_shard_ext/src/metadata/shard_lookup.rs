@@ -115,9 +115,7 @@ pub(crate) fn shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)
 /// split published its map. The foreign partitions, which the move
 /// replaces after it publishes, may be missing then (`InvalidOid`).
 pub(crate) fn latest_shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)>>> {
-    Ok(tiled(with_latest_snapshot(|| {
-        active_shards(relid, Partitions::Optional)
-    })?))
+    Ok(tiled(with_latest_snapshot(|| active_shards(relid))?))
 }
 
 /// The ranges in keyspace order, if they tile the keyspace with one
@@ -140,25 +138,48 @@ fn tiled(mut shards: Vec<(i64, i64, Shard)>) -> Option<Vec<(i64, Shard)>> {
 }
 
 /// Read `relid`'s active shards into the cache, unless they are there.
+/// A placement whose foreign partition is not there (a move's new map is
+/// published, its cleanup has not replaced the partition yet; or the
+/// statement's snapshot still shows a partition the cleanup has dropped
+/// since) is left out, and such a read is not kept: it is read again until
+/// the partitions are there. (The replacement's invalidation comes before
+/// such a read — a statement takes its snapshot before it locks its tables
+/// — so a kept read would stay for the rest of the map version, and the
+/// shard's statements on the postgres_fdw path.)
 fn cache_shards(relid: pg_sys::Oid) -> Result<()> {
-    let cached = CACHE.with(|cache| cache.borrow().shards.contains_key(&relid));
+    let cached = CACHE.with(|cache| {
+        let cache = cache.borrow();
+        cache.shards.contains_key(&relid) && !cache.incomplete.contains(&relid)
+    });
     if !cached {
-        let shards = active_shards(relid, Partitions::Required)?;
-        CACHE.with(|cache| cache.borrow_mut().shards.insert(relid, shards));
+        let shards = active_shards(relid)?;
+        let (shards, missing): (Vec<_>, Vec<_>) = shards
+            .into_iter()
+            .partition(|(_, _, shard)| partition_exists(shard.partition));
+        let complete = missing.is_empty();
+        CACHE.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            cache.shards.insert(relid, shards);
+            if complete {
+                cache.incomplete.remove(&relid);
+            } else {
+                cache.incomplete.insert(relid);
+            }
+        });
     }
     Ok(())
 }
 
-/// Whether a placement without its foreign partition counts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Partitions {
-    Required,
-    Optional,
+/// Whether foreign partition `partition` exists now (the syscache sees
+/// what is committed, not the statement's snapshot).
+fn partition_exists(partition: pg_sys::Oid) -> bool {
+    // SAFETY: a syscache lookup; NULL when there is no such relation.
+    partition != pg_sys::InvalidOid && unsafe { !pg_sys::get_rel_name(partition).is_null() }
 }
 
 /// Every active placement of `relid`'s shards: range, node, table, foreign
-/// partition.
-fn active_shards(relid: pg_sys::Oid, partitions: Partitions) -> Result<Vec<(i64, i64, Shard)>> {
+/// partition (`InvalidOid` while there is none).
+fn active_shards(relid: pg_sys::Oid) -> Result<Vec<(i64, i64, Shard)>> {
     crate::spi::connect(|client| {
         let rows = client.select(
             "SELECT n.node_id, n.host, n.port, \
@@ -186,11 +207,7 @@ fn active_shards(relid: pg_sys::Oid, partitions: Partitions) -> Result<Vec<(i64,
             ) else {
                 continue;
             };
-            let partition = match (partition, partitions) {
-                (Some(partition), _) => partition,
-                (None, Partitions::Optional) => pg_sys::InvalidOid,
-                (None, Partitions::Required) => continue,
-            };
+            let partition = partition.unwrap_or(pg_sys::InvalidOid);
             shards.push((
                 start,
                 end,
@@ -213,6 +230,9 @@ struct RouterCache {
     references: HashMap<pg_sys::Oid, bool>,
     copies: HashMap<(pg_sys::Oid, i32), Option<String>>,
     shards: HashMap<pg_sys::Oid, Vec<(i64, i64, Shard)>>,
+    /// Tables whose `shards` lack a placement's foreign partition: read
+    /// again each time.
+    incomplete: std::collections::HashSet<pg_sys::Oid>,
 }
 
 impl RouterCache {

@@ -15,14 +15,21 @@ pub(crate) enum Phase {
     Verify,
     Cutover,
     Cleanup,
+    /// A move after its cleanup: the old copy receives the new owner's
+    /// writes until the drop time, `complete_job` or `revert_job`.
+    ReverseReplicating,
     DropOld,
+    /// A revert's cutover: ownership back to the old copy.
+    Reverting,
+    /// After a revert: the new copy and the reverse replication go.
+    RevertCleanup,
     Rollback,
 }
 
 impl Phase {
-    /// The phases a job goes through when nothing fails, in order (it is
-    /// done after the last).
-    pub(crate) const FORWARD: [Phase; 8] = [
+    /// The phases a move goes through when nothing fails, in order (it is
+    /// done after the last; a split skips reverse_replicating).
+    pub(crate) const FORWARD: [Phase; 9] = [
         Phase::Plan,
         Phase::CreateTarget,
         Phase::Copy,
@@ -30,8 +37,12 @@ impl Phase {
         Phase::Verify,
         Phase::Cutover,
         Phase::Cleanup,
+        Phase::ReverseReplicating,
         Phase::DropOld,
     ];
+
+    /// The phases of a revert, after reverse_replicating.
+    pub(crate) const REVERT: [Phase; 2] = [Phase::Reverting, Phase::RevertCleanup];
 
     /// The name stored in the job's row.
     pub(crate) fn as_str(self) -> &'static str {
@@ -43,7 +54,10 @@ impl Phase {
             Phase::Verify => "verify",
             Phase::Cutover => "cutover",
             Phase::Cleanup => "cleanup",
+            Phase::ReverseReplicating => "reverse_replicating",
             Phase::DropOld => "drop_old",
+            Phase::Reverting => "reverting",
+            Phase::RevertCleanup => "revert_cleanup",
             Phase::Rollback => "rollback",
         }
     }
@@ -52,6 +66,7 @@ impl Phase {
     pub(crate) fn parse(name: &str) -> Option<Phase> {
         Phase::FORWARD
             .into_iter()
+            .chain(Phase::REVERT)
             .chain([Phase::Rollback])
             .find(|phase| phase.as_str() == name)
     }
@@ -89,8 +104,9 @@ pub(crate) struct Job {
 }
 
 /// The oldest unfinished job that can go on now; running ones first (they
-/// resume). A job waiting for its old tables' drop time does not hold up
-/// the others.
+/// resume). A job waiting for its old tables' drop time (replicating back
+/// to them meanwhile) does not hold up the others, unless a revert was
+/// asked for or one failed (its shards are to be set right).
 pub(crate) fn next_job() -> Result<Option<Job>> {
     crate::spi::connect(|client| {
         let rows = client.select(
@@ -101,7 +117,10 @@ pub(crate) fn next_job() -> Result<Option<Job>> {
              JOIN pg_shard.node s ON s.node_id = j.source_node \
              JOIN pg_shard.node t ON t.node_id = j.target_node \
              WHERE j.state IN ('queued', 'running') \
-               AND NOT (j.phase = 'drop_old' AND (j.resources->>'drop_after')::timestamptz > now()) \
+               AND NOT (j.phase IN ('reverse_replicating', 'drop_old') \
+                        AND (j.resources->>'drop_after')::timestamptz > now() \
+                        AND j.resources->>'requested' IS DISTINCT FROM 'revert' \
+                        AND NOT coalesce((j.resources->>'revert_failed')::boolean, false)) \
              ORDER BY j.state = 'running' DESC, j.job_id LIMIT 1",
             None,
             &[],
@@ -129,6 +148,9 @@ pub(crate) enum Next {
     /// Not finished yet (waiting for replication); run it again.
     Stay,
     Finished(String, Option<String>),
+    /// Done; the job's row keeps this last phase's name (`completed`, or
+    /// `reverted`).
+    Done(&'static str),
 }
 
 pub(crate) fn write_state(job: &Job, state: &str, phase: &str, error: Option<&str>) -> Result<()> {
@@ -182,6 +204,33 @@ pub(crate) fn record_error(job: &Job, error: &str, failures: Option<i64>) {
     }
 }
 
+/// A revert that failed before its map was published: the job goes back
+/// to reverse_replicating, which first sets the shards' states right again
+/// (`revert_failed`), and the request is dropped (the DBA may ask again).
+pub(crate) fn abandon_revert(job: &Job, error: &str) {
+    let recorded = transaction(|| {
+        write_state(
+            job,
+            "running",
+            Phase::ReverseReplicating.as_str(),
+            Some(error),
+        )?;
+        crate::spi::run_with_args(
+            "UPDATE pg_shard.job SET resources = (resources - 'requested') \
+                 || jsonb_build_object('revert_failed', true) \
+             WHERE job_id = $1",
+            &[job.job_id.into()],
+        )?;
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        pgrx::warning!(
+            "pg_shard job {}: could not record its failed revert: {e}",
+            job.job_id
+        );
+    }
+}
+
 impl Job {
     /// The job's phase; an error for a name no phase has.
     pub(crate) fn phase(&self) -> Result<Phase> {
@@ -203,7 +252,7 @@ impl Job {
 mod tests {
     use super::Phase;
 
-    const ALL: [Phase; 9] = [
+    const ALL: [Phase; 12] = [
         Phase::Plan,
         Phase::CreateTarget,
         Phase::Copy,
@@ -211,7 +260,10 @@ mod tests {
         Phase::Verify,
         Phase::Cutover,
         Phase::Cleanup,
+        Phase::ReverseReplicating,
         Phase::DropOld,
+        Phase::Reverting,
+        Phase::RevertCleanup,
         Phase::Rollback,
     ];
 
@@ -239,7 +291,10 @@ mod tests {
                 "verify",
                 "cutover",
                 "cleanup",
+                "reverse_replicating",
                 "drop_old",
+                "reverting",
+                "revert_cleanup",
                 "rollback"
             ]
         );
@@ -262,5 +317,8 @@ mod tests {
             assert_eq!(phase.before_publish(), index <= cutover, "{phase:?}");
         }
         assert!(!Phase::Rollback.before_publish());
+        for phase in Phase::REVERT {
+            assert!(!phase.before_publish(), "{phase:?}");
+        }
     }
 }

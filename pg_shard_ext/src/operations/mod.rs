@@ -9,7 +9,9 @@
 //! job's row says it was:
 //!
 //! plan → create_target → copy → catch_up → verify → catch_up → cutover →
-//! cleanup → drop_old → done
+//! cleanup → reverse_replicating → drop_old → done (completed), or, by
+//! `revert_job` while reverse replication runs: reverting →
+//! revert_cleanup → done (reverted)
 //!
 //! * plan: record the names of everything the job will create; check that
 //!   replication can identify the rows.
@@ -29,16 +31,22 @@
 //!   is retired, the target activated at the next map version, and the new
 //!   map published (placement, the metadata node's foreign partitions,
 //!   version, NOTIFY) in one metadata transaction.
-//! * cleanup: subscription (and with it the slot), publication and markers
-//!   go. drop_old: the old shard tables go after `pg_shard.move_drop_delay`.
+//! * cleanup: the forward subscription (and with it the slot) and
+//!   publication go, and the source subscribes to the target's changes
+//!   ([`reverse`]). reverse_replicating: until `pg_shard.move_drop_delay`
+//!   has passed or `complete_job`; drop_old: the reverse replication,
+//!   markers and old shard tables go.
+//! * reverting / revert_cleanup ([`reverse`]): ownership back to the old
+//!   copy by the cutover's protocol, then the new copy goes.
 //!
 //! A failure or `cancel_job` before publish rolls back: what the job created
 //! is dropped and the source is unfrozen. From publish on the job only goes
-//! forward.
+//! forward (or, by a revert, back through a new cutover).
 //!
 //! Modules: [`runner`] (the launcher and job runner background workers, one
 //! step at a time), [`job`] (job rows and their [`job::Phase`]), [`moves`]
-//! and [`split`] (the phases), [`group_shards`], [`replication`] and
+//! and [`split`] (the phases), [`reverse`] (after a move's cutover:
+//! reverse replication and revert), [`group_shards`], [`replication`] and
 //! [`snapshot_copy`] (what both kinds share), [`node_access`] (a job's
 //! connections), [`shard_functions`] (the worker-side SQL functions a job
 //! calls), [`settings`] (GUCs and timings), [`own_transaction`], and
@@ -53,6 +61,7 @@ mod node_access;
 mod own_transaction;
 mod pause_clock;
 mod replication;
+mod reverse;
 mod runner;
 mod settings;
 mod shard_functions;

@@ -3,13 +3,11 @@
 
 use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
-use super::node_access::{connect, exists_on, poll_until, run_on, shard_range, value_on};
+use super::node_access::{connect, exists_on, run_on, shard_range, value_on};
 use super::pause_clock::{record_publish, PauseClock};
-use super::replication::{
-    drop_replication, flush_wal, lock_for_cutover, marker_table, publish_and_reserve_slot,
-    replication_name,
-};
-use super::settings::{CUTOVER_LAG, FINAL_WAIT};
+use super::replication::{drop_replication, marker_table, replication_name, Link};
+use super::reverse;
+use super::settings::CUTOVER_LAG;
 use super::snapshot_copy;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
@@ -17,7 +15,6 @@ use crate::quote;
 use crate::spi::query_one;
 use crate::transaction::client as remote;
 use postgres::Client;
-use std::time::{Duration, Instant};
 
 /// Runs the move's current phase once.
 pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
@@ -29,10 +26,21 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::Verify => super::verification::verify_move(job, shards),
         Phase::Cutover => cutover(job, shards),
         Phase::Cleanup => {
-            repoint_partitions(job, shards)?;
-            cleanup(job, shards)
+            repoint_partitions(shards, &job.source, &job.target)?;
+            reverse::start(job)?;
+            set_drop_after(job)?;
+            Ok(Next::Phase(Phase::ReverseReplicating))
         }
-        Phase::DropOld => drop_old(job, shards),
+        Phase::ReverseReplicating => reverse::reverse_replicating(job, shards),
+        Phase::DropOld => {
+            reverse::stop(job)?;
+            drop_old(job, shards)
+        }
+        Phase::Reverting => reverse::revert(job, shards),
+        Phase::RevertCleanup => {
+            repoint_partitions(shards, &job.target, &job.source)?;
+            reverse::revert_cleanup(job, shards)
+        }
         Phase::Rollback => rollback(job, shards),
     }
 }
@@ -208,7 +216,7 @@ pub(crate) fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         return Ok(Next::Stay);
     }
     snapshot_copy::release_snapshot();
-    subscribe(job, &mut target)?;
+    Link::forward(job).subscribe(&mut target)?;
     Ok(Next::Phase(Phase::CatchUp))
 }
 
@@ -226,7 +234,6 @@ pub(crate) fn start_copy(
     target: &mut Client,
 ) -> Result<Option<String>> {
     snapshot_copy::release_snapshot();
-    let name = replication_name(job);
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     run_on(
         &job.target,
@@ -238,7 +245,8 @@ pub(crate) fn start_copy(
     )?;
     let mut published = tables.clone();
     published.push(marker_table(job));
-    publish_and_reserve_slot(job, source, &published)?;
+    let link = Link::forward(job);
+    link.publish_and_reserve_slot(source, &published)?;
     let mut lock = connect(&job.source)?;
     let locked = lock.batch_execute(&format!(
         "BEGIN;\nSET LOCAL lock_timeout = '1s';\nLOCK TABLE {} IN EXCLUSIVE MODE",
@@ -257,40 +265,7 @@ pub(crate) fn start_copy(
     let (holder, snapshot, cut) =
         snapshot_copy::export_snapshot(job, "pg_current_wal_insert_lsn()::text")?;
     run_on(&job.source, &mut lock, "COMMIT")?;
-    // The slot may only move over flushed WAL: flushed past the cut, it
-    // moves.
-    flush_wal(job, source)?;
-    let started = Instant::now();
-    loop {
-        let flushed = value_on::<bool>(
-            &job.source,
-            source,
-            &format!(
-                "SELECT pg_current_wal_flush_lsn() >= {}::pg_lsn",
-                quote::literal(&cut)
-            ),
-        )?
-        .unwrap_or(false);
-        if flushed {
-            break;
-        }
-        if started.elapsed() > FINAL_WAIT {
-            return Err(ShardError::Timeout(format!(
-                "the source did not flush its WAL to {cut} within {FINAL_WAIT:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    run_on(
-        &job.source,
-        source,
-        &format!(
-            "SELECT pg_replication_slot_advance(slot_name, {cut}) FROM pg_replication_slots \
-             WHERE slot_name = {} AND confirmed_flush_lsn < {cut}",
-            quote::literal(&name),
-            cut = quote::literal(&cut),
-        ),
-    )?;
+    link.advance_slot(source, &cut)?;
     snapshot_copy::restart_progress(job)?;
     snapshot_copy::hold_snapshot(job, holder, &snapshot);
     Ok(Some(snapshot))
@@ -348,40 +323,6 @@ pub(crate) fn copy_pages(
     Ok(rows as i64)
 }
 
-/// The subscription streaming from the slot (positioned after the copy's
-/// snapshot): no initial copy of its own, no slot of its own.
-pub(crate) fn subscribe(job: &Job, target: &mut Client) -> Result<()> {
-    let name = replication_name(job);
-    let database = query_one::<String>("SELECT current_database()::text", &[])?.unwrap_or_default();
-    let user = query_one::<String>("SELECT current_user::text", &[])?.unwrap_or_default();
-    let connection = format!(
-        "host={} port={} dbname={} user={} application_name={}",
-        conninfo_value(&job.source.host),
-        job.source.port,
-        conninfo_value(&database),
-        conninfo_value(&user),
-        conninfo_value(&name),
-    );
-    // Not in a transaction block: CREATE SUBSCRIPTION connects to the source.
-    run_on(
-        &job.target,
-        target,
-        &format!(
-            "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
-             WITH (slot_name = {}, create_slot = false, copy_data = false)",
-            quote::ident(&name),
-            quote::literal(&connection),
-            quote::ident(&name),
-            quote::literal(&name),
-        ),
-    )
-}
-
-/// A value in a libpq connection string, quoted.
-pub(crate) fn conninfo_value(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
 /// Replication lag in bytes (None: the slot is not there yet) and whether
 /// every table finished its initial copy.
 pub(crate) fn replication_state(
@@ -389,16 +330,8 @@ pub(crate) fn replication_state(
     source: &mut Client,
     target: &mut Client,
 ) -> Result<(Option<i64>, bool)> {
+    let lag = Link::forward(job).lag(source)?;
     let name = quote::literal(&replication_name(job));
-    let lag = value_on::<Option<i64>>(
-        &job.source,
-        source,
-        &format!(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
-             FROM pg_replication_slots WHERE slot_name = {name}"
-        ),
-    )?
-    .flatten();
     let pending = value_on::<i64>(
         &job.target,
         target,
@@ -411,7 +344,7 @@ pub(crate) fn replication_state(
     Ok((lag, pending == 0))
 }
 
-pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
+pub(crate) fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     let (lag, synced) = replication_state(job, &mut source, &mut target)?;
@@ -420,6 +353,10 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
         &[job.job_id.into(), lag.into()],
     )?;
     if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
+        // The reverse slot now, while nothing of the job holds a lock:
+        // making a slot waits for the target's transactions in progress,
+        // and one of them may wait for the cutover's lock.
+        reverse::prepare(job, shards, &mut target)?;
         // Verified once, at a point of this catch-up; then the cutover.
         if super::verification::verified(job)? {
             return Ok(Next::Phase(Phase::Cutover));
@@ -434,7 +371,7 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
 /// 1. lock the source shard tables EXCLUSIVE in a transaction kept open:
 ///    writers holding locks finish first, new ones wait (the write pause;
 ///    readers go on);
-/// 2. a row into the marker table; once it is on the target, every write
+/// 2. a marker row on the source; once it is on the target, every write
 ///    before the lock is too (the copy was verified before, in the
 ///    `verify` phase: nothing here reads the shard);
 /// 3. retire the source shards and commit (the waiting writers get
@@ -442,44 +379,64 @@ pub(crate) fn catch_up(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
 /// 4. activate the target shards at the next map version and publish it
 ///    (placement, version, NOTIFY) with the job's next phase, in one
 ///    metadata transaction; the foreign partitions follow in the cleanup.
+///
+/// The reverse replication's slot on the target is there already (made at
+/// the end of the catch-up; checked again here, before the lock), and the
+/// target's WAL position once the last writes are applied (before any
+/// write of the new owner) is where it will stream from.
 pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let ids = shard_id_list(shards);
+    let forward = Link::forward(job);
     // Connections first: a new one costs a server process's start, which
     // would count in the pause.
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
+    reverse::prepare(job, shards, &mut target)?;
     let mut pause = PauseClock::start();
-    let mut lock_holder = lock_for_cutover(job, &tables)?;
-    pause.mark("locked");
-    run_on(
-        &job.source,
-        &mut source,
-        &format!(
-            "INSERT INTO {} VALUES ({}) ON CONFLICT DO NOTHING",
-            marker_table(job),
-            job.job_id
-        ),
+    let lock_holder =
+        forward.freeze_and_drain(job, &tables, (&mut source, &mut target), &mut pause)?;
+    let reverse_from = value_on::<String>(
+        &job.target,
+        &mut target,
+        "SELECT pg_current_wal_insert_lsn()::text",
+    )?
+    .unwrap_or_default();
+    forward.retire(lock_holder, &ids, &mut pause)?;
+    let published = hand_over(
+        job,
+        &ids,
+        (&job.source, (&job.target, &mut target)),
+        &mut pause,
     )?;
-    wait_for_marker(job, &mut target)?;
-    pause.mark("drained");
-    run_on(
-        &job.source,
-        &mut lock_holder,
-        &format!(
-            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids});\nCOMMIT"
-        ),
+    record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('reverse_from', $2::text) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), reverse_from.into()],
     )?;
-    pause.mark("retired");
-    // The next version, held until this transaction commits.
+    Ok(Next::Phase(Phase::Cleanup))
+}
+
+/// The end of a cutover (forward or reverse), once `from`'s shards are
+/// retired: `to`'s shards (`ids`) activated at the next map version, the
+/// group's placement moved from `from` to `to` and the version published,
+/// in the runner's transaction (the version's row stays locked until it
+/// commits). Returns the published version.
+pub(crate) fn hand_over(
+    job: &Job,
+    ids: &str,
+    (from, (to, to_client)): (&Node, (&Node, &mut Client)),
+    pause: &mut PauseClock,
+) -> Result<i64> {
     let version = crate::metadata::catalog::write_returning::<i64>(
         "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
         &[],
     )?
     .unwrap_or(1);
     run_on(
-        &job.target,
-        &mut target,
+        to,
+        to_client,
         &format!(
             "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
         ),
@@ -489,54 +446,38 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
         &[
             job.shard_group_id.into(),
-            job.source.node_id.into(),
-            job.target.node_id.into(),
+            from.node_id.into(),
+            to.node_id.into(),
         ],
     )?;
     let published = crate::metadata::catalog::bump_map_version()?;
     pause.mark("published");
-    record_publish(job, published, &pause)?;
-    Ok(Next::Phase(Phase::Cleanup))
+    Ok(published)
 }
 
-pub(crate) fn wait_for_marker(job: &Job, target: &mut Client) -> Result<()> {
-    poll_until(
-        &job.target,
-        target,
-        &format!(
-            "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {})",
-            marker_table(job),
-            job.job_id
-        ),
-        // (Inside the write pause: every millisecond.)
-        (Duration::from_millis(1), FINAL_WAIT),
-        "the target did not apply the last writes",
-    )
-}
-
-/// The foreign partitions follow the map the cutover published, in a
+/// The foreign partitions follow a published map (`from` → `to`), in a
 /// transaction of their own: replacing a partition locks its distributed
 /// table, which a statement refused at the cutover still holds while it
 /// waits for that map (see `executor::moved_shards`). Until then the
 /// postgres_fdw path reaches the retired shards and is refused (PS001).
-fn repoint_partitions(job: &Job, shards: &[GroupShard]) -> Result<()> {
+pub(crate) fn repoint_partitions(shards: &[GroupShard], from: &Node, to: &Node) -> Result<()> {
     for shard in shards {
-        repoint_partition(shard, job)?;
+        repoint_partition(shard, from, to)?;
     }
     Ok(())
 }
 
-/// Replaces the metadata node's foreign partition of `shard` by one on the
-/// target's server (a foreign table cannot change its server).
-pub(crate) fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
+/// Replaces the metadata node's foreign partition of `shard` on `from`'s
+/// server by one on `to`'s (a foreign table cannot change its server).
+fn repoint_partition(shard: &GroupShard, from: &Node, to: &Node) -> Result<()> {
     use crate::metadata::routing_table::partition_name;
     let old = quote::qualified(
         "pg_shard_partitions",
-        &partition_name(&shard.table_name, shard.shard_id, job.source.node_id),
+        &partition_name(&shard.table_name, shard.shard_id, from.node_id),
     );
     let new = quote::qualified(
         "pg_shard_partitions",
-        &partition_name(&shard.table_name, shard.shard_id, job.target.node_id),
+        &partition_name(&shard.table_name, shard.shard_id, to.node_id),
     );
     // Apart: a quoted name may hold spaces.
     let parent_and_bounds = crate::spi::connect(|client| {
@@ -564,7 +505,7 @@ pub(crate) fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
         parent,
         &new,
         bounds,
-        job.target.node_id,
+        to.node_id,
         &shard.schema,
         &shard.name,
     )?;
@@ -572,15 +513,26 @@ pub(crate) fn repoint_partition(shard: &GroupShard, job: &Job) -> Result<()> {
     Ok(())
 }
 
+/// A split's cleanup: its slot, publication and markers go; the old tables
+/// wait for their drop time.
 pub(crate) fn cleanup(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
     drop_replication(job)?;
+    set_drop_after(job)?;
+    Ok(Next::Phase(Phase::DropOld))
+}
+
+/// When the old tables go: `pg_shard.move_drop_delay` (as recorded when
+/// the job was queued) from now, unless set already (by a repeated phase,
+/// or by `pg_shard.complete_job`).
+pub(crate) fn set_drop_after(job: &Job) -> Result<()> {
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('drop_after', \
-             now() + coalesce((resources->>'drop_delay')::interval, interval '60 seconds')) \
+             coalesce((resources->>'drop_after')::timestamptz, \
+                      now() + coalesce((resources->>'drop_delay')::interval, interval '60 seconds'))) \
          WHERE job_id = $1",
         &[job.job_id.into()],
     )?;
-    Ok(Next::Phase(Phase::DropOld))
+    Ok(())
 }
 
 pub(crate) fn drop_old(job: &Job, shards: &[GroupShard]) -> Result<Next> {
@@ -593,7 +545,7 @@ pub(crate) fn drop_old(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         return Ok(Next::Stay);
     }
     drop_shard_tables(&job.source, shards, "")?;
-    Ok(Next::Finished("done".into(), None))
+    Ok(Next::Done("completed"))
 }
 
 pub(crate) fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {

@@ -36,13 +36,24 @@ impl PauseClock {
     }
 }
 
-/// The new map version and the pause's steps, in the job's resources.
-pub(crate) fn record_publish(job: &Job, version: i64, pause: &PauseClock) -> Result<()> {
+/// The new map version and the pause's steps, in the job's resources
+/// under `version_key` and `pause_key` (a cutover's, or a revert's).
+pub(crate) fn record_publish(
+    job: &Job,
+    (version_key, version): (&str, i64),
+    (pause_key, pause): (&str, &PauseClock),
+) -> Result<()> {
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources \
-             || jsonb_build_object('new_version', $2, 'cutover_ms', $3::jsonb) \
+             || jsonb_build_object($2::text, $3::bigint, $4::text, $5::jsonb) \
          WHERE job_id = $1",
-        &[job.job_id.into(), version.into(), pause.as_json().into()],
+        &[
+            job.job_id.into(),
+            version_key.into(),
+            version.into(),
+            pause_key.into(),
+            pause.as_json().into(),
+        ],
     )?;
     Ok(())
 }

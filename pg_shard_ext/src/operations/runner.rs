@@ -3,7 +3,7 @@
 //! which takes the jobs in order and runs each one step at a time.
 
 use super::group_shards::group_shards;
-use super::job::{next_job, record, record_error, write_state, Job, Next, Phase};
+use super::job::{abandon_revert, next_job, record, record_error, write_state, Job, Next, Phase};
 use super::own_transaction::transaction;
 use super::settings::{IDLE_EXIT, LAUNCHER_DATABASE, POLL, RECOVERY_INTERVAL, TRANSIENT_TRIES};
 use super::{moves, split};
@@ -223,6 +223,7 @@ fn run_step(job: Job) {
         }
         Ok(Next::Phase(_)) | Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase_name, error.as_deref()),
+        Ok(Next::Done(last_phase)) => record(&job, "done", last_phase, None),
         Err(e) => {
             let message = e.to_string();
             // A node that cannot be reached (restarting, a network blip)
@@ -235,6 +236,13 @@ fn run_step(job: Job) {
                 pgrx::log!("pg_shard job {}: {message}; will try again", job.job_id);
                 record_error(&job, &message, Some(job.failures + 1));
                 std::thread::sleep(Duration::from_secs(1 << job.failures.min(4)));
+            } else if job.phase_name == Phase::Reverting.as_str() {
+                // Before the revert's map is published: the move stands.
+                pgrx::log!(
+                    "pg_shard job {}: {message}; the revert is abandoned",
+                    job.job_id
+                );
+                abandon_revert(&job, &message);
             } else if job.before_publish() {
                 pgrx::log!("pg_shard job {}: {message}; rolling back", job.job_id);
                 record(&job, "running", "rollback", Some(&message));

@@ -63,11 +63,15 @@ SELECT s.shard_id AS kept_shard, s.node_id AS kept_source, s.shard_table AS kept
   FROM pg_shard.shards s WHERE s.table_name = 'kept'::regclass ORDER BY s.range_start LIMIT 1 \gset
 SET pg_shard.move_drop_delay = '1h';
 SELECT pg_shard.move_shard(:kept_shard, :kept_target) AS kept_job \gset
--- (wait_job returns after its timeout: the job waits to drop the old tables)
+-- (wait_job returns after its timeout: the job replicates the new owner's
+-- writes back to the old tables until their drop time)
 SELECT pg_shard.wait_job(:kept_job, '10 seconds');
 SELECT state, phase FROM pg_shard.jobs WHERE job_id = :kept_job;
 -- the cutover is over: only the old tables' drop is pending
 SELECT count(*) FROM kept;
+-- a job that does not exist cannot be reverted or completed
+SELECT pg_shard.revert_job(999999);
+SELECT pg_shard.complete_job(999999);
 SELECT format('dbname=%s host=127.0.0.1 port=%s', current_database(), port) AS kept_source_dsn
   FROM pg_shard.node WHERE node_id = :kept_source \gset
 \c :kept_source_dsn
@@ -85,14 +89,18 @@ SET pg_shard.move_drop_delay = 0;
 SELECT pg_shard.move_shard(:second_shard, :second_target) AS second_job \gset
 SELECT pg_shard.wait_job(:second_job, '2 minutes');
 SELECT state, phase FROM pg_shard.jobs WHERE job_id = :kept_job;
--- past its cutover a job cannot be canceled; its drop time can be brought
--- forward
+-- past its cutover a job cannot be canceled; it can be completed now (the
+-- reverse replication ends, the old tables go)
 SELECT pg_shard.cancel_job(:kept_job);
-UPDATE pg_shard.job SET resources = jsonb_set(resources, '{drop_after}', to_jsonb(now()))
- WHERE job_id = :kept_job;
+SELECT pg_shard.complete_job(:kept_job);
 SELECT pg_shard.wait_job(:kept_job, '1 minute');
+SELECT state, phase FROM pg_shard.jobs WHERE job_id = :kept_job;
+-- then it is over: nothing to complete, nothing to revert
+SELECT pg_shard.complete_job(:kept_job);
+SELECT pg_shard.revert_job(:kept_job);
 \c :kept_source_dsn
 SELECT count(*) AS old_copies FROM pg_shard.local_shard WHERE shard_id = :kept_shard;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 SELECT count(*) FROM kept;
 DROP TABLE kept;
+

@@ -19,6 +19,8 @@ SELECT kind, state, phase, error, rows_copied > 0 AS copied, source = target AS 
        split_at = (SELECT (range_start::numeric + range_end::numeric + 1) / 2 FROM before) AS middle,
        table_name
   FROM pg_shard.jobs WHERE job_id = :job;
+-- a split cannot be reverted
+SELECT pg_shard.revert_job(:job);
 -- each table: the old shard gave way to two new ones on the same node,
 -- splitting its range at the middle; the map moved on once
 SELECT s.table_name, s.shard_id > b.shard_id AS new_shard, s.node_id = b.node_id AS same_node,

@@ -33,7 +33,7 @@ pub(crate) fn connection(job: &Job) -> Result<Client> {
 /// Flushes the node's WAL and returns the flushed position: with the
 /// source tables locked, every change to them is before it.
 pub(crate) fn flushed_position(job: &Job, node: &mut Client) -> Result<Lsn> {
-    flush_wal(job, node)?;
+    flush_wal(&job.source, node)?;
     Ok(value_on::<String>(
         &job.source,
         node,

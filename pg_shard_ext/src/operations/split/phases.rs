@@ -12,7 +12,7 @@ use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::pause_clock::{record_publish, PauseClock};
 use crate::operations::replication::{
-    drop_replication, lock_for_cutover, marker_table, publish_and_reserve_slot, replication_name,
+    drop_replication, lock_for_cutover, marker_table, replication_name, Link,
 };
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
@@ -51,6 +51,12 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::DropOld => {
             let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
             moves::drop_old(job, &sources)
+        }
+        Phase::ReverseReplicating | Phase::Reverting | Phase::RevertCleanup => {
+            Err(ShardError::InvalidArgument(format!(
+                "job {}: a split has no reverse replication (phase {})",
+                job.job_id, job.phase_name
+            )))
         }
         Phase::Rollback => rollback(job, &tables),
     }
@@ -249,7 +255,7 @@ fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<Str
         ),
     )?;
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    publish_and_reserve_slot(job, node, &sources)?;
+    Link::forward(job).publish_and_reserve_slot(node, &sources)?;
     // Every transaction that commits after the snapshot is in the slot:
     // the slot was consistent before the snapshot was taken.
     let (holder, snapshot, visible) =
@@ -367,7 +373,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         "the writes before the cutover were",
     )?;
     let mut pause = PauseClock::start();
-    let mut lock_holder = lock_for_cutover(job, &sources)?;
+    let mut lock_holder = lock_for_cutover(&job.source, &sources)?;
     pause.mark("locked");
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.
@@ -406,7 +412,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     publish(job, tables, &ranges)?;
     let published = crate::metadata::catalog::bump_map_version()?;
     pause.mark("published");
-    record_publish(job, published, &pause)?;
+    record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;
     Ok(Next::Phase(Phase::Cleanup))
 }
 

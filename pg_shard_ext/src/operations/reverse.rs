@@ -1,0 +1,201 @@
+//! A move after its cutover: reverse replication (the old copy receives
+//! the new owner's writes) until the old tables' drop time or
+//! `pg_shard.complete_job`, and `pg_shard.revert_job`, which gives the
+//! shards back to the old copy by the cutover's own protocol.
+//!
+//! * The reverse slot is made on the target at the end of the catch-up
+//!   (making a slot waits for the node's transactions in progress, which
+//!   may wait for the cutover's lock), and
+//!   the target's WAL position once the last forward writes are applied is
+//!   recorded with the published map (`reverse_from`): every write of the
+//!   new owner comes after it.
+//! * The cleanup drops the forward subscription first (PostgreSQL 15 cannot
+//!   filter changes by origin, so both directions at once would send each
+//!   change back), then advances the reverse slot to `reverse_from` and
+//!   subscribes the source to it.
+//! * A revert (phase `reverting`): the target's tables locked, a marker row
+//!   written there and awaited on the source, the target retired, the
+//!   source activated at the next map version, placement back and the map
+//!   published, in one metadata transaction; then (`revert_cleanup`) the
+//!   foreign partitions go back, the replication and the target's tables
+//!   go. A failure before the publish abandons the revert: the move stands
+//!   and the shards' states are set right again ([`reverse_replicating`]).
+
+use super::group_shards::{drop_shard_tables, shard_id_list, GroupShard};
+use super::job::{Job, Next, Phase};
+use super::moves::hand_over;
+use super::node_access::{connect, exists_on, run_on};
+use super::pause_clock::{record_publish, PauseClock};
+use super::replication::{drop_markers, marker_table, Link};
+use crate::error::{Result, ShardError};
+use crate::spi::query_one;
+use postgres::Client;
+
+/// At the end of the catch-up (and again, a no-op then, before the
+/// cutover's lock): the reverse publication (the shard tables and the
+/// marker table) and its slot on the target.
+pub(crate) fn prepare(job: &Job, shards: &[GroupShard], target: &mut Client) -> Result<()> {
+    let mut tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    tables.push(marker_table(job));
+    Link::reverse(job).publish_and_reserve_slot(target, &tables)
+}
+
+/// In the cleanup, once the forward subscription is gone: the source
+/// subscribes to the target's changes from where the cutover left off.
+pub(crate) fn start(job: &Job) -> Result<()> {
+    Link::forward(job).drop()?;
+    let reverse = Link::reverse(job);
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    let subscribed = exists_on(
+        &job.source,
+        &mut source,
+        "pg_subscription",
+        "subname",
+        &reverse.name,
+    )?;
+    if !subscribed {
+        let from = query_one::<String>(
+            "SELECT resources->>'reverse_from' FROM pg_shard.job WHERE job_id = $1",
+            &[job.job_id.into()],
+        )?
+        .ok_or_else(|| {
+            ShardError::InvalidArgument(format!(
+                "job {} has no reverse replication position",
+                job.job_id
+            ))
+        })?;
+        reverse.advance_slot(&mut target, &from)?;
+        reverse.subscribe(&mut source)?;
+    }
+    Ok(())
+}
+
+/// What the job asked for in `resources`: `requested` ('revert' or
+/// 'complete'), a failed revert to set right, whether the drop time is due.
+/// Read with the job's row locked until the step commits its next phase:
+/// a `revert_job` call waits for it and then sees that phase.
+struct Requests {
+    requested: Option<String>,
+    revert_failed: bool,
+    due: bool,
+}
+
+fn requests(job: &Job) -> Result<Requests> {
+    crate::spi::connect(|client| {
+        let mut rows = client.select(
+            "SELECT resources->>'requested', \
+                    coalesce((resources->>'revert_failed')::boolean, false), \
+                    coalesce(now() >= (resources->>'drop_after')::timestamptz, true) \
+             FROM pg_shard.job WHERE job_id = $1 FOR UPDATE",
+            Some(1),
+            &[job.job_id.into()],
+        )?;
+        let Some(row) = rows.next() else {
+            return Err(ShardError::InvalidArgument(format!(
+                "job {} is gone",
+                job.job_id
+            )));
+        };
+        Ok(Requests {
+            requested: row.get::<String>(1)?,
+            revert_failed: row.get::<bool>(2)?.unwrap_or(false),
+            due: row.get::<bool>(3)?.unwrap_or(true),
+        })
+    })
+}
+
+/// Reverse replication runs (in the source's subscription): the job shows
+/// its lag, and goes on to revert when asked, or to drop the old copy when
+/// its time comes or `complete_job` asks.
+pub(crate) fn reverse_replicating(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let requests = requests(job)?;
+    if requests.revert_failed {
+        restore_after_failed_revert(job, shards)?;
+    }
+    let mut target = connect(&job.target)?;
+    let lag = Link::reverse(job).lag(&mut target)?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        &[job.job_id.into(), lag.into()],
+    )?;
+    match requests.requested.as_deref() {
+        Some("revert") => Ok(Next::Phase(Phase::Reverting)),
+        Some("complete") => Ok(Next::Phase(Phase::DropOld)),
+        _ if requests.due => Ok(Next::Phase(Phase::DropOld)),
+        _ => Ok(Next::Stay),
+    }
+}
+
+/// After a revert that failed before its map was published: the target
+/// (the owner in the map) active again, the source retired again (the
+/// revert may have activated it), in that order of safety: the source
+/// first.
+fn restore_after_failed_revert(job: &Job, shards: &[GroupShard]) -> Result<()> {
+    let ids = shard_id_list(shards);
+    let mut source = connect(&job.source)?;
+    run_on(
+        &job.source,
+        &mut source,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids}) AND state = 'active'"
+        ),
+    )?;
+    let mut target = connect(&job.target)?;
+    run_on(
+        &job.target,
+        &mut target,
+        &format!(
+            "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({ids}) AND state = 'retired'"
+        ),
+    )?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources - 'revert_failed' WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?;
+    Ok(())
+}
+
+/// The revert's cutover, in one step (run again from the start after a
+/// crash): the cutover's protocol with the roles swapped. The target's
+/// tables locked EXCLUSIVE (writers wait), a marker row written there and
+/// awaited on the source (every write before the lock is there), the
+/// target retired (the waiting writers get WrongShard and look for the new
+/// map), the source activated at the next map version, the placement back
+/// on it and the map published with the next phase in one metadata
+/// transaction.
+pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    let ids = shard_id_list(shards);
+    let reverse = Link::reverse(job);
+    let mut source = connect(&job.source)?;
+    let mut target = connect(&job.target)?;
+    let mut pause = PauseClock::start();
+    let lock_holder =
+        reverse.freeze_and_drain(job, &tables, (&mut target, &mut source), &mut pause)?;
+    reverse.retire(lock_holder, &ids, &mut pause)?;
+    let published = hand_over(
+        job,
+        &ids,
+        (&job.target, (&job.source, &mut source)),
+        &mut pause,
+    )?;
+    record_publish(job, ("reverted_version", published), ("revert_ms", &pause))?;
+    Ok(Next::Phase(Phase::RevertCleanup))
+}
+
+/// After the revert's publish (the foreign partitions are back on the
+/// source already): the reverse replication, the markers and the target's
+/// (retired) tables go.
+pub(crate) fn revert_cleanup(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    stop(job)?;
+    drop_shard_tables(&job.target, shards, " AND state = 'retired'")?;
+    Ok(Next::Done("reverted"))
+}
+
+/// The end of reverse replication: the subscription, its slot and
+/// publication, and the marker tables.
+pub(crate) fn stop(job: &Job) -> Result<()> {
+    Link::reverse(job).drop()?;
+    drop_markers(job)
+}
