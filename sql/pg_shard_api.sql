@@ -228,7 +228,10 @@ BEGIN
     INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at, resources)
     VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at,
             jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay'),
-                               'copy_rate', current_setting('pg_shard.copy_rate_limit')::bigint))
+                               'copy_rate', current_setting('pg_shard.copy_rate_limit')::bigint,
+                               'max_lag', pg_size_bytes(current_setting('pg_shard.max_replication_lag')),
+                               'max_latency_ms', (extract(epoch FROM current_setting('pg_shard.max_source_latency')::interval)
+                                                  * 1000)::bigint))
     RETURNING job_id INTO new_job;
     PERFORM pg_notify('pg_shard_jobs', new_job::text);
     -- the runner of this database (a no-op when one runs already)
@@ -312,6 +315,10 @@ BEGIN
         RAISE EXCEPTION 'job % has not published its new map yet (phase %)', j.job_id, j.phase
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'pg_shard.cancel_job() rolls it back.';
+    END IF;
+    IF j.state IN ('failed', 'canceled') THEN
+        RAISE EXCEPTION 'job % ended % without a new map: there is nothing to revert', j.job_id, j.state
+            USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     IF j.state <> 'running' OR j.phase = 'drop_old' OR j.resources->>'requested' = 'complete' THEN
         RAISE EXCEPTION 'job % can no longer be reverted: its reverse replication has ended (%, %)',
@@ -400,22 +407,49 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      GROUP BY s.shard_group_id, p.node_id
 $$;
 
-CREATE FUNCTION pg_shard.rebalance(dry_run boolean DEFAULT true)
-RETURNS TABLE (shard_id bigint, source_node integer, target_node integer, size_bytes bigint, job_id bigint)
+-- The busiest node's weight over the median node's (NULL when the median
+-- weighs nothing), for rebalance's plan.
+CREATE FUNCTION pg_shard.imbalance_of(weights bigint[])
+RETURNS numeric
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT round((max(w) / nullif(percentile_cont(0.5) WITHIN GROUP (ORDER BY w), 0))::numeric, 3)
+      FROM unnest(weights) w
+$$;
+
+CREATE FUNCTION pg_shard.rebalance(strategy text DEFAULT 'size', max_bytes bigint DEFAULT NULL,
+                                   max_moves integer DEFAULT NULL, dry_run boolean DEFAULT true)
+RETURNS TABLE (shard_id bigint, source_node integer, target_node integer, size_bytes bigint,
+               imbalance_before numeric, imbalance_after numeric, job_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     heavy record;
     light record;
     chosen record;
     tolerance bigint;
+    moved_bytes bigint := 0;
+    moves integer := 0;
+    ratio_before numeric;
 BEGIN
+    IF strategy IS NULL OR strategy NOT IN ('size', 'load') THEN
+        RAISE EXCEPTION 'unknown rebalance strategy %', coalesce(quote_literal(strategy), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'The strategies are ''size'' and ''load''.';
+    END IF;
+    IF strategy = 'load' THEN
+        RAISE EXCEPTION 'rebalance by load is not available yet: coordinators do not report statement counts to the metadata node'
+            USING ERRCODE = 'feature_not_supported', HINT = 'strategy => ''size'' balances shard bytes.';
+    END IF;
+    IF max_bytes < 0 OR max_moves < 0 THEN
+        RAISE EXCEPTION 'max_bytes and max_moves must not be negative'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     CREATE TEMP TABLE pg_shard_rebalance_groups ON COMMIT DROP AS SELECT * FROM pg_shard.group_loads();
     CREATE TEMP TABLE pg_shard_rebalance_loads ON COMMIT DROP AS
         SELECT n.node_id, coalesce(sum(g.bytes), 0)::bigint AS bytes
           FROM pg_shard.node n LEFT JOIN pg_shard_rebalance_groups g USING (node_id)
          WHERE n.state = 'active' GROUP BY n.node_id;
     CREATE TEMP TABLE pg_shard_rebalance_moves
-        (shard_id bigint, source_node integer, target_node integer, size_bytes bigint) ON COMMIT DROP;
+        (shard_id bigint, source_node integer, target_node integer, size_bytes bigint,
+         imbalance_before numeric, imbalance_after numeric) ON COMMIT DROP;
     -- Nodes within 5 % of the average of each other count as balanced
     -- (no churn of small moves). A plan starts only beyond twice that: a
     -- moved table's size differs a little from its source's (free space,
@@ -426,35 +460,47 @@ BEGIN
         RETURN;
     END IF;
     -- Greedy: the largest group on the fullest node that still narrows the
-    -- gap to the emptiest one moves there; until no move narrows it.
+    -- gap to the emptiest one (and fits what is left of the budget) moves
+    -- there; until no move narrows it or the budget is spent.
     LOOP
+        EXIT WHEN moves >= coalesce(max_moves, moves + 1);
         SELECT l.node_id, l.bytes INTO heavy FROM pg_shard_rebalance_loads l ORDER BY l.bytes DESC, l.node_id LIMIT 1;
         SELECT l.node_id, l.bytes INTO light FROM pg_shard_rebalance_loads l ORDER BY l.bytes, l.node_id LIMIT 1;
         EXIT WHEN heavy IS NULL OR heavy.node_id = light.node_id OR heavy.bytes - light.bytes <= tolerance;
         SELECT g.shard_group_id, g.shard_id, g.bytes INTO chosen
           FROM pg_shard_rebalance_groups g
          WHERE g.node_id = heavy.node_id AND g.bytes < heavy.bytes - light.bytes
+           AND moved_bytes + g.bytes <= coalesce(max_bytes, moved_bytes + g.bytes)
          ORDER BY g.bytes DESC, g.shard_group_id LIMIT 1;
         EXIT WHEN NOT FOUND;
+        SELECT pg_shard.imbalance_of(array_agg(l.bytes)) INTO ratio_before FROM pg_shard_rebalance_loads l;
         UPDATE pg_shard_rebalance_groups g SET node_id = light.node_id
          WHERE g.shard_group_id = chosen.shard_group_id;
         UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes - chosen.bytes WHERE l.node_id = heavy.node_id;
         UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes + chosen.bytes WHERE l.node_id = light.node_id;
-        INSERT INTO pg_shard_rebalance_moves VALUES (chosen.shard_id, heavy.node_id, light.node_id, chosen.bytes);
+        INSERT INTO pg_shard_rebalance_moves
+        SELECT chosen.shard_id, heavy.node_id, light.node_id, chosen.bytes, ratio_before,
+               pg_shard.imbalance_of(array_agg(l.bytes))
+          FROM pg_shard_rebalance_loads l;
+        moved_bytes := moved_bytes + chosen.bytes;
+        moves := moves + 1;
     END LOOP;
     FOR chosen IN SELECT * FROM pg_shard_rebalance_moves LOOP
         shard_id := chosen.shard_id;
         source_node := chosen.source_node;
         target_node := chosen.target_node;
         size_bytes := chosen.size_bytes;
+        imbalance_before := chosen.imbalance_before;
+        imbalance_after := chosen.imbalance_after;
         job_id := CASE WHEN dry_run THEN NULL
                        ELSE pg_shard.queue_job('move', chosen.shard_id, chosen.target_node, NULL) END;
         RETURN NEXT;
     END LOOP;
     DROP TABLE pg_shard_rebalance_groups, pg_shard_rebalance_loads, pg_shard_rebalance_moves;
 END $$;
-COMMENT ON FUNCTION pg_shard.rebalance(boolean) IS
-    'plan (dry_run) or queue the moves that even out shard bytes over the active nodes';
+COMMENT ON FUNCTION pg_shard.rebalance(text, bigint, integer, boolean) IS
+    'plan (dry_run) or queue the moves that even out shard bytes over the active nodes, within a '
+    'budget of bytes moved and moves; each row shows the busiest/median node ratio before and after it';
 
 CREATE FUNCTION pg_shard.drain_node(node_id integer)
 RETURNS TABLE (shard_id bigint, target_node integer, job_id bigint)
@@ -505,7 +551,13 @@ CREATE VIEW pg_shard.jobs AS
            j.split_at, j.rows_copied, j.bytes_copied, j.lag_bytes,
            j.created_at, j.started_at, j.phase_started_at, j.finished_at,
            coalesce(j.finished_at, now()) - j.started_at AS duration,
-           j.error
+           j.error,
+           -- time the copy (and a split's catch-up) waited for the source
+           -- (pg_shard.max_replication_lag, pg_shard.max_source_latency),
+           -- and the last reason
+           (SELECT sum(value::bigint) FROM jsonb_each_text(j.resources->'throttled_ms'))
+               * interval '1 millisecond' AS throttled,
+           j.resources->>'throttled_by' AS throttled_by
     FROM pg_shard.job j
     LEFT JOIN pg_shard.shard s ON s.shard_id = j.shard_id
     JOIN pg_shard.node src ON src.node_id = j.source_node
@@ -594,7 +646,7 @@ REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.revert_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.complete_job(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.rebalance(boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.rebalance(text, bigint, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 -- Each call may take a background worker slot; recovery ends other
 -- sessions' prepared transactions.

@@ -262,6 +262,8 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 revert
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
+# A move's copy paced by its source's replication lag (a slot nobody reads).
+run_script "$here/moves.log" "$python" "$repo/tests/moves/pacing.py" 28320 "$PGSHARD_DATABASE"
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" move
 # Prepares through the coordinator while the metadata node crash-restarts.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/metadata_restart.py" 28320 "$coordinator" "$PGSHARD_DATABASE"

@@ -60,14 +60,38 @@ plan = meta.execute("SELECT * FROM pg_shard.rebalance()").fetchall()
 planned_bytes = sum(r[3] for r in plan)
 check(f"dry run plans moves onto the new node only ({len(plan)} moves, {planned_bytes} of {total} bytes) "
       "and queues nothing",
-      plan and all(r[2] == node and r[4] is None for r in plan)
+      plan and all(r[2] == node and r[6] is None for r in plan)
       and meta.execute("SELECT count(*) FROM pg_shard.job WHERE state IN ('queued', 'running')").fetchone()[0] == 0)
 share = planned_bytes / total
 expected = 1 / (workers_before + 1)
 check(f"about 1/(N+1) of the bytes move ({share:.2f}, N = {workers_before}: {expected:.2f})",
       abs(share - expected) < 0.15)
+# Within a movement budget: a number of moves, a number of bytes.
+first = meta.execute("SELECT * FROM pg_shard.rebalance(max_moves => 1)").fetchall()
+check(f"max_moves => 1 plans one move, the first of the full plan ({[r[:4] for r in first]})",
+      len(first) == 1 and first[0][:4] == plan[0][:4])
+# (Busiest over median node: with an empty node joining two full ones the
+# median is a full node, so the ratio shows little before the plan.)
+check(f"each planned move shows the busiest/median ratio before and after it "
+      f"({[(float(r[4]), float(r[5])) for r in plan]})",
+      all(r[4] is not None and r[5] is not None and r[4] >= 1 and r[5] >= 1 for r in plan)
+      and all(a[5] == b[4] for a, b in zip(plan, plan[1:])))
+none = meta.execute("SELECT * FROM pg_shard.rebalance(max_bytes => 1)").fetchall()
+check(f"a byte budget below any group's size plans nothing ({len(none)} moves)", not none)
+budget = planned_bytes // 2
+within = meta.execute("SELECT * FROM pg_shard.rebalance(max_bytes => %s)", (budget,)).fetchall()
+check(f"max_bytes => {budget} plans {len(within)} moves of {sum(r[3] for r in within)} bytes, within it",
+      within and sum(r[3] for r in within) <= budget)
+for bad, sqlstate in (("SELECT * FROM pg_shard.rebalance(strategy => 'bogus')", "22023"),
+                      ("SELECT * FROM pg_shard.rebalance(max_moves => -1)", "22023"),
+                      ("SELECT * FROM pg_shard.rebalance(strategy => 'load')", "0A000")):
+    try:
+        meta.execute(bad)
+        check(f"{bad} is refused", False)
+    except psycopg.Error as e:
+        check(f"{bad} is refused ({e.sqlstate}: {str(e).splitlines()[0]})", e.sqlstate == sqlstate)
 moves = meta.execute("SELECT * FROM pg_shard.rebalance(dry_run => false)").fetchall()
-states = wait_all([r[4] for r in moves])
+states = wait_all([r[6] for r in moves])
 after = bytes_by_node()
 spread = (max(after.values()) - min(after.values())) / total
 check(f"{len(moves)} moves done ({set(states)}); bytes per node {after} (spread {spread:.2f})",

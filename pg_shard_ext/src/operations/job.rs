@@ -106,7 +106,8 @@ pub(crate) struct Job {
 /// The oldest unfinished job that can go on now; running ones first (they
 /// resume). A job waiting for its old tables' drop time (replicating back
 /// to them meanwhile) does not hold up the others, unless a revert was
-/// asked for or one failed (its shards are to be set right).
+/// asked for or one failed (its shards are to be set right); it is looked
+/// at every few seconds (its reverse lag is recorded).
 pub(crate) fn next_job() -> Result<Option<Job>> {
     crate::spi::connect(|client| {
         let rows = client.select(
@@ -118,9 +119,12 @@ pub(crate) fn next_job() -> Result<Option<Job>> {
              JOIN pg_shard.node t ON t.node_id = j.target_node \
              WHERE j.state IN ('queued', 'running') \
                AND NOT (j.phase IN ('reverse_replicating', 'drop_old') \
-                        AND (j.resources->>'drop_after')::timestamptz > now() \
+                        AND coalesce((j.resources->>'drop_after')::timestamptz, now()) > now() \
                         AND j.resources->>'requested' IS DISTINCT FROM 'revert' \
-                        AND NOT coalesce((j.resources->>'revert_failed')::boolean, false)) \
+                        AND NOT coalesce((j.resources->>'revert_failed')::boolean, false) \
+                        AND (j.phase = 'drop_old' \
+                             OR coalesce((j.resources->>'lag_at')::timestamptz, '-infinity') \
+                                > now() - interval '5 seconds')) \
              ORDER BY j.state = 'running' DESC, j.job_id LIMIT 1",
             None,
             &[],
@@ -206,7 +210,8 @@ pub(crate) fn record_error(job: &Job, error: &str, failures: Option<i64>) {
 
 /// A revert that failed before its map was published: the job goes back
 /// to reverse_replicating, which first sets the shards' states right again
-/// (`revert_failed`), and the request is dropped (the DBA may ask again).
+/// (`revert_failed`), and the request is dropped; the DBA may ask again
+/// (the old copy is kept at least five more minutes for that).
 pub(crate) fn abandon_revert(job: &Job, error: &str) {
     let recorded = transaction(|| {
         write_state(
@@ -217,7 +222,8 @@ pub(crate) fn abandon_revert(job: &Job, error: &str) {
         )?;
         crate::spi::run_with_args(
             "UPDATE pg_shard.job SET resources = (resources - 'requested') \
-                 || jsonb_build_object('revert_failed', true) \
+                 || jsonb_build_object('revert_failed', true, 'drop_after', \
+                        greatest((resources->>'drop_after')::timestamptz, now() + interval '5 minutes')) \
              WHERE job_id = $1",
             &[job.job_id.into()],
         )?;

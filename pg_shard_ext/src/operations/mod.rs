@@ -59,6 +59,7 @@ mod job;
 mod moves;
 mod node_access;
 mod own_transaction;
+mod pacing;
 mod pause_clock;
 mod replication;
 mod reverse;

@@ -393,6 +393,7 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     reverse::prepare(job, shards, &mut target)?;
+    reverse::skip_ahead(job, &mut target)?;
     let mut pause = PauseClock::start();
     let lock_holder =
         forward.freeze_and_drain(job, &tables, (&mut source, &mut target), &mut pause)?;

@@ -267,23 +267,48 @@ impl<'a> Link<'a> {
     }
 
     /// Drops the subscription (with its slot), a slot left without one,
-    /// and the publication.
+    /// and the publication. A subscriber that cannot be reached (a node
+    /// that is down) keeps its subscription, but the slot goes anyway (its
+    /// walsender ended first): a slot nobody reads would keep the
+    /// publisher's WAL without end. (The subscription, when its node comes
+    /// back, finds no slot and only logs so, until it is dropped.)
     pub(crate) fn drop(&self) -> Result<()> {
-        let mut subscriber = connect(self.subscriber)?;
-        if exists_on(
-            self.subscriber,
-            &mut subscriber,
-            "pg_subscription",
-            "subname",
-            &self.name,
-        )? {
-            run_on(
-                self.subscriber,
-                &mut subscriber,
-                &format!("DROP SUBSCRIPTION {}", quote::ident(&self.name)),
-            )?;
+        match connect(self.subscriber) {
+            Ok(mut subscriber) => {
+                if exists_on(
+                    self.subscriber,
+                    &mut subscriber,
+                    "pg_subscription",
+                    "subname",
+                    &self.name,
+                )? {
+                    run_on(
+                        self.subscriber,
+                        &mut subscriber,
+                        &format!("DROP SUBSCRIPTION {}", quote::ident(&self.name)),
+                    )?;
+                }
+            }
+            Err(ShardError::Unreachable { .. }) => {
+                pgrx::log!(
+                    "pg_shard: {}:{} cannot be reached; replication slot {} is dropped without its subscription",
+                    self.subscriber.host,
+                    self.subscriber.port,
+                    self.name
+                );
+            }
+            Err(e) => return Err(e),
         }
         let mut publisher = connect(self.publisher)?;
+        run_on(
+            self.publisher,
+            &mut publisher,
+            &format!(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                 WHERE slot_name = {} AND active_pid IS NOT NULL",
+                quote::literal(&self.name)
+            ),
+        )?;
         // The slot goes with the subscription; one left by a subscription
         // that was never made (or lost its connection) goes here.
         if exists_on(

@@ -24,10 +24,12 @@
 use super::group_shards::{drop_shard_tables, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
 use super::moves::hand_over;
-use super::node_access::{connect, exists_on, run_on};
+use super::node_access::{connect, exists_on, run_on, value_on};
 use super::pause_clock::{record_publish, PauseClock};
 use super::replication::{drop_markers, marker_table, Link};
+use super::settings::CUTOVER_LAG;
 use crate::error::{Result, ShardError};
+use crate::quote;
 use crate::spi::query_one;
 use postgres::Client;
 
@@ -113,34 +115,70 @@ pub(crate) fn reverse_replicating(job: &Job, shards: &[GroupShard]) -> Result<Ne
     if requests.revert_failed {
         restore_after_failed_revert(job, shards)?;
     }
+    let reverse = Link::reverse(job);
     let mut target = connect(&job.target)?;
-    let lag = Link::reverse(job).lag(&mut target)?;
+    let lag = reverse.lag(&mut target)?;
+    // (`lag_at`: the runner looks at a waiting job every few seconds.)
     crate::spi::run_with_args(
-        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        "UPDATE pg_shard.job SET lag_bytes = $2, \
+             resources = resources || jsonb_build_object('lag_at', clock_timestamp()) \
+         WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
     )?;
     match requests.requested.as_deref() {
-        Some("revert") => Ok(Next::Phase(Phase::Reverting)),
+        // The revert's pause waits for what the old copy has not applied
+        // yet: only once that is little, and its subscription runs (one
+        // stuck on an apply error would make writers wait in vain).
+        Some("revert") if lag.is_some_and(|lag| lag < CUTOVER_LAG) && applying(job)? => {
+            Ok(Next::Phase(Phase::Reverting))
+        }
+        Some("revert") => Ok(Next::Stay),
         Some("complete") => Ok(Next::Phase(Phase::DropOld)),
         _ if requests.due => Ok(Next::Phase(Phase::DropOld)),
         _ => Ok(Next::Stay),
     }
 }
 
-/// After a revert that failed before its map was published: the target
-/// (the owner in the map) active again, the source retired again (the
-/// revert may have activated it), in that order of safety: the source
-/// first.
-fn restore_after_failed_revert(job: &Job, shards: &[GroupShard]) -> Result<()> {
-    let ids = shard_id_list(shards);
+/// Whether the source's reverse subscription has its apply worker running.
+fn applying(job: &Job) -> Result<bool> {
     let mut source = connect(&job.source)?;
-    run_on(
+    Ok(value_on::<bool>(
         &job.source,
         &mut source,
         &format!(
-            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids}) AND state = 'active'"
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription \
+                            WHERE subname = {} AND relid IS NULL AND pid IS NOT NULL)",
+            quote::literal(&Link::reverse(job).name)
         ),
-    )?;
+    )?
+    .unwrap_or(false))
+}
+
+/// Before the cutover's lock: the reverse slot moved up to the target's
+/// WAL as it is now. Everything the target wrote to the shard tables so
+/// far is the forward apply's (the target is not active yet), which the
+/// old copy must not receive back; moved now, the cleanup's move to the
+/// cutover's position only decodes the pause's WAL.
+pub(crate) fn skip_ahead(job: &Job, target: &mut Client) -> Result<()> {
+    let now = value_on::<String>(
+        &job.target,
+        target,
+        "SELECT pg_current_wal_insert_lsn()::text",
+    )?
+    .unwrap_or_default();
+    Link::reverse(job).advance_slot(target, &now)
+}
+
+/// After a revert that failed before its map was published: the target
+/// (the owner in the map) active again, then the source retired again (the
+/// revert may have activated it). The target first: the revert most
+/// likely failed because the source went away, and the group must not
+/// stay offline for it. A source left active meanwhile is harmless: its
+/// epoch is a version the map never published for it, so every router
+/// that would send it a statement declares an older one and is refused;
+/// a later revert activates it anew and the drop of the old copy drops it.
+fn restore_after_failed_revert(job: &Job, shards: &[GroupShard]) -> Result<()> {
+    let ids = shard_id_list(shards);
     let mut target = connect(&job.target)?;
     run_on(
         &job.target,
@@ -149,6 +187,21 @@ fn restore_after_failed_revert(job: &Job, shards: &[GroupShard]) -> Result<()> {
             "UPDATE pg_shard.local_shard SET state = 'active' WHERE shard_id IN ({ids}) AND state = 'retired'"
         ),
     )?;
+    let retired = connect(&job.source).and_then(|mut source| {
+        run_on(
+            &job.source,
+            &mut source,
+            &format!(
+                "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids}) AND state = 'active'"
+            ),
+        )
+    });
+    if let Err(e) = retired {
+        pgrx::log!(
+            "pg_shard job {}: the old copy could not be retired again after the failed revert: {e}",
+            job.job_id
+        );
+    }
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources - 'revert_failed' WHERE job_id = $1",
         &[job.job_id.into()],

@@ -42,6 +42,15 @@ static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
 /// recorded per job when it is queued.
 static COPY_RATE_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(32);
 
+/// kB of replication lag on a job's source (its standbys, its other slots)
+/// above which the job's copy and a split's catch-up wait (0: no limit),
+/// recorded per job when it is queued.
+static MAX_REPLICATION_LAG: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
+
+/// Milliseconds a trivial statement may take on a job's source before its
+/// copy and a split's catch-up wait (0: no limit), recorded per job.
+static MAX_SOURCE_LATENCY: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 /// The database the launcher connects to (to list the others).
 pub(crate) static LAUNCHER_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -66,6 +75,26 @@ pub(crate) fn register_gucs() {
         1_000_000,
         GucContext::Userset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.max_replication_lag",
+        c"Replication lag of a job's source (standbys, other slots) above which its copy waits (0: no limit).",
+        c"Read when the job is queued; the copy of a move or split and a split's catch-up wait while a consumer of the source's WAL lags more.",
+        &MAX_REPLICATION_LAG,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.max_source_latency",
+        c"Time a trivial statement may take on a job's source before its copy waits (0: no limit).",
+        c"Read when the job is queued; the job measures it over its own connection between batches.",
+        &MAX_SOURCE_LATENCY,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_string_guc(
         c"pg_shard.launcher_database",

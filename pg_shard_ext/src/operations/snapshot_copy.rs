@@ -143,6 +143,11 @@ pub(super) fn copy_step(
             page = 0;
             continue;
         }
+        // Paced by the source's other work too (pg_shard.max_replication_lag,
+        // pg_shard.max_source_latency): the step ends and comes back.
+        if super::pacing::throttle(job, source)?.is_some() {
+            break;
+        }
         let end = (page + pages_per_batch).min(pages);
         rows += copy_pages(table, page, end, source)?;
         bytes += (end - page) * PAGE_BYTES;

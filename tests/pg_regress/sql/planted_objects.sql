@@ -88,7 +88,7 @@ SET search_path = pg_catalog;
 SELECT kind, state, error FROM pg_shard.jobs WHERE job_id IN (:pl_move, :pl_split) ORDER BY job_id;
 SET search_path = public, pg_catalog;
 SELECT count(*), sum(id) FROM pl_items;
-SELECT count(*) >= 0 AS planned FROM pg_shard.rebalance(true);
+SELECT count(*) >= 0 AS planned FROM pg_shard.rebalance(dry_run => true);
 SELECT pg_shard.recover_prepared_transactions() >= 0 AS recovered;
 SELECT count(*) AS shards FROM pg_shard.shards;
 TRUNCATE pl_notes;

@@ -10,10 +10,9 @@ use crate::operations::group_shards::{
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::{connect, run_on, value_on};
+use crate::operations::pacing;
 use crate::operations::pause_clock::{record_publish, PauseClock};
-use crate::operations::replication::{
-    drop_replication, lock_for_cutover, marker_table, replication_name, Link,
-};
+use crate::operations::replication::{drop_replication, lock_for_cutover, marker_table, Link};
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
@@ -322,20 +321,12 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         if read < CAUGHT_UP {
             break true;
         }
-        if started.elapsed() >= STEP_TIME {
+        // Much left to apply: paced like the copy.
+        if started.elapsed() >= STEP_TIME || pacing::throttle(job, &mut node)?.is_some() {
             break false;
         }
     };
-    let name = quote::literal(&replication_name(job));
-    let lag = value_on::<Option<i64>>(
-        &job.source,
-        &mut node,
-        &format!(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
-             FROM pg_replication_slots WHERE slot_name = {name}"
-        ),
-    )?
-    .flatten();
+    let lag = Link::forward(job).lag(&mut node)?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
