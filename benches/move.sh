@@ -7,7 +7,8 @@
 # each job's duration, bytes copied and MB/s, and the pgbench latency while
 # it copied and while it ran (the longest transaction contains the write
 # pause) against the 5 s before it, with failures and the balance invariant;
-# then the steps of each cutover and each verification.
+# then the steps of each cutover and each verification, a revert's duration
+# and pause, and the copy's own MB/s for a 150 MB shard on the idle cluster.
 #
 # Own throwaway cluster: metadata 29520, workers 29521-29522, coordinator
 # 29620. Run with: make bench-move
@@ -81,18 +82,21 @@ for scenario in "${scenarios[@]}"; do
 done
 wait "$bench"
 echo "pgbench scale $scale, pgbench -N through the coordinator (8 clients); the shard group of aid 1 (accounts and history)"
-printf '%-6s %-11s %-6s %8s %10s %6s %8s   %-22s %-22s %-22s\n' job kind limit seconds "MB copied" "MB/s" \
-    "copy+c-u" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max"
+printf '%-6s %-11s %-6s %8s %10s %6s %8s %9s   %-22s %-22s %-22s\n' job kind limit seconds "MB copied" "MB/s" \
+    "copy+c-u" "copy MB/s" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max"
 for i in "${!jobs[@]}"; do
     job=${jobs[$i]}
     read -r kind rate <<<"${scenarios[$i]}"
-    read -r state started finished duration bytes copy_from copy_to <<<"$(meta -F ' ' -c "SELECT state,
+    read -r state started finished duration bytes copy_from copy_to copy_rate <<<"$(meta -F ' ' -c "SELECT state,
         extract(epoch FROM started_at), extract(epoch FROM finished_at), extract(epoch FROM finished_at - started_at),
         bytes_copied, extract(epoch FROM (resources->'phase_times'->>'copy')::timestamptz),
         -- (catch_up is entered again after the verification: the copy
         -- window ends where the verification starts)
         extract(epoch FROM coalesce(resources->'phase_times'->>'verify',
-                                    resources->'phase_times'->>'catch_up')::timestamptz)
+                                    resources->'phase_times'->>'catch_up')::timestamptz),
+        -- the copy's own rate: from the copy phase to the last page copied
+        round((bytes_copied / 1e6 / extract(epoch FROM (resources->>'copied_at')::timestamptz
+                                               - (resources->'phase_times'->>'copy')::timestamptz))::numeric, 1)
         FROM pg_shard.job WHERE job_id = $job")"
     # pgbench's log: field 3 the latency (µs), fields 5-6 the end time (s, µs).
     window() {
@@ -103,9 +107,9 @@ for i in "${!jobs[@]}"; do
     during=$(window "$started" "$(awk "BEGIN {printf \"%.6f\", $finished + 1}")")
     before=$(window "$(awk "BEGIN {printf \"%.6f\", $started - 5}")" "$started")
     copying=$(window "$copy_from" "$copy_to")
-    printf '%-6s %-11s %-6s %8.2f %10.1f %6.1f %8.2f   %-22s %-22s %-22s\n' "$job" "$kind:$state" "$rate" "$duration" \
+    printf '%-6s %-11s %-6s %8.2f %10.1f %6.1f %8.2f %9s   %-22s %-22s %-22s\n' "$job" "$kind:$state" "$rate" "$duration" \
         "$(awk "BEGIN {print $bytes / 1e6}")" "$(awk "BEGIN {print $bytes / 1e6 / $duration}")" \
-        "$(awk "BEGIN {print $copy_to - $copy_from}")" "$before" "$copying" "$during"
+        "$(awk "BEGIN {print $copy_to - $copy_from}")" "$copy_rate" "$before" "$copying" "$during"
 done
 # Where each job's pause went (ms from the cutover's lock to each step; the
 # map is public when the runner commits right after "published") and its
@@ -123,3 +127,30 @@ for job in "${jobs[@]}"; do
 done
 grep -E "^(tps|number of failed|number of transactions actually)" "$scratch/pgbench.out"
 echo "balances equal history deltas: $(meta -c "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history)")"
+
+# The copy's own rate on an idle cluster, for a larger shard (about 150 MB
+# of pages): a move without a limit, one back at the default 32 MB/s, and
+# one more without a limit (the last two read rows the move before had
+# just copied).
+meta >/dev/null <<SQL
+CREATE TABLE copy_bench (id bigint PRIMARY KEY, a int, b int, filler char(84));
+INSERT INTO copy_bench SELECT g, g % 1000, g % 77, '' FROM generate_series(1, 2000000) g;
+SELECT pg_shard.create_distributed_table('copy_bench', 'id', shard_count => 2, colocate_with => 'none');
+SQL
+echo "copy of one shard of copy_bench, idle cluster:"
+for rate in 0 32 0; do
+    shard=$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'copy_bench'::regclass
+         ORDER BY s.range_start LIMIT 1")
+    job=$(meta -c "SET pg_shard.move_drop_delay = 0" -c "SET pg_shard.copy_rate_limit = $rate" \
+        -c "SELECT pg_shard.move_shard($shard, (SELECT min(node_id) FROM pg_shard.node n
+              WHERE n.node_id <> (SELECT node_id FROM pg_shard.shards WHERE shard_id = $shard)))")
+    meta -c "SELECT pg_shard.wait_job($job, '10 minutes')" >/dev/null
+    meta -F ' ' -c "SELECT 'job ' || job_id || ' (limit $rate MB/s): ' || round(bytes_copied / 1e6) || ' MB in '
+        || round(extract(epoch FROM (resources->>'copied_at')::timestamptz
+                 - (resources->'phase_times'->>'copy')::timestamptz)::numeric, 2) || ' s = '
+        || round((bytes_copied / 1e6 / extract(epoch FROM (resources->>'copied_at')::timestamptz
+                 - (resources->'phase_times'->>'copy')::timestamptz))::numeric, 1) || ' MB/s; job '
+        || round(extract(epoch FROM finished_at - started_at)::numeric, 2) || ' s, verification '
+        || round((resources->'verified'->>'seconds')::numeric, 2) || ' s'
+        FROM pg_shard.job WHERE job_id = $job"
+done

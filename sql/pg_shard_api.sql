@@ -407,6 +407,29 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      GROUP BY s.shard_group_id, p.node_id
 $$;
 
+-- A coordinator's statement counts per shard (running totals since it
+-- started): the rate since its previous report is kept with them (none
+-- after a restart of the coordinator, whose totals start again). Unknown
+-- shard ids are ignored; reports older than an hour are forgotten.
+CREATE FUNCTION pg_shard.report_shard_load(coordinator text, shard_ids bigint[], statements bigint[])
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DELETE FROM pg_shard.shard_load WHERE reported_at < now() - interval '1 hour';
+    INSERT INTO pg_shard.shard_load AS l (coordinator, shard_id, statements, per_second, reported_at)
+    SELECT report_shard_load.coordinator, r.shard_id, r.statements, NULL, now()
+      FROM unnest(shard_ids, statements) AS r (shard_id, statements)
+     WHERE EXISTS (SELECT 1 FROM pg_shard.shard s WHERE s.shard_id = r.shard_id)
+    ON CONFLICT (coordinator, shard_id) DO UPDATE
+       SET statements = excluded.statements,
+           per_second = CASE WHEN excluded.statements >= l.statements AND now() > l.reported_at
+                             THEN (excluded.statements - l.statements)
+                                  / extract(epoch FROM now() - l.reported_at)::double precision
+                        END,
+           reported_at = now();
+$$;
+COMMENT ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[]) IS
+    'called by coordinators: their statement counts per shard, for rebalance by load';
+
 -- The busiest node's weight over the median node's (NULL when the median
 -- weighs nothing), for rebalance's plan.
 CREATE FUNCTION pg_shard.imbalance_of(weights bigint[])
@@ -434,17 +457,30 @@ BEGIN
         RAISE EXCEPTION 'unknown rebalance strategy %', coalesce(quote_literal(strategy), 'NULL')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'The strategies are ''size'' and ''load''.';
     END IF;
-    IF strategy = 'load' THEN
-        RAISE EXCEPTION 'rebalance by load is not available yet: coordinators do not report statement counts to the metadata node'
-            USING ERRCODE = 'feature_not_supported', HINT = 'strategy => ''size'' balances shard bytes.';
+    IF strategy = 'load' AND NOT EXISTS (SELECT 1 FROM pg_shard.shard_load l
+                                          WHERE l.reported_at > now() - interval '5 minutes'
+                                            AND l.per_second IS NOT NULL) THEN
+        RAISE EXCEPTION 'no coordinator has reported statement rates in the last 5 minutes'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Coordinators report every 10 s while they route statements; strategy => ''size'' balances bytes.';
     END IF;
     IF max_bytes < 0 OR max_moves < 0 THEN
         RAISE EXCEPTION 'max_bytes and max_moves must not be negative'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    CREATE TEMP TABLE pg_shard_rebalance_groups ON COMMIT DROP AS SELECT * FROM pg_shard.group_loads();
+    -- A group's weight: its bytes, or (by load) its statements per second
+    -- over the shards of its tables, summed over the coordinators' recent
+    -- reports. The budget counts bytes either way.
+    CREATE TEMP TABLE pg_shard_rebalance_groups ON COMMIT DROP AS
+        SELECT g.*, CASE WHEN strategy = 'size' THEN g.bytes
+                         ELSE coalesce((SELECT round(sum(l.per_second))::bigint
+                                          FROM pg_shard.shard_load l JOIN pg_shard.shard s USING (shard_id)
+                                         WHERE s.shard_group_id = g.shard_group_id
+                                           AND l.reported_at > now() - interval '5 minutes'), 0)
+                    END AS weight
+          FROM pg_shard.group_loads() g;
     CREATE TEMP TABLE pg_shard_rebalance_loads ON COMMIT DROP AS
-        SELECT n.node_id, coalesce(sum(g.bytes), 0)::bigint AS bytes
+        SELECT n.node_id, coalesce(sum(g.weight), 0)::bigint AS bytes
           FROM pg_shard.node n LEFT JOIN pg_shard_rebalance_groups g USING (node_id)
          WHERE n.state = 'active' GROUP BY n.node_id;
     CREATE TEMP TABLE pg_shard_rebalance_moves
@@ -467,17 +503,17 @@ BEGIN
         SELECT l.node_id, l.bytes INTO heavy FROM pg_shard_rebalance_loads l ORDER BY l.bytes DESC, l.node_id LIMIT 1;
         SELECT l.node_id, l.bytes INTO light FROM pg_shard_rebalance_loads l ORDER BY l.bytes, l.node_id LIMIT 1;
         EXIT WHEN heavy IS NULL OR heavy.node_id = light.node_id OR heavy.bytes - light.bytes <= tolerance;
-        SELECT g.shard_group_id, g.shard_id, g.bytes INTO chosen
+        SELECT g.shard_group_id, g.shard_id, g.bytes, g.weight INTO chosen
           FROM pg_shard_rebalance_groups g
-         WHERE g.node_id = heavy.node_id AND g.bytes < heavy.bytes - light.bytes
+         WHERE g.node_id = heavy.node_id AND g.weight > 0 AND g.weight < heavy.bytes - light.bytes
            AND moved_bytes + g.bytes <= coalesce(max_bytes, moved_bytes + g.bytes)
-         ORDER BY g.bytes DESC, g.shard_group_id LIMIT 1;
+         ORDER BY g.weight DESC, g.shard_group_id LIMIT 1;
         EXIT WHEN NOT FOUND;
         SELECT pg_shard.imbalance_of(array_agg(l.bytes)) INTO ratio_before FROM pg_shard_rebalance_loads l;
         UPDATE pg_shard_rebalance_groups g SET node_id = light.node_id
          WHERE g.shard_group_id = chosen.shard_group_id;
-        UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes - chosen.bytes WHERE l.node_id = heavy.node_id;
-        UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes + chosen.bytes WHERE l.node_id = light.node_id;
+        UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes - chosen.weight WHERE l.node_id = heavy.node_id;
+        UPDATE pg_shard_rebalance_loads l SET bytes = l.bytes + chosen.weight WHERE l.node_id = light.node_id;
         INSERT INTO pg_shard_rebalance_moves
         SELECT chosen.shard_id, heavy.node_id, light.node_id, chosen.bytes, ratio_before,
                pg_shard.imbalance_of(array_agg(l.bytes))
@@ -499,8 +535,9 @@ BEGIN
     DROP TABLE pg_shard_rebalance_groups, pg_shard_rebalance_loads, pg_shard_rebalance_moves;
 END $$;
 COMMENT ON FUNCTION pg_shard.rebalance(text, bigint, integer, boolean) IS
-    'plan (dry_run) or queue the moves that even out shard bytes over the active nodes, within a '
-    'budget of bytes moved and moves; each row shows the busiest/median node ratio before and after it';
+    'plan (dry_run) or queue the moves that even out shard bytes (or, by load, the statements per second '
+    'coordinators report) over the active nodes, within a budget of bytes moved and moves; each row shows '
+    'the busiest/median node ratio before and after it';
 
 CREATE FUNCTION pg_shard.drain_node(node_id integer)
 RETURNS TABLE (shard_id bigint, target_node integer, job_id bigint)
@@ -647,6 +684,7 @@ REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.revert_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.complete_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.rebalance(text, bigint, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 -- Each call may take a background worker slot; recovery ends other
 -- sessions' prepared transactions.

@@ -122,6 +122,19 @@ CREATE TABLE pg_shard.local_shard (
     CHECK (range_start <= range_end)
 );
 
+-- Statements per shard that the coordinators route straight to workers,
+-- as each coordinator last reported them (every 10 s): its running count
+-- and the rate since its report before. pg_shard.rebalance(strategy =>
+-- 'load') reads the rates of recent reports.
+CREATE TABLE pg_shard.shard_load (
+    coordinator text NOT NULL,
+    shard_id bigint NOT NULL,
+    statements bigint NOT NULL,
+    per_second double precision,
+    reported_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (coordinator, shard_id)
+);
+
 -- Shard moves and splits (metadata node): one row per job, its state
 -- machine's position persisted so that a restarted background worker
 -- resumes (or rolls back) where it was.

@@ -110,6 +110,20 @@ impl Metrics {
             .unwrap_or_default()
     }
 
+    /// Every shard's statement count so far (shard ids, counts), for the
+    /// load reports to the metadata node.
+    pub fn shard_counts(&self) -> (Vec<i64>, Vec<i64>) {
+        self.shards
+            .lock()
+            .map(|shards| {
+                shards
+                    .iter()
+                    .map(|(shard, count)| (*shard, i64::try_from(*count).unwrap_or(i64::MAX)))
+                    .unzip()
+            })
+            .unwrap_or_default()
+    }
+
     pub fn shard_queries(&self, shard: i64) -> u64 {
         self.shards
             .lock()

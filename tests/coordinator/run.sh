@@ -269,6 +269,8 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coor
 run_script "$here/moves.log" "$python" "$repo/tests/moves/metadata_restart.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 # Rebalancing onto the third worker, then draining it.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
+# Rebalancing by the statement rates the coordinator reports.
+run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 cat "$here/moves.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/moves.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/moves.log")))

@@ -317,5 +317,47 @@ check(f"writes through a move: done, no write failed ({state}, {failures[:3]})",
 check(f"writes through a move: the writing session routes the moved shard afterwards ({plan[:2]})",
       any("pg_shard Router" in line for line in plan))
 
+
+# A split held between its new map and its cleanup (the halves have no
+# foreign partitions on the metadata node yet): a transaction whose first
+# statement ran on a worker goes on with a write to one of the halves, on
+# pg_shard's own connection (postgres_fdw, with no partition for the half,
+# would have refused it: it cannot see the first statement's write).
+def write_between_split_and_cleanup():
+    distributed_counters(meta, "mr_split", 100, shard_count=1, colocate_with="none")
+    shard = shard_of_row_100("mr_split")
+    holder = connect(dsn)
+    holder.execute("SELECT pg_advisory_lock(hashtext('pg_shard job phase'), hashtext('cleanup'))")
+    meta.execute("SET pg_shard.move_drop_delay = 0")
+    job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+    at_cleanup = wait_until("SELECT phase = 'cleanup' FROM pg_shard.job WHERE job_id = %s", (job,))
+    halves = meta.execute("SELECT count(*) FROM pg_shard.shards WHERE table_name = 'mr_split'::regclass"
+                          ).fetchone()[0]
+    writer = connect(dsn)
+    try:
+        writer.execute("BEGIN")
+        writer.execute("UPDATE mr_other SET v = v + 1 WHERE id = 9")
+        writer.execute("UPDATE mr_split SET v = v + 1 WHERE id = 100")
+        writer.execute("COMMIT")
+        outcome = "committed"
+    except psycopg.Error as e:
+        outcome = e.sqlstate
+        writer.execute("ROLLBACK")
+    holder.execute("SELECT pg_advisory_unlock_all()")
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    values = meta.execute("SELECT (SELECT v FROM mr_other WHERE id = 9), (SELECT v FROM mr_split WHERE id = 100)"
+                          ).fetchone()
+    for conn in (holder, writer):
+        conn.close()
+    meta.execute("DROP TABLE mr_split")
+    return at_cleanup, halves, outcome, state, values
+
+
+at_cleanup, halves, outcome, state, values = write_between_split_and_cleanup()
+check(f"split held before its cleanup with its new map ({at_cleanup}, {halves} shards), then done ({state})",
+      at_cleanup and halves == 2 and state == "done")
+check(f"a transaction writes a half before the cleanup: {outcome}, both writes kept {values}",
+      outcome == "committed" and values == (1, 1))
+
 meta.execute("DROP TABLE mr_accounts, mr_other, mr_wide")
 sys.exit(1 if check.failures else 0)

@@ -477,8 +477,11 @@ async fn listen(map: Arc<DatabaseMap>) {
                 } else {
                     map.reload_anew(None).await;
                 }
+                let mut report = tokio::time::interval(LOAD_REPORT_INTERVAL);
+                report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tokio::select! {
+                        _ = report.tick() => report_load(&client, &map).await,
                         version = receiver.recv() => match version {
                             Some(version) if version > map.current().version => {
                                 if let Err(e) = map.reload(map.current().version).await {
@@ -499,6 +502,41 @@ async fn listen(map: Arc<DatabaseMap>) {
             pump.abort();
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// How often the coordinator reports its statement counts per shard to
+/// the metadata node (`pg_shard.rebalance(strategy => 'load')` reads them).
+const LOAD_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// This coordinator process, as its load reports name it.
+fn coordinator_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        format!("pid {} started {started}", std::process::id())
+    })
+}
+
+/// Sends the statement counts per shard over the listener's connection
+/// (`pg_shard.report_shard_load`); a database without the extension, or
+/// with an older one, is skipped quietly.
+async fn report_load(client: &tokio_postgres::Client, map: &DatabaseMap) {
+    let (shards, counts) = map.metrics.shard_counts();
+    if shards.is_empty() || map.current().tables.is_empty() {
+        return;
+    }
+    let reported = client
+        .execute(
+            "SELECT pg_shard.report_shard_load($1, $2, $3)",
+            &[&coordinator_id(), &shards, &counts],
+        )
+        .await;
+    if let Err(e) = reported {
+        tracing::debug!(database = %map.database, error = %e, "load report failed");
     }
 }
 

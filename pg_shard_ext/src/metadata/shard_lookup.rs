@@ -15,7 +15,8 @@ pub(crate) struct Shard {
     pub(crate) node: Node,
     /// Its table on the node, quoted.
     pub(crate) qualified: String,
-    /// The metadata node's foreign partition standing for it.
+    /// The metadata node's foreign partition standing for it
+    /// (`InvalidOid` between a move's or split's new map and its cleanup).
     pub(crate) partition: pg_sys::Oid,
 }
 
@@ -138,25 +139,29 @@ fn tiled(mut shards: Vec<(i64, i64, Shard)>) -> Option<Vec<(i64, Shard)>> {
 }
 
 /// Read `relid`'s active shards into the cache, unless they are there.
-/// A placement whose foreign partition is not there (a move's new map is
-/// published, its cleanup has not replaced the partition yet; or the
-/// statement's snapshot still shows a partition the cleanup has dropped
-/// since) is left out, and such a read is not kept: it is read again until
-/// the partitions are there. (The replacement's invalidation comes before
-/// such a read — a statement takes its snapshot before it locks its tables
-/// — so a kept read would stay for the rest of the map version, and the
-/// shard's statements on the postgres_fdw path.)
+/// A placement whose foreign partition is not there (a move's or split's
+/// new map is published, its cleanup has not replaced the partitions yet;
+/// or the statement's snapshot still shows a partition the cleanup has
+/// dropped since) has none (`InvalidOid`: router and pushdown statements
+/// name the distributed table itself for it), and such a read is not
+/// kept: it is read again until the partitions are there. (The
+/// replacement's invalidation comes before such a read — a statement takes
+/// its snapshot before it locks its tables — so a kept read would stay for
+/// the rest of the map version.)
 fn cache_shards(relid: pg_sys::Oid) -> Result<()> {
     let cached = CACHE.with(|cache| {
         let cache = cache.borrow();
         cache.shards.contains_key(&relid) && !cache.incomplete.contains(&relid)
     });
     if !cached {
-        let shards = active_shards(relid)?;
-        let (shards, missing): (Vec<_>, Vec<_>) = shards
-            .into_iter()
-            .partition(|(_, _, shard)| partition_exists(shard.partition));
-        let complete = missing.is_empty();
+        let mut shards = active_shards(relid)?;
+        let mut complete = true;
+        for (_, _, shard) in &mut shards {
+            if !partition_exists(shard.partition) {
+                shard.partition = pg_sys::InvalidOid;
+                complete = false;
+            }
+        }
         CACHE.with(|cache| {
             let mut cache = cache.borrow_mut();
             cache.shards.insert(relid, shards);

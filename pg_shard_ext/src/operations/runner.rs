@@ -221,6 +221,12 @@ fn run_step(job: Job) {
             // SAFETY: sets this process's own latch.
             unsafe { pgrx::pg_sys::SetLatch(pgrx::pg_sys::MyLatch) };
         }
+        // A copy that went on for its step goes on at once (its own rate
+        // limit and pacing decide its speed, not the runner's poll).
+        Ok(Next::Stay) if job.phase_name == Phase::Copy.as_str() => {
+            // SAFETY: sets this process's own latch.
+            unsafe { pgrx::pg_sys::SetLatch(pgrx::pg_sys::MyLatch) };
+        }
         Ok(Next::Phase(_)) | Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase_name, error.as_deref()),
         Ok(Next::Done(last_phase)) => record(&job, "done", last_phase, None),

@@ -163,6 +163,7 @@ pub(super) fn copy_step(
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
              resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
+                 || CASE WHEN $6 THEN jsonb_build_object('copied_at', clock_timestamp()) ELSE '{}' END \
          WHERE job_id = $1",
         &[
             job.job_id.into(),
@@ -170,6 +171,7 @@ pub(super) fn copy_step(
             bytes.into(),
             (table as i64).into(),
             page.into(),
+            finished.into(),
         ],
     )?;
     Ok(finished)

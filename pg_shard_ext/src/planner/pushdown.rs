@@ -508,7 +508,12 @@ unsafe fn node_query(
             let Some(tables) = on_node((*rte).relid) else {
                 return Ok(None);
             };
-            partitions.extend(tables.iter().map(|t| t.partition));
+            partitions.extend(
+                tables
+                    .iter()
+                    .map(|t| t.partition)
+                    .filter(|p| *p != pg_sys::InvalidOid),
+            );
             let mut read = tables[0].clone();
             if tables.len() > 1 {
                 read.qualified = format!(

@@ -165,7 +165,12 @@ pub(super) unsafe fn plan(
         names.sort();
         names.dedup();
         let mut relation_oids: Vec<pg_sys::Oid> = kinds.keys().copied().collect();
-        relation_oids.extend(shards.iter().map(|s| s.shard.partition));
+        relation_oids.extend(
+            shards
+                .iter()
+                .map(|s| s.shard.partition)
+                .filter(|p| *p != pg_sys::InvalidOid),
+        );
         Ok(Some(RouterTask {
             query: text,
             node,

@@ -25,7 +25,10 @@ pub(crate) struct ShardRelation {
 
 /// The worker's statement; None if a partition's columns differ from its
 /// table's. `renames` are other names to replace (reference tables, row
-/// types). Changes the entries of `query`, a copy made for this.
+/// types). Changes the entries of `query`, a copy made for this. A shard
+/// without its foreign partition yet (a cleanup to come) is printed by the
+/// distributed table's own name, replaced the same way: its shard tables
+/// have the distributed table's columns.
 ///
 /// # Safety
 /// `query` is a valid parse tree the caller owns; the entries belong to it.
@@ -39,15 +42,18 @@ pub(super) unsafe fn worker_query(
         // SAFETY: a valid entry of `query`; syscache lookups.
         unsafe {
             let rte = relation.rte;
-            if !same_columns((*rte).relid, relation.shard.partition) {
+            let partition = relation.shard.partition;
+            if partition != pg_sys::InvalidOid && !same_columns((*rte).relid, partition) {
                 return Ok(None);
             }
             if (*rte).alias.is_null() {
                 (*rte).alias = pg_sys::makeAlias((*(*rte).eref).aliasname, std::ptr::null_mut());
             }
-            (*rte).relid = relation.shard.partition;
-            (*rte).relkind = pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char;
-            let printed = qualified_name(relation.shard.partition);
+            if partition != pg_sys::InvalidOid {
+                (*rte).relid = partition;
+                (*rte).relkind = pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char;
+            }
+            let printed = qualified_name((*rte).relid);
             if !replacements.iter().any(|(from, _)| *from == printed) {
                 replacements.push((printed, relation.shard.qualified.clone()));
             }
