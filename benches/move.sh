@@ -43,12 +43,12 @@ sleep 1
 # The shard group of aid 1 moves to the other worker without a copy rate
 # limit, moves back at the default limit, moves again at 8 MB/s, then
 # splits (default limit), then moves without a limit, takes writes on the
-# new node for 3 s and is reverted; each job gets a 20 s slot of the
+# new node for 3 s and is reverted; each job gets a 20 s slot (45 s above scale 10) of the
 # pgbench run.
 read -r shard <<<"$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
      AND pg_shard.keyspace_id(1) BETWEEN s.range_start AND s.range_end")"
 scenarios=("move 0" "move 32" "move 8" "split 32" "revert 0")
-slot=20
+slot=$((scale <= 10 ? 20 : 45))
 seconds=$((8 + slot * ${#scenarios[@]}))
 (cd "$scratch" && pgbench -n -N -c 8 -j 2 -T $seconds -h 127.0.0.1 -p 29620 -l --log-prefix="$scratch/tx" bench \
     >"$scratch/pgbench.out" 2>&1) &

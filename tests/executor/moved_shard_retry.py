@@ -333,6 +333,20 @@ def write_between_split_and_cleanup():
     at_cleanup = wait_until("SELECT phase = 'cleanup' FROM pg_shard.job WHERE job_id = %s", (job,))
     halves = meta.execute("SELECT count(*) FROM pg_shard.shards WHERE table_name = 'mr_split'::regclass"
                           ).fetchone()[0]
+    # A row of each half read in one statement (two entries of the table
+    # on two shards, neither with a foreign partition yet): right, or
+    # refused, never read from one half for both.
+    lower, upper = meta.execute(
+        "SELECT min(g) FILTER (WHERE pg_shard.keyspace_id(g::bigint) < j.split_at), "
+        "       min(g) FILTER (WHERE pg_shard.keyspace_id(g::bigint) >= j.split_at) "
+        "FROM generate_series(1, 100) g, pg_shard.job j WHERE j.job_id = %s GROUP BY j.split_at", (job,)).fetchone()
+    reader = connect(dsn)
+    try:
+        both = reader.execute("SELECT a.id, b.id FROM mr_split a, mr_split b WHERE a.id = %s AND b.id = %s",
+                              (lower, upper)).fetchall()
+    except psycopg.Error as e:
+        both = e.sqlstate
+    reader.close()
     writer = connect(dsn)
     try:
         writer.execute("BEGIN")
@@ -350,10 +364,13 @@ def write_between_split_and_cleanup():
     for conn in (holder, writer):
         conn.close()
     meta.execute("DROP TABLE mr_split")
-    return at_cleanup, halves, outcome, state, values
+    return at_cleanup, halves, outcome, state, values, (lower, upper, both)
 
 
-at_cleanup, halves, outcome, state, values = write_between_split_and_cleanup()
+at_cleanup, halves, outcome, state, values, (lower, upper, both) = write_between_split_and_cleanup()
+check(f"a row of each half in one statement before the cleanup: {both} for ids {lower}, {upper} "
+      "(the rows, or a refusal; never one half read for both)",
+      both == [(lower, upper)] or both == "PS001")
 check(f"split held before its cleanup with its new map ({at_cleanup}, {halves} shards), then done ({state})",
       at_cleanup and halves == 2 and state == "done")
 check(f"a transaction writes a half before the cleanup: {outcome}, both writes kept {values}",

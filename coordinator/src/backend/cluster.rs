@@ -456,6 +456,9 @@ async fn listen(map: Arc<DatabaseMap>) {
         )
         .await;
         if let Ok((client, mut connection)) = connected {
+            // Shared with the load reports, which run beside the loop.
+            let client = Arc::new(client);
+            let reporting = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
             let pump = tokio::spawn(async move {
                 let mut messages =
@@ -468,7 +471,12 @@ async fn listen(map: Arc<DatabaseMap>) {
                     }
                 }
             });
-            if client.batch_execute("LISTEN pg_shard_map").await.is_ok() {
+            // (The connection's statement timeout bounds the load reports.)
+            if client
+                .batch_execute("SET statement_timeout = '5s'; LISTEN pg_shard_map")
+                .await
+                .is_ok()
+            {
                 // Changes made before LISTEN took effect are read now; after
                 // a lost connection the database may be another one of the
                 // same name (dropped and created again).
@@ -481,7 +489,13 @@ async fn listen(map: Arc<DatabaseMap>) {
                 report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tokio::select! {
-                        _ = report.tick() => report_load(&client, &map).await,
+                        _ = report.tick() => {
+                            // One report at a time, each in a task of its
+                            // own: a slow metadata node delays no reload.
+                            if !reporting.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                                tokio::spawn(report_load(client.clone(), map.clone(), reporting.clone()));
+                            }
+                        }
                         version = receiver.recv() => match version {
                             Some(version) if version > map.current().version => {
                                 if let Err(e) = map.reload(map.current().version).await {
@@ -522,22 +536,36 @@ fn coordinator_id() -> &'static str {
 }
 
 /// Sends the statement counts per shard over the listener's connection
-/// (`pg_shard.report_shard_load`); a database without the extension, or
-/// with an older one, is skipped quietly.
-async fn report_load(client: &tokio_postgres::Client, map: &DatabaseMap) {
+/// (`pg_shard.report_shard_load`, bounded by the connection's statement
+/// timeout), then
+/// clears `reporting`. A database without the extension (or with an older
+/// one) is skipped quietly; a catalog user that may not report is warned
+/// about once.
+async fn report_load(
+    client: Arc<tokio_postgres::Client>,
+    map: Arc<DatabaseMap>,
+    reporting: Arc<std::sync::atomic::AtomicBool>,
+) {
+    static DENIED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let (shards, counts) = map.metrics.shard_counts();
-    if shards.is_empty() || map.current().tables.is_empty() {
-        return;
+    if !shards.is_empty() && !map.current().tables.is_empty() {
+        let reported = client
+            .execute(
+                "SELECT pg_shard.report_shard_load($1, $2, $3)",
+                &[&coordinator_id(), &shards, &counts],
+            )
+            .await;
+        if let Err(e) = reported {
+            let denied = e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
+            if denied && !DENIED_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(database = %map.database, error = %e,
+                    "the catalog user may not report statement counts (GRANT EXECUTE ON FUNCTION pg_shard.report_shard_load)");
+            } else {
+                tracing::debug!(database = %map.database, error = %e, "load report failed");
+            }
+        }
     }
-    let reported = client
-        .execute(
-            "SELECT pg_shard.report_shard_load($1, $2, $3)",
-            &[&coordinator_id(), &shards, &counts],
-        )
-        .await;
-    if let Err(e) = reported {
-        tracing::debug!(database = %map.database, error = %e, "load report failed");
-    }
+    reporting.store(false, std::sync::atomic::Ordering::Release);
 }
 
 async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {

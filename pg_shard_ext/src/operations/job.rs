@@ -151,6 +151,9 @@ pub(crate) enum Next {
     Phase(Phase),
     /// Not finished yet (waiting for replication); run it again.
     Stay,
+    /// Not finished yet, but it made progress (a copy step): run it again
+    /// at once.
+    Again,
     Finished(String, Option<String>),
     /// Done; the job's row keeps this last phase's name (`completed`, or
     /// `reverted`).
@@ -191,10 +194,14 @@ pub(crate) fn record(job: &Job, state: &str, phase: &str, error: Option<&str>) {
 /// failed tries so far, when the step will be tried again.
 pub(crate) fn record_error(job: &Job, error: &str, failures: Option<i64>) {
     let recorded = transaction(|| {
+        // (`lag_at` too: a job waiting for its drop time whose step fails
+        // is looked at again in a few seconds, not at every poll before
+        // the other jobs.)
         crate::spi::run_with_args(
             "UPDATE pg_shard.job SET error = $2, \
                  resources = CASE WHEN $3::bigint IS NULL THEN resources \
                                   ELSE resources || jsonb_build_object('failures', $3::bigint) END \
+                             || jsonb_build_object('lag_at', clock_timestamp()) \
              WHERE job_id = $1",
             &[job.job_id.into(), error.into(), failures.into()],
         )?;

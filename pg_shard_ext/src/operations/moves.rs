@@ -213,7 +213,7 @@ pub(crate) fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             )
         })?;
     if !finished {
-        return Ok(Next::Stay);
+        return Ok(Next::Again);
     }
     snapshot_copy::release_snapshot();
     Link::forward(job).subscribe(&mut target)?;

@@ -5,7 +5,9 @@
 //! * **replication lag**: the largest lag of the source's other consumers
 //!   of WAL — its standbys (`pg_stat_replication.replay_lsn`) and
 //!   replication slots (logical: `confirmed_flush_lsn`, physical:
-//!   `restart_lsn`), the job's own slots left out — against
+//!   `restart_lsn`), pg_shard's job slots left out (a copy's own slot is
+//!   not read until the copy ends; two jobs copying from one node would
+//!   hold each other up) and slots whose WAL is lost — against
 //!   `pg_shard.max_replication_lag` (recorded in the job as `max_lag`);
 //! * **foreground latency**: the time a trivial statement takes on the
 //!   source, measured by the job over its own connection (a node whose
@@ -17,16 +19,20 @@
 //! `resources` count the time (`throttled_ms`, per reason) and say why
 //! (`throttled_by`); `pg_shard.jobs` shows both. A limit of 0 is off. Both
 //! limits are read from the job's resources at every check, so a DBA can
-//! change them while the job runs.
+//! change them while the job runs. A job held for [`MAX_THROTTLED`] in all
+//! fails (and rolls back): its copy keeps a snapshot open on the source,
+//! which holds back vacuum there.
 
 use super::job::Job;
 use super::node_access::value_on;
-use super::replication::Link;
-use crate::error::Result;
+use crate::error::{Result, ShardError};
 use crate::quote;
 use crate::spi::query_one;
 use postgres::Client;
 use std::time::{Duration, Instant};
+
+/// The longest a job may wait for its source in all.
+const MAX_THROTTLED: Duration = Duration::from_secs(30 * 60);
 
 /// How often a throttled job looks again.
 const THROTTLE_WAIT: Duration = Duration::from_millis(200);
@@ -94,6 +100,23 @@ pub(crate) fn throttle(job: &Job, source: &mut Client) -> Result<Option<Throttle
         }
     }
     let waited = started.elapsed().as_millis() as i64;
+    let total = query_one::<i64>(
+        "SELECT coalesce(sum(value::bigint), 0)::bigint FROM pg_shard.job, \
+                jsonb_each_text(coalesce(resources->'throttled_ms', '{}'::jsonb)) \
+          WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .unwrap_or(0)
+        + waited;
+    if total > MAX_THROTTLED.as_millis() as i64 {
+        return Err(ShardError::Timeout(format!(
+            "the job waited {} s in all for its source ({}); raise the limit \
+             (pg_shard.job.resources->'max_lag' / 'max_latency_ms') or remove the cause, \
+             and queue it again",
+            total / 1000,
+            reason.describe()
+        )));
+    }
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object( \
              'throttled_ms', coalesce(resources->'throttled_ms', '{}'::jsonb) \
@@ -145,15 +168,9 @@ fn limit(job: &Job, key: &str) -> Result<i64> {
     .unwrap_or(0))
 }
 
-/// The source's WAL consumer that lags most (the job's own slots left
-/// out: its copy's slot is not read until the copy ends), with its lag in
-/// bytes.
+/// The source's WAL consumer that lags most, with its lag in bytes.
 fn largest_lag(job: &Job, source: &mut Client) -> Result<Option<(String, i64)>> {
-    let own = format!(
-        "{}, {}",
-        quote::literal(&Link::forward(job).name),
-        quote::literal(&Link::reverse(job).name)
-    );
+    let jobs = quote::literal("pg\\_shard\\_job\\_%");
     let row = source
         .query_opt(
             &format!(
@@ -162,13 +179,13 @@ fn largest_lag(job: &Job, source: &mut Client) -> Result<Option<(String, i64)>> 
                           pg_wal_lsn_diff(pg_current_wal_lsn(), \
                                           coalesce(confirmed_flush_lsn, restart_lsn))::bigint AS lag \
                      FROM pg_replication_slots \
-                    WHERE slot_name NOT IN ({own}) \
+                    WHERE slot_name NOT LIKE {jobs} AND wal_status IS DISTINCT FROM 'lost' \
                       AND coalesce(confirmed_flush_lsn, restart_lsn) IS NOT NULL \
                    UNION ALL \
                    SELECT 'standby ' || coalesce(nullif(application_name, ''), client_addr::text, pid::text), \
                           pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint \
                      FROM pg_stat_replication \
-                    WHERE replay_lsn IS NOT NULL AND application_name NOT IN ({own}) \
+                    WHERE replay_lsn IS NOT NULL AND application_name NOT LIKE {jobs} \
                  ) consumers ORDER BY lag DESC LIMIT 1"
             ),
             &[],

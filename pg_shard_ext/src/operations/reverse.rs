@@ -118,7 +118,8 @@ pub(crate) fn reverse_replicating(job: &Job, shards: &[GroupShard]) -> Result<Ne
     let reverse = Link::reverse(job);
     let mut target = connect(&job.target)?;
     let lag = reverse.lag(&mut target)?;
-    // (`lag_at`: the runner looks at a waiting job every few seconds.)
+    // (`lag_at`: the runner looks at a waiting job every few seconds; a
+    // failed step records it too, see `job::record_error`.)
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET lag_bytes = $2, \
              resources = resources || jsonb_build_object('lag_at', clock_timestamp()) \

@@ -223,7 +223,7 @@ fn run_step(job: Job) {
         }
         // A copy that went on for its step goes on at once (its own rate
         // limit and pacing decide its speed, not the runner's poll).
-        Ok(Next::Stay) if job.phase_name == Phase::Copy.as_str() => {
+        Ok(Next::Again) => {
             // SAFETY: sets this process's own latch.
             unsafe { pgrx::pg_sys::SetLatch(pgrx::pg_sys::MyLatch) };
         }

@@ -46,6 +46,20 @@ pub(super) unsafe fn worker_query(
             if partition != pg_sys::InvalidOid && !same_columns((*rte).relid, partition) {
                 return Ok(None);
             }
+            // Named by the distributed table's own name, a shard must be
+            // its table's only one in the statement (two entries of one
+            // table on different shards would both get the first's name),
+            // and a plain table (not several shards read as one, whose
+            // text would also replace the table's row type).
+            if partition == pg_sys::InvalidOid
+                && (relation.shard.qualified.starts_with('(')
+                    || shards
+                        .iter()
+                        .filter(|other| (*other.rte).relid == (*rte).relid)
+                        .any(|other| other.shard.qualified != relation.shard.qualified))
+            {
+                return Ok(None);
+            }
             if (*rte).alias.is_null() {
                 (*rte).alias = pg_sys::makeAlias((*(*rte).eref).aliasname, std::ptr::null_mut());
             }
@@ -54,8 +68,10 @@ pub(super) unsafe fn worker_query(
                 (*rte).relkind = pg_sys::RELKIND_FOREIGN_TABLE as std::ffi::c_char;
             }
             let printed = qualified_name((*rte).relid);
-            if !replacements.iter().any(|(from, _)| *from == printed) {
-                replacements.push((printed, relation.shard.qualified.clone()));
+            match replacements.iter().find(|(from, _)| *from == printed) {
+                None => replacements.push((printed, relation.shard.qualified.clone())),
+                Some((_, to)) if *to != relation.shard.qualified => return Ok(None),
+                Some(_) => {}
             }
         }
     }

@@ -230,7 +230,7 @@ fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         release_snapshot();
         return Ok(Next::Phase(Phase::CatchUp));
     }
-    Ok(Next::Stay)
+    Ok(Next::Again)
 }
 
 /// Starts (or starts over) the copy: empties the halves, makes sure the
