@@ -449,7 +449,7 @@ fourth_pid=$!
 sleep 0.5
 pooled_in_idle_db() { # server sessions in cr_idle other than map listeners
     on_node 28320 -d postgres -Atc "SELECT count(*) FROM pg_stat_activity WHERE datname = 'cr_idle'
-                                    AND query <> 'LISTEN pg_shard_map'"
+                                    AND application_name <> 'pg_shard_coordinator listener'"
 }
 clients=()
 for _ in 1 2 3; do

@@ -471,11 +471,13 @@ async fn listen(map: Arc<DatabaseMap>) {
                     }
                 }
             });
-            // (The connection's statement timeout bounds the load reports.)
+            // (The connection's statement timeout bounds the load reports;
+            // LISTEN last, as pg_stat_activity shows the listener.)
             if client
-                .batch_execute("SET statement_timeout = '5s'; LISTEN pg_shard_map")
+                .batch_execute("SET statement_timeout = '5s'")
                 .await
                 .is_ok()
+                && client.batch_execute("LISTEN pg_shard_map").await.is_ok()
             {
                 // Changes made before LISTEN took effect are read now; after
                 // a lost connection the database may be another one of the
