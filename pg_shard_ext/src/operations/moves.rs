@@ -3,7 +3,7 @@
 
 use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
-use super::node_access::{connect, exists_on, run_on, shard_range, value_on};
+use super::node_access::{connect, exists_on, run_on, shard_range, value_on, wal_insert_position};
 use super::pause_clock::{record_publish, PauseClock};
 use super::replication::{drop_replication, marker_table, replication_name, Link};
 use super::reverse;
@@ -397,19 +397,8 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut pause = PauseClock::start();
     let lock_holder =
         forward.freeze_and_drain(job, &tables, (&mut source, &mut target), &mut pause)?;
-    let reverse_from = value_on::<String>(
-        &job.target,
-        &mut target,
-        "SELECT pg_current_wal_insert_lsn()::text",
-    )?
-    .unwrap_or_default();
-    forward.retire(lock_holder, &ids, &mut pause)?;
-    let published = hand_over(
-        job,
-        &ids,
-        (&job.source, (&job.target, &mut target)),
-        &mut pause,
-    )?;
+    let reverse_from = wal_insert_position(&job.target, &mut target)?;
+    let published = forward.hand_over(job, lock_holder, &ids, &mut target, &mut pause)?;
     record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('reverse_from', $2::text) \
@@ -417,43 +406,6 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         &[job.job_id.into(), reverse_from.into()],
     )?;
     Ok(Next::Phase(Phase::Cleanup))
-}
-
-/// The end of a cutover (forward or reverse), once `from`'s shards are
-/// retired: `to`'s shards (`ids`) activated at the next map version, the
-/// group's placement moved from `from` to `to` and the version published,
-/// in the runner's transaction (the version's row stays locked until it
-/// commits). Returns the published version.
-pub(crate) fn hand_over(
-    job: &Job,
-    ids: &str,
-    (from, (to, to_client)): (&Node, (&Node, &mut Client)),
-    pause: &mut PauseClock,
-) -> Result<i64> {
-    let version = crate::metadata::catalog::write_returning::<i64>(
-        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
-        &[],
-    )?
-    .unwrap_or(1);
-    run_on(
-        to,
-        to_client,
-        &format!(
-            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
-        ),
-    )?;
-    pause.mark("activated");
-    crate::spi::run_with_args(
-        "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
-        &[
-            job.shard_group_id.into(),
-            from.node_id.into(),
-            to.node_id.into(),
-        ],
-    )?;
-    let published = crate::metadata::catalog::bump_map_version()?;
-    pause.mark("published");
-    Ok(published)
 }
 
 /// The foreign partitions follow a published map (`from` → `to`), in a

@@ -70,6 +70,14 @@ pub(crate) fn poll_until(
     Ok(())
 }
 
+/// `node`'s WAL insert position now (text, as `pg_lsn` prints it).
+pub(crate) fn wal_insert_position(node: &Node, client: &mut Client) -> Result<String> {
+    Ok(
+        value_on::<String>(node, client, "SELECT pg_current_wal_insert_lsn()::text")?
+            .unwrap_or_default(),
+    )
+}
+
 /// The keyspace range of shard `shard_id` in `node`'s ownership records.
 pub(crate) fn shard_range(node: &Node, client: &mut Client, shard_id: i64) -> Result<(i64, i64)> {
     client

@@ -246,15 +246,21 @@ impl<'a> Link<'a> {
         Ok(lock_holder)
     }
 
-    /// The publisher's shards `ids` retired in the lock's transaction,
-    /// which commits: the writers that waited are refused (WrongShard) and
-    /// look for the new map.
-    pub(crate) fn retire(
+    /// The second half of a cutover in this direction: the publisher's
+    /// shards `ids` retired in the lock's transaction, which commits (the
+    /// writers that waited are refused with WrongShard and look for the new
+    /// map); then the subscriber's shards activated at the next map
+    /// version, the group's placement moved to the subscriber and the
+    /// version published, in the runner's transaction (the version's row
+    /// stays locked until it commits). Returns the published version.
+    pub(crate) fn hand_over(
         &self,
+        job: &Job,
         mut lock_holder: Client,
         ids: &str,
+        subscriber: &mut Client,
         pause: &mut PauseClock,
-    ) -> Result<()> {
+    ) -> Result<i64> {
         run_on(
             self.publisher,
             &mut lock_holder,
@@ -263,7 +269,30 @@ impl<'a> Link<'a> {
             ),
         )?;
         pause.mark("retired");
-        Ok(())
+        let version = crate::metadata::catalog::write_returning::<i64>(
+            "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
+            &[],
+        )?
+        .unwrap_or(1);
+        run_on(
+            self.subscriber,
+            subscriber,
+            &format!(
+                "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
+            ),
+        )?;
+        pause.mark("activated");
+        crate::spi::run_with_args(
+            "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
+            &[
+                job.shard_group_id.into(),
+                self.publisher.node_id.into(),
+                self.subscriber.node_id.into(),
+            ],
+        )?;
+        let published = crate::metadata::catalog::bump_map_version()?;
+        pause.mark("published");
+        Ok(published)
     }
 
     /// Drops the subscription (with its slot), a slot left without one,

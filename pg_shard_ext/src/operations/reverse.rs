@@ -23,8 +23,7 @@
 
 use super::group_shards::{drop_shard_tables, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
-use super::moves::hand_over;
-use super::node_access::{connect, exists_on, run_on, value_on};
+use super::node_access::{connect, exists_on, run_on, value_on, wal_insert_position};
 use super::pause_clock::{record_publish, PauseClock};
 use super::replication::{drop_markers, marker_table, Link};
 use super::settings::CUTOVER_LAG;
@@ -161,12 +160,7 @@ fn applying(job: &Job) -> Result<bool> {
 /// old copy must not receive back; moved now, the cleanup's move to the
 /// cutover's position only decodes the pause's WAL.
 pub(crate) fn skip_ahead(job: &Job, target: &mut Client) -> Result<()> {
-    let now = value_on::<String>(
-        &job.target,
-        target,
-        "SELECT pg_current_wal_insert_lsn()::text",
-    )?
-    .unwrap_or_default();
+    let now = wal_insert_position(&job.target, target)?;
     Link::reverse(job).advance_slot(target, &now)
 }
 
@@ -227,13 +221,7 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut pause = PauseClock::start();
     let lock_holder =
         reverse.freeze_and_drain(job, &tables, (&mut target, &mut source), &mut pause)?;
-    reverse.retire(lock_holder, &ids, &mut pause)?;
-    let published = hand_over(
-        job,
-        &ids,
-        (&job.target, (&job.source, &mut source)),
-        &mut pause,
-    )?;
+    let published = reverse.hand_over(job, lock_holder, &ids, &mut source, &mut pause)?;
     record_publish(job, ("reverted_version", published), ("revert_ms", &pause))?;
     Ok(Next::Phase(Phase::RevertCleanup))
 }
