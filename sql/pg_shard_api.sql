@@ -87,7 +87,7 @@ GRANT SELECT ON pg_shard.local_shard TO PUBLIC;
 -- distributed. Only pg_shard's functions change it.
 GRANT SELECT ON pg_shard.node, pg_shard.colocation_group, pg_shard.shard_group,
     pg_shard.logical_table, pg_shard.shard, pg_shard.placement, pg_shard.map_state,
-    pg_shard.job, pg_shard.table_constraint TO PUBLIC;
+    pg_shard.job, pg_shard.table_constraint, pg_shard.read_route TO PUBLIC;
 CREATE TRIGGER local_shard_changed
     AFTER INSERT OR UPDATE OR DELETE ON pg_shard.local_shard
     FOR EACH ROW EXECUTE FUNCTION pg_shard.local_shard_changed();
@@ -151,7 +151,8 @@ COMMENT ON VIEW pg_shard.shards IS
 -- worker, pg_shard_ext/src/operations). Input is checked before anything is
 -- queued; a bad call changes nothing.
 CREATE FUNCTION pg_shard.queue_job(
-    job_kind text, requested_shard bigint, requested_target integer, requested_split_at bigint)
+    job_kind text, requested_shard bigint, requested_target integer, requested_split_at bigint,
+    reads_first boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -163,6 +164,9 @@ DECLARE
 BEGIN
     IF requested_shard IS NULL THEN
         RAISE EXCEPTION 'shard_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF reads_first IS NULL THEN
+        RAISE EXCEPTION 'switch_reads_first must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT s.shard_id, s.shard_group_id, s.table_rel, t.kind, g.range_start, g.range_end
       INTO shard
@@ -231,7 +235,11 @@ BEGIN
                                'copy_rate', current_setting('pg_shard.copy_rate_limit')::bigint,
                                'max_lag', pg_size_bytes(current_setting('pg_shard.max_replication_lag')),
                                'max_latency_ms', (extract(epoch FROM current_setting('pg_shard.max_source_latency')::interval)
-                                                  * 1000)::bigint))
+                                                  * 1000)::bigint)
+            || CASE WHEN reads_first
+                    THEN jsonb_build_object('reads_first', true,
+                                            'switch_writes_delay', current_setting('pg_shard.switch_writes_delay'))
+                    ELSE '{}'::jsonb END)
     RETURNING job_id INTO new_job;
     PERFORM pg_notify('pg_shard_jobs', new_job::text);
     -- the runner of this database (a no-op when one runs already)
@@ -242,20 +250,76 @@ END $$;
 -- The job functions run as the extension's owner (SECURITY DEFINER): the
 -- job runner does the work, and a role a superuser granted them to may
 -- queue, cancel and plan jobs; they run no code of the caller's.
-CREATE FUNCTION pg_shard.move_shard(shard_id bigint, target_node integer)
+-- switch_reads_first: once the copy is verified, a map version routes the
+-- range's reads to the new copy while writes stay where they are (phase
+-- reads_switched), for pg_shard.switch_writes_delay or until
+-- pg_shard.switch_writes(job_id); then the cutover switches writes.
+CREATE FUNCTION pg_shard.move_shard(shard_id bigint, target_node integer,
+                                    switch_reads_first boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_shard.queue_job('move', shard_id, target_node, NULL) $$;
-COMMENT ON FUNCTION pg_shard.move_shard(bigint, integer) IS
-    'queue a move of the shard (and its co-located shards) to target_node; returns the job id';
+AS $$ SELECT pg_shard.queue_job('move', shard_id, target_node, NULL, switch_reads_first) $$;
+COMMENT ON FUNCTION pg_shard.move_shard(bigint, integer, boolean) IS
+    'queue a move of the shard (and its co-located shards) to target_node, reads first if asked; '
+    'returns the job id';
 
-CREATE FUNCTION pg_shard.split_shard(shard_id bigint, split_at bigint DEFAULT NULL)
+CREATE FUNCTION pg_shard.split_shard(shard_id bigint, split_at bigint DEFAULT NULL,
+                                     switch_reads_first boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_shard.queue_job('split', shard_id, NULL, split_at) $$;
-COMMENT ON FUNCTION pg_shard.split_shard(bigint, bigint) IS
+AS $$ SELECT pg_shard.queue_job('split', shard_id, NULL, split_at, switch_reads_first) $$;
+COMMENT ON FUNCTION pg_shard.split_shard(bigint, bigint, boolean) IS
     'queue a split of the shard (and its co-located shards) into two at split_at, the first '
-    'keyspace id of the upper half (NULL: the middle of the range); returns the job id';
+    'keyspace id of the upper half (NULL: the middle of the range), reads first if asked; '
+    'returns the job id';
+
+-- A reads-first job in its reads_switched phase switches writes at its
+-- next step instead of at the end of pg_shard.switch_writes_delay.
+CREATE FUNCTION pg_shard.switch_writes(job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j pg_shard.job;
+BEGIN
+    SELECT * INTO j FROM pg_shard.job WHERE pg_shard.job.job_id = switch_writes.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', switch_writes.job_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT coalesce((j.resources->>'reads_first')::boolean, false) THEN
+        RAISE EXCEPTION 'job % does not switch reads first', j.job_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its writes switch with its reads, at its cutover.';
+    END IF;
+    IF j.state IN ('failed', 'canceled') THEN
+        RAISE EXCEPTION 'job % ended %: its writes stay on the old placement', j.job_id, j.state
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF j.state = 'running' AND (j.cancel_requested OR j.phase = 'rollback') THEN
+        RAISE EXCEPTION 'job % is being rolled back: its writes stay on the old placement', j.job_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF j.state = 'running' AND j.phase = 'reads_switched' THEN
+        IF j.resources->>'requested' = 'switch_writes' THEN
+            RAISE NOTICE 'job % switches its writes already', j.job_id;
+            RETURN false;
+        END IF;
+        UPDATE pg_shard.job
+           SET resources = resources || jsonb_build_object('requested', 'switch_writes', 'switch_writes_at', now())
+         WHERE pg_shard.job.job_id = j.job_id;
+        PERFORM pg_notify('pg_shard_jobs', j.job_id::text);
+        PERFORM pg_shard.start_job_runner();
+        RETURN true;
+    END IF;
+    IF j.state = 'queued' OR j.phase IN ('plan', 'create_target', 'copy', 'catch_up', 'verify') THEN
+        RAISE EXCEPTION 'job % has not switched its reads yet (phase %)', j.job_id, j.phase
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Reads switch once the copy is verified; pg_shard.jobs shows the phase.';
+    END IF;
+    RAISE NOTICE 'job % has switched its writes already (%, %)', j.job_id, j.state, j.phase;
+    RETURN false;
+END $$;
+COMMENT ON FUNCTION pg_shard.switch_writes(bigint) IS
+    'end a reads-first job''s wait: its writes switch to the new copy now (the cutover)';
 
 CREATE FUNCTION pg_shard.cancel_job(job_id bigint)
 RETURNS boolean
@@ -594,7 +658,11 @@ CREATE VIEW pg_shard.jobs AS
            -- and the last reason
            (SELECT sum(value::bigint) FROM jsonb_each_text(j.resources->'throttled_ms'))
                * interval '1 millisecond' AS throttled,
-           j.resources->>'throttled_by' AS throttled_by
+           j.resources->>'throttled_by' AS throttled_by,
+           -- a reads-first job: when its reads switched to the new copy,
+           -- and when its writes follow (pg_shard.switch_writes_delay)
+           (j.resources->>'reads_switched_at')::timestamptz AS reads_switched_at,
+           (j.resources->>'switch_writes_at')::timestamptz AS switch_writes_at
     FROM pg_shard.job j
     LEFT JOIN pg_shard.shard s ON s.shard_id = j.shard_id
     JOIN pg_shard.node src ON src.node_id = j.source_node
@@ -677,9 +745,10 @@ REVOKE ALL ON FUNCTION pg_shard.create_distributed_table(regclass, text, integer
 REVOKE ALL ON FUNCTION pg_shard.create_reference_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.undistribute_table(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drop_shards_internal(oid[], text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.queue_job(text, bigint, integer, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.move_shard(bigint, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.split_shard(bigint, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.switch_writes(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.revert_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.complete_job(bigint) FROM PUBLIC;

@@ -144,7 +144,8 @@ CREATE TABLE pg_shard.job (
     state            text        NOT NULL DEFAULT 'queued'
                      CHECK (state IN ('queued', 'running', 'done', 'failed', 'canceled')),
     -- plan, create_target, copy, catch_up, verify (source and copy compared
-    -- at one point), catch_up, cutover (freeze, final writes, publish),
+    -- at one point), catch_up, reads_switched (reads first only), cutover
+    -- (freeze, final writes, publish),
     -- cleanup, drop_old (or rollback after a failure or cancel);
     -- pg_shard_ext/src/operations/job.rs (Phase)
     phase            text        NOT NULL DEFAULT 'plan',
@@ -172,6 +173,25 @@ CREATE TABLE pg_shard.job (
 -- One unfinished job per shard group.
 CREATE UNIQUE INDEX job_one_unfinished_per_group ON pg_shard.job (shard_group_id)
     WHERE state IN ('queued', 'running');
+
+-- Reads first (move_shard / split_shard with switch_reads_first): while a
+-- job is in its reads_switched phase, reads of its range go to its new
+-- copy (a move's target, a split's halves) and writes to the placement
+-- that owns the range. One row per table and range, published with a new
+-- map version and deleted with the cutover's (or a rollback's).
+CREATE TABLE pg_shard.read_route (
+    job_id       bigint   NOT NULL REFERENCES pg_shard.job ON DELETE CASCADE,
+    table_rel    regclass NOT NULL
+                 REFERENCES pg_shard.logical_table ON DELETE CASCADE ON UPDATE CASCADE,
+    range_start  bigint   NOT NULL,
+    range_end    bigint   NOT NULL,
+    node_id      integer  NOT NULL REFERENCES pg_shard.node,
+    shard_id     bigint   NOT NULL,
+    shard_schema text     NOT NULL,
+    shard_name   text     NOT NULL,
+    CHECK (range_start <= range_end),
+    PRIMARY KEY (table_rel, range_start)
+);
 
 -- Two-phase commit of remote transactions (pg_shard_ext/src/transaction/remote.rs):
 -- one row per remote transaction of a local transaction, written in it, so

@@ -262,6 +262,11 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 revert
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
+# Reads switched before writes: seen through the coordinator and the
+# metadata node, for a move and a split, and rolled back by a cancel.
+run_script "$here/moves.log" "$python" "$repo/tests/moves/reads_first.py" 28320 "$coordinator" "$PGSHARD_DATABASE" move
+run_script "$here/moves.log" "$python" "$repo/tests/moves/reads_first.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
+run_script "$here/moves.log" "$python" "$repo/tests/moves/reads_first.py" 28320 "$coordinator" "$PGSHARD_DATABASE" cancel
 # A move's copy paced by its source's replication lag (a slot nobody reads).
 run_script "$here/moves.log" "$python" "$repo/tests/moves/pacing.py" 28320 "$PGSHARD_DATABASE"
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" move

@@ -76,10 +76,12 @@ meta.execute("SELECT pg_shard.create_distributed_table('crash_items', 'id', shar
 rows, total = meta.execute("SELECT count(*), sum(id) FROM crash_items").fetchone()
 
 
-def start_move(meta, phase, drop_delay="0"):
-    """Queues a move (or split) of crash_items' first shard, held at `phase`."""
+def start_move(meta, phase, drop_delay="0", reads_first=False):
+    """Queues a move (or split) of crash_items' first shard, held at `phase`
+    (None: not held)."""
     holder = connect()
-    holder.execute(f"SELECT pg_advisory_lock({phase_key(phase)})")
+    if phase:
+        holder.execute(f"SELECT pg_advisory_lock({phase_key(phase)})")
     shard, target = meta.execute(
         "SELECT s.shard_id, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id) "
         "FROM pg_shard.shards s WHERE s.table_name = 'crash_items'::regclass "
@@ -89,9 +91,11 @@ def start_move(meta, phase, drop_delay="0"):
     # on disk before its runner is killed.
     meta.execute("SET synchronous_commit = on")
     if kind == "split":
-        job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+        job = meta.execute("SELECT pg_shard.split_shard(%s, switch_reads_first => %s)",
+                           (shard, reads_first)).fetchone()[0]
     else:
-        job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+        job = meta.execute("SELECT pg_shard.move_shard(%s, %s, switch_reads_first => %s)",
+                           (shard, target, reads_first)).fetchone()[0]
     return holder, job
 
 
@@ -164,6 +168,32 @@ for phase in phases:
           f"map and shards agree, nothing left ({leftovers})",
           runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
+# Reads first: the runner killed while the job waits with its reads
+# switched; it resumes waiting (the routes published once), and
+# switch_writes ends it.
+meta.execute("SET pg_shard.switch_writes_delay = '1h'")
+holder, job = start_move(meta, None, reads_first=True)
+deadline = time.time() + 60
+while time.time() < deadline and not meta.execute(
+        "SELECT reads_switched_at IS NOT NULL OR state NOT IN ('queued', 'running') "
+        "FROM pg_shard.jobs WHERE job_id = %s", (job,)).fetchone()[0]:
+    time.sleep(0.1)
+routes_before = meta.execute("SELECT count(*) FROM pg_shard.read_route WHERE job_id = %s", (job,)).fetchone()[0]
+runner, meta = kill_runner()
+time.sleep(2)
+phase, routes_after = meta.execute(
+    "SELECT phase, (SELECT count(*) FROM pg_shard.read_route r WHERE r.job_id = j.job_id) "
+    "FROM pg_shard.job j WHERE job_id = %s", (job,)).fetchone()
+switched = meta.execute("SELECT pg_shard.switch_writes(%s)", (job,)).fetchone()[0]
+state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+holder.close()
+rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+check(f"runner killed with reads switched (pid {runner}, {routes_before} read routes): it waits again "
+      f"({phase}, {routes_after} routes); switch_writes ({switched}) ends the job ({state}), rows intact, "
+      f"map and shards agree, nothing left ({leftovers})",
+      runner is not None and routes_before > 0 and phase == "reads_switched" and routes_after == routes_before
+      and switched and state == "done" and rows_ok and owners_ok and not leftovers)
+meta.execute("RESET pg_shard.switch_writes_delay")
 
 if kind == "move":
     # A job that has not published its map cannot be reverted (cancel_job

@@ -69,6 +69,10 @@ pub enum TableKind {
         column: String,
         encoding: KeyEncoding,
         shards: ShardMap<ShardPlacement>,
+        /// While a reads-first move or split has switched reads of a range
+        /// to its new copy: the map for reads that run on their own (the
+        /// new copy's ranges in place of the owner's); None otherwise.
+        reads: Option<ShardMap<ShardPlacement>>,
     },
     /// A copy on every node: shard table name per node.
     Reference { copies: HashMap<NodeId, String> },
@@ -98,6 +102,8 @@ pub struct ClusterMap {
     /// Other relations named like a distributed or reference table, by
     /// (schema, name): one in the user's own schema shadows `public`.
     pub same_names: HashSet<(String, String)>,
+    /// Whether some table has a reads map (a reads-first job waits).
+    pub read_routes: bool,
 }
 
 impl ClusterMap {
@@ -645,6 +651,27 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
             &[],
         )
         .await?;
+    // (A metadata node of an older pg_shard has no read routes.)
+    let read_routes = if client
+        .query_one(
+            "SELECT pg_catalog.to_regclass('pg_shard.read_route') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get(0)
+    {
+        client
+            .query(
+                "SELECT r.table_rel::oid, r.shard_id, r.shard_schema, r.shard_name, \
+                        r.range_start, r.range_end, r.node_id \
+                 FROM pg_shard.read_route r",
+                &[],
+            )
+            .await?
+    } else {
+        Vec::new()
+    };
+    map.read_routes = !read_routes.is_empty();
     for row in client
         .query(
             "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
@@ -684,6 +711,23 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
             }
         }
     }
+    let mut read_ranges: HashMap<u32, Ranges> = HashMap::new();
+    for row in &read_routes {
+        let (start, end) = (
+            KeyspaceId::from_sql(row.get(4)),
+            KeyspaceId::from_sql(row.get(5)),
+        );
+        if let Ok(range) = KeyRange::new(start, end) {
+            read_ranges.entry(row.get(0)).or_default().push((
+                range,
+                ShardPlacement {
+                    shard_id: row.get(1),
+                    qualified_name: quote::qualified(row.get(2), row.get(3)),
+                    node: row.get(6),
+                },
+            ));
+        }
+    }
     for row in tables {
         let oid: u32 = row.get(0);
         let schema: String = row.get(1);
@@ -699,10 +743,14 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
                 .ok_or_else(|| MapError::Encoding(name.clone(), encoding_name.clone()))?;
             let shards = ShardMap::new(map.version, ranges.remove(&oid).unwrap_or_default())
                 .map_err(|e| MapError::Invalid(name.clone(), e))?;
+            let reads = read_ranges
+                .remove(&oid)
+                .and_then(|routes| read_map(&shards, routes));
             TableKind::Distributed {
                 column: row.get::<_, Option<String>>(4).unwrap_or_default(),
                 encoding,
                 shards,
+                reads,
             }
         } else {
             TableKind::Reference {
@@ -722,6 +770,25 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
         );
     }
     Ok(map)
+}
+
+/// The map for reads while read routes send some ranges elsewhere: the
+/// owners' ranges that no route overlaps, and the routes. None when they
+/// do not cover the keyspace exactly once (a map read between a job's
+/// changes): reads then go with the writes.
+fn read_map(
+    shards: &ShardMap<ShardPlacement>,
+    routes: Vec<(KeyRange, ShardPlacement)>,
+) -> Option<ShardMap<ShardPlacement>> {
+    let overlaps = |a: &KeyRange, b: &KeyRange| a.start <= b.end && b.start <= a.end;
+    let mut entries: Vec<(KeyRange, ShardPlacement)> = shards
+        .entries()
+        .iter()
+        .filter(|(range, _)| !routes.iter().any(|(route, _)| overlaps(range, route)))
+        .cloned()
+        .collect();
+    entries.extend(routes);
+    ShardMap::new(shards.version(), entries).ok()
 }
 
 /// A row when the database has the pg_shard extension.

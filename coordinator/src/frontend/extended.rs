@@ -211,9 +211,18 @@ impl Session {
                 side_effect_free: false,
             });
         }
-        let session = router::Session {
-            search_path: self.known_search_path(),
-        };
+        let mut session = self.routing_session();
+        // Read routes only for a batch of plain reads: a read after a write
+        // of the same implicit transaction must see it.
+        if batch.iter().any(|item| {
+            matches!(item.message, FrontendMessage::Bind(_))
+                && item
+                    .statement
+                    .as_ref()
+                    .is_some_and(|statement| router::may_write(&statement.analysis))
+        }) {
+            session.outside_transaction = false;
+        }
         let mut routes: Vec<(usize, Route)> = Vec::new();
         let mut runs = false;
         for (index, item) in batch.iter().enumerate() {

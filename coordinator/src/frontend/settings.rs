@@ -303,6 +303,19 @@ impl Session {
         self.search_path.as_deref()
     }
 
+    /// What routing needs of the session: the schemas names resolve in,
+    /// and whether a statement now runs outside any transaction of
+    /// several statements (no transaction block, no node's transaction
+    /// begun, no batch held since a Flush).
+    pub(super) fn routing_session(&self) -> router::Session<'_> {
+        router::Session {
+            search_path: self.known_search_path(),
+            outside_transaction: self.tx.state == TxState::Idle
+                && self.tx.members.is_empty()
+                && self.held.is_none(),
+        }
+    }
+
     /// After a RESET: the search_path or the role (which `$user` follows)
     /// is not the login's.
     fn differs_from_login(&self) -> bool {

@@ -281,16 +281,9 @@ impl Session {
             return Ok((*target, sql.to_owned(), None));
         }
         let route = match analysis {
-            Analysis::Routable(shape) if self.routing => router::route(
-                shape,
-                sql,
-                normalized,
-                map,
-                &router::Session {
-                    search_path: self.known_search_path(),
-                },
-                None,
-            ),
+            Analysis::Routable(shape) if self.routing => {
+                router::route(shape, sql, normalized, map, &self.routing_session(), None)
+            }
             _ => Route::Metadata,
         };
         self.place(route, analysis, sql, map)
@@ -350,9 +343,7 @@ impl Session {
                 return Ok((current, sql.to_owned(), None));
             }
         }
-        let session = router::Session {
-            search_path: self.known_search_path(),
-        };
+        let session = self.routing_session();
         match route {
             Route::Worker {
                 node, sql, shard, ..
@@ -421,9 +412,7 @@ impl Session {
         if self.tx.metadata_distributed {
             return;
         }
-        let session = router::Session {
-            search_path: self.known_search_path(),
-        };
+        let session = self.routing_session();
         if router::footprint(analysis, map, &session).distributed {
             self.tx.metadata_distributed = true;
         }

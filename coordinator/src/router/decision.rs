@@ -50,8 +50,18 @@ pub(super) fn route_inner(
     if writes && !matches!(tables[0].kind, TableKind::Distributed { .. }) {
         return None;
     }
+    // Reads first: a read running on its own may go where the map's read
+    // routes send it; a transaction's statements stay with its writes.
+    let read_routed = !writes && !shape.locks_rows && session.outside_transaction;
     if let [table] = tables.as_slice() {
-        if let Some(route) = route_one_table(shape, sql, normalized, table, parameters, writes) {
+        if let Some(route) = route_one_table(
+            shape,
+            sql,
+            normalized,
+            table,
+            parameters,
+            (writes, read_routed),
+        ) {
             return route;
         }
     }
@@ -103,10 +113,12 @@ pub(super) fn route_inner(
             column,
             encoding,
             shards,
+            reads,
         } = &table.kind
         else {
             continue;
         };
+        let shards = serving(shards, reads, read_routed);
         any_distributed = true;
         let values: Vec<&Value> = if index == 0 && shape.kind == Kind::Insert {
             insert_keys(shape.insert.as_ref()?, table, column)?
@@ -174,16 +186,18 @@ fn route_one_table(
     normalized: &Normalized,
     table: &crate::backend::cluster::Table,
     parameters: Option<&Parameters<'_>>,
-    writes: bool,
+    (writes, read_routed): (bool, bool),
 ) -> Option<Option<Route>> {
     let TableKind::Distributed {
         column,
         encoding,
         shards,
+        reads,
     } = &table.kind
     else {
         return None;
     };
+    let shards = serving(shards, reads, read_routed);
     let relation = &shape.relations[0];
     let means_key = |c: &ColumnRef| {
         c.column == *column
@@ -232,6 +246,19 @@ fn route_one_table(
         })
     })();
     Some(decided)
+}
+
+/// The map a statement is routed by: the reads map while read routes are
+/// published and the statement may follow them, else the owners'.
+fn serving<'m>(
+    shards: &'m ShardMap<crate::backend::cluster::ShardPlacement>,
+    reads: &'m Option<ShardMap<crate::backend::cluster::ShardPlacement>>,
+    read_routed: bool,
+) -> &'m ShardMap<crate::backend::cluster::ShardPlacement> {
+    match reads {
+        Some(reads) if read_routed => reads,
+        _ => shards,
+    }
 }
 
 /// The one shard that owns every value, if there is one and every value's

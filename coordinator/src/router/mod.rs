@@ -215,6 +215,10 @@ pub struct Session<'a> {
     /// coordinator does not know them (the client changed search_path, or
     /// its role, or made a temporary table): such names are not routed.
     pub search_path: Option<&'a [String]>,
+    /// The statement runs outside any transaction of several statements
+    /// (no transaction block, nothing of one begun on a node): a read may
+    /// then follow a reads-first job's read routes.
+    pub outside_transaction: bool,
 }
 
 impl Shape {
@@ -268,7 +272,21 @@ pub fn route(
     session: &Session<'_>,
     parameters: Option<&Parameters<'_>>,
 ) -> Route {
-    route_inner(shape, sql, normalized, map, session, parameters).unwrap_or(Route::Metadata)
+    route_inner(shape, sql, normalized, map, session, parameters)
+        .or_else(|| {
+            // A read that read routes would split over nodes (a join with
+            // a table they do not move, keys in both halves of a split)
+            // still goes to one worker by the owners' map.
+            if !(map.read_routes && session.outside_transaction) {
+                return None;
+            }
+            let by_owners = Session {
+                search_path: session.search_path,
+                outside_transaction: false,
+            };
+            route_inner(shape, sql, normalized, map, &by_owners, parameters)
+        })
+        .unwrap_or(Route::Metadata)
 }
 
 #[cfg(test)]

@@ -49,6 +49,7 @@ fn cluster() -> ClusterMap {
                 column: "aid".into(),
                 encoding: KeyEncoding::Integer,
                 shards: ShardMap::new(7, entries).unwrap(),
+                reads: None,
             },
             columns: vec!["aid".into(), "bid".into(), "abalance".into()],
             filled_columns: filled.iter().map(|s| s.to_string()).collect(),
@@ -93,6 +94,7 @@ fn route_text(sql: &str) -> Route {
     let path = default_path("app");
     let session = Session {
         search_path: Some(&path),
+        outside_transaction: true,
     };
     let normalized = crate::router::lexer::normalize(sql);
     match analyze(&normalized.key) {
@@ -268,6 +270,7 @@ fn parameters_route_by_their_values() {
     let path = default_path("app");
     let session = Session {
         search_path: Some(&path),
+        outside_transaction: true,
     };
     let (node, shard) = shard_of(99);
     let text_value = [Some(bytes::Bytes::from_static(b"99"))];
@@ -453,6 +456,7 @@ fn text_keys_take_literals_as_written_only() {
                 column: "k".into(),
                 encoding: KeyEncoding::Text,
                 shards,
+                reads: None,
             },
             columns: vec!["k".into()],
             filled_columns: HashSet::new(),
@@ -462,6 +466,7 @@ fn text_keys_take_literals_as_written_only() {
     let path = default_path("app");
     let session = Session {
         search_path: Some(&path),
+        outside_transaction: true,
     };
     let route_of = |sql: &str| {
         let normalized = crate::router::lexer::normalize(sql);
@@ -499,9 +504,11 @@ fn a_relation_in_the_users_schema_shadows_public() {
     let (app_path, other_path) = (default_path("app"), default_path("other"));
     let as_app = Session {
         search_path: Some(&app_path),
+        outside_transaction: true,
     };
     let as_other = Session {
         search_path: Some(&other_path),
+        outside_transaction: true,
     };
     assert_eq!(
         route(&shape, sql, &normalized, &map, &as_app, None),
@@ -537,7 +544,10 @@ fn names_resolve_along_the_sessions_search_path() {
             sql,
             &normalized,
             &map,
-            &Session { search_path: path },
+            &Session {
+                search_path: path,
+                outside_transaction: true,
+            },
             None,
         )
     };
@@ -563,6 +573,7 @@ fn footprints_tell_what_the_metadata_node_would_touch() {
     let path = default_path("app");
     let session = Session {
         search_path: Some(&path),
+        outside_transaction: true,
     };
     let of = |sql: &str| footprint(&analyze(sql), &map, &session);
     let reference_only = Footprint {
@@ -595,4 +606,103 @@ fn footprints_tell_what_the_metadata_node_would_touch() {
     );
     assert_eq!(of("SELECT now()"), Footprint::default());
     assert_eq!(of("SAVEPOINT s"), Footprint::default());
+}
+
+/// Reads first: while a job's read routes send accounts' shard of aid 1
+/// to node 3, plain reads outside a transaction follow them; writes, row
+/// locks and statements of a transaction stay with the owner.
+#[test]
+fn plain_reads_on_their_own_follow_read_routes() {
+    let mut map = cluster();
+    let key = ("public".to_string(), "accounts".to_string());
+    let (owner_node, owner_shard) = shard_of(1);
+    let table = map.tables[&key].as_ref().clone();
+    let TableKind::Distributed {
+        column,
+        encoding,
+        shards,
+        ..
+    } = table.kind
+    else {
+        unreachable!()
+    };
+    let entries = shards
+        .entries()
+        .iter()
+        .map(|(range, placement)| {
+            let mut placement = placement.clone();
+            if placement.shard_id == owner_shard {
+                placement.node = 3;
+            }
+            (*range, placement)
+        })
+        .collect();
+    let reads = ShardMap::new(shards.version(), entries).unwrap();
+    map.tables.insert(
+        key,
+        Arc::new(Table {
+            kind: TableKind::Distributed {
+                column,
+                encoding,
+                shards,
+                reads: Some(reads),
+            },
+            ..table
+        }),
+    );
+    map.read_routes = true;
+    let path = default_path("app");
+    let node_of = |sql: &str, outside_transaction: bool| {
+        let session = Session {
+            search_path: Some(&path),
+            outside_transaction,
+        };
+        let normalized = crate::router::lexer::normalize(sql);
+        let Analysis::Routable(shape) = analyze(&normalized.key) else {
+            panic!("{sql} is not routable");
+        };
+        match route(&shape, sql, &normalized, &map, &session, None) {
+            Route::Worker { node, .. } => node,
+            other => panic!("{sql} routed to {other:?}"),
+        }
+    };
+    assert_eq!(
+        node_of("SELECT abalance FROM accounts WHERE aid = 1", true),
+        3
+    );
+    assert_eq!(
+        node_of("SELECT abalance FROM accounts WHERE aid = 1", false),
+        owner_node
+    );
+    assert_eq!(
+        node_of(
+            "SELECT abalance FROM accounts WHERE aid = 1 FOR UPDATE",
+            true
+        ),
+        owner_node
+    );
+    assert_eq!(
+        node_of("UPDATE accounts SET abalance = 1 WHERE aid = 1", true),
+        owner_node
+    );
+    // A join with a table the routes do not move goes by the owners' map.
+    assert_eq!(
+        node_of(
+            "SELECT h.mtime FROM accounts a JOIN history h ON h.aid = a.aid WHERE a.aid = 1",
+            true
+        ),
+        owner_node
+    );
+    // Other ranges are read where they are.
+    let mut other = 2;
+    while shard_of(other).1 == owner_shard {
+        other += 1;
+    }
+    assert_eq!(
+        node_of(
+            &format!("SELECT abalance FROM accounts WHERE aid = {other}"),
+            true
+        ),
+        shard_of(other).0
+    );
 }

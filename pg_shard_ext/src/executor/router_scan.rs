@@ -12,7 +12,7 @@ use super::moved_shards::{self, is_wrong_shard, locate, ShardTarget};
 use super::row_store::RowStore;
 use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
 use crate::error::{Result, ShardError};
-use crate::metadata::shard_lookup::latest_owner;
+use crate::metadata::shard_lookup::{latest_owner, reader_of};
 use crate::metadata::Node;
 use crate::transaction::connection::{NodeConnection, Planning};
 use crate::transaction::remote::{
@@ -31,6 +31,9 @@ pub(crate) struct RouterTask {
     pub(crate) shards: Vec<String>,
     pub(crate) map_version: i64,
     pub(crate) writes: bool,
+    /// A SELECT that neither writes nor locks rows: while a reads-first
+    /// job has switched its range's reads, it may run on the new copy.
+    pub(crate) plain_read: bool,
     /// Relations whose changes (a new map replaces partitions) invalidate
     /// the plan.
     pub(crate) relation_oids: Vec<pg_sys::Oid>,
@@ -65,8 +68,9 @@ const WRITES: usize = 6;
 /// type (empty otherwise).
 const PARAMETER: usize = 7;
 const PARAMETER_TYPE: usize = 8;
+const PLAIN_READ: usize = 9;
 /// Then the shard targets, three strings each ([`ShardTarget::encode`]).
-const TARGETS: usize = 9;
+const TARGETS: usize = 10;
 
 /// The plan of a routed statement: one router scan returning the
 /// statement's columns (its target list, or RETURNING list).
@@ -91,6 +95,7 @@ pub(crate) unsafe fn planned_statement(
         if task.writes { "t" } else { "f" }.to_string(),
         parameter,
         parameter_type,
+        if task.plain_read { "t" } else { "f" }.to_string(),
     ];
     private.extend(ShardTarget::encode(&task.targets));
     // SAFETY: as this function's.
@@ -177,6 +182,17 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         } else {
             (planned_node, planned_query.clone())
         };
+        // Reads first: a read that runs on its own goes where the map's
+        // read routes send it (a transaction's statements stay with its
+        // writes, and see them).
+        if field(PLAIN_READ) == "t"
+            && reads_on_their_own()
+            && crate::metadata::shard_lookup::has_read_routes()?
+        {
+            if let Some(found) = locate(&targets, parameter_id, &planned_query, reader_of)? {
+                (node, query) = found;
+            }
+        }
 
         // A cached plan run in a transaction that has since written over
         // postgres_fdw (see planner::router): replanned, for that path.
@@ -391,6 +407,14 @@ unsafe fn parameter_keyspace_id(
             crate::keyspace::key_to_keyspace_id((*value).value, ty)?.to_sql(),
         ))
     }
+}
+
+/// Whether a read now runs outside any transaction of several statements:
+/// not in a transaction block, and nothing of the transaction ran on the
+/// workers yet (an extended-protocol pipeline's earlier writes).
+fn reads_on_their_own() -> bool {
+    // SAFETY: reads the transaction state.
+    !unsafe { pg_sys::IsTransactionBlock() } && crate::transaction::remote::none_open()
 }
 
 /// The shard holding a keyspace id, from the router's cache of the map.

@@ -2,7 +2,8 @@
 //! emptied on every relcache invalidation: tables distributed, dropped or
 //! altered, partitions replaced): which tables are reference tables and
 //! where their copies are, and each distributed table's active shards with
-//! their ranges, nodes, tables and foreign partitions.
+//! their ranges, nodes, tables and foreign partitions; and the read
+//! routes of reads-first jobs (`pg_shard.read_route`).
 
 use super::Node;
 use crate::error::{Result, ShardError};
@@ -100,6 +101,87 @@ pub(crate) fn shard_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<Sh
             _ => None,
         }
     }))
+}
+
+/// Whether the map has read routes: a reads-first job sends the reads of
+/// a range to its new copy (`operations::reads_first`).
+pub(crate) fn has_read_routes() -> Result<bool> {
+    cache_read_routes()?;
+    Ok(CACHE.with(|cache| {
+        cache
+            .borrow()
+            .read_routes
+            .as_ref()
+            .is_some_and(|routes| !routes.is_empty())
+    }))
+}
+
+/// Where a read of `relid`'s `keyspace_id` goes: a read route's node and
+/// table when a reads-first job has one for it, else the active shard's
+/// (as [`shard_of`]); the table quoted.
+pub(crate) fn reader_of(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<(Node, String)>> {
+    cache_read_routes()?;
+    let routed = CACHE.with(|cache| {
+        cache.borrow().read_routes.as_ref().and_then(|routes| {
+            routes
+                .iter()
+                .find(|route| {
+                    route.relid == relid && (route.start..=route.end).contains(&keyspace_id)
+                })
+                .map(|route| (route.node.clone(), route.qualified.clone()))
+        })
+    });
+    if routed.is_some() {
+        return Ok(routed);
+    }
+    Ok(shard_of(relid, keyspace_id)?.map(|shard| (shard.node, shard.qualified)))
+}
+
+fn cache_read_routes() -> Result<()> {
+    if CACHE.with(|cache| cache.borrow().read_routes.is_some()) {
+        return Ok(());
+    }
+    let routes = crate::spi::connect(|client| {
+        let rows = client.select(
+            "SELECT r.table_rel::oid, n.node_id, n.host, n.port, \
+                    pg_catalog.quote_ident(r.shard_schema) || '.' || pg_catalog.quote_ident(r.shard_name), \
+                    r.range_start, r.range_end \
+             FROM pg_shard.read_route r JOIN pg_shard.node n USING (node_id)",
+            None,
+            &[],
+        )?;
+        let mut routes = Vec::new();
+        for row in rows {
+            let (Some(relid), Some(qualified), Some(start), Some(end)) = (
+                row.get::<pg_sys::Oid>(1)?,
+                row.get::<String>(5)?,
+                row.get::<i64>(6)?,
+                row.get::<i64>(7)?,
+            ) else {
+                continue;
+            };
+            routes.push(ReadRoute {
+                relid,
+                start,
+                end,
+                node: Node::from_row(&row, 2)?,
+                qualified,
+            });
+        }
+        Ok::<_, ShardError>(routes)
+    })?;
+    CACHE.with(|cache| cache.borrow_mut().read_routes = Some(routes));
+    Ok(())
+}
+
+/// A range of a table whose reads a reads-first job sends to its new copy.
+struct ReadRoute {
+    relid: pg_sys::Oid,
+    start: i64,
+    end: i64,
+    node: Node,
+    /// The new copy's table on `node`, quoted.
+    qualified: String,
 }
 
 /// The start of every range of `relid`'s shard groups with its active
@@ -235,6 +317,8 @@ struct RouterCache {
     references: HashMap<pg_sys::Oid, bool>,
     copies: HashMap<(pg_sys::Oid, i32), Option<String>>,
     shards: HashMap<pg_sys::Oid, Vec<(i64, i64, Shard)>>,
+    /// Every read route of the map (None: not read yet).
+    read_routes: Option<Vec<ReadRoute>>,
     /// Tables whose `shards` lack a placement's foreign partition: read
     /// again each time.
     incomplete: std::collections::HashSet<pg_sys::Oid>,

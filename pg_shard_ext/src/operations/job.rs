@@ -13,6 +13,9 @@ pub(crate) enum Phase {
     Copy,
     CatchUp,
     Verify,
+    /// A reads-first job: reads of the range go to the new copy, writes
+    /// stay, until the delay ends or `switch_writes`.
+    ReadsSwitched,
     Cutover,
     Cleanup,
     /// A move after its cleanup: the old copy receives the new owner's
@@ -28,13 +31,15 @@ pub(crate) enum Phase {
 
 impl Phase {
     /// The phases a move goes through when nothing fails, in order (it is
-    /// done after the last; a split skips reverse_replicating).
-    pub(crate) const FORWARD: [Phase; 9] = [
+    /// done after the last; a split skips reverse_replicating, a job not
+    /// asked to switch reads first skips reads_switched).
+    pub(crate) const FORWARD: [Phase; 10] = [
         Phase::Plan,
         Phase::CreateTarget,
         Phase::Copy,
         Phase::CatchUp,
         Phase::Verify,
+        Phase::ReadsSwitched,
         Phase::Cutover,
         Phase::Cleanup,
         Phase::ReverseReplicating,
@@ -52,6 +57,7 @@ impl Phase {
             Phase::Copy => "copy",
             Phase::CatchUp => "catch_up",
             Phase::Verify => "verify",
+            Phase::ReadsSwitched => "reads_switched",
             Phase::Cutover => "cutover",
             Phase::Cleanup => "cleanup",
             Phase::ReverseReplicating => "reverse_replicating",
@@ -81,6 +87,7 @@ impl Phase {
                 | Phase::Copy
                 | Phase::CatchUp
                 | Phase::Verify
+                | Phase::ReadsSwitched
                 | Phase::Cutover
         )
     }
@@ -265,12 +272,13 @@ impl Job {
 mod tests {
     use super::Phase;
 
-    const ALL: [Phase; 12] = [
+    const ALL: [Phase; 13] = [
         Phase::Plan,
         Phase::CreateTarget,
         Phase::Copy,
         Phase::CatchUp,
         Phase::Verify,
+        Phase::ReadsSwitched,
         Phase::Cutover,
         Phase::Cleanup,
         Phase::ReverseReplicating,
@@ -302,6 +310,7 @@ mod tests {
                 "copy",
                 "catch_up",
                 "verify",
+                "reads_switched",
                 "cutover",
                 "cleanup",
                 "reverse_replicating",

@@ -8,10 +8,10 @@
 //! (it checks what already exists), so a restarted runner resumes where the
 //! job's row says it was:
 //!
-//! plan → create_target → copy → catch_up → verify → catch_up → cutover →
-//! cleanup → reverse_replicating → drop_old → done (completed), or, by
-//! `revert_job` while reverse replication runs: reverting →
-//! revert_cleanup → done (reverted)
+//! plan → create_target → copy → catch_up → verify → catch_up →
+//! [reads_switched] → cutover → cleanup → reverse_replicating → drop_old →
+//! done (completed), or, by `revert_job` while reverse replication runs:
+//! reverting → revert_cleanup → done (reverted)
 //!
 //! * plan: record the names of everything the job will create; check that
 //!   replication can identify the rows.
@@ -26,6 +26,10 @@
 //! * verify ([`verification`]): once, source and copy compared at one
 //!   consistent point while replication goes on (row counts and checksums
 //!   per key range; a mismatch rolls back); then catch_up again.
+//! * reads_switched ([`reads_first`], only when the job was queued with
+//!   `switch_reads_first`): a map version routes the range's reads to the
+//!   new copy while writes stay; replication goes on until the writes are
+//!   due (`pg_shard.switch_writes_delay`, `pg_shard.switch_writes`).
 //! * cutover ([`moves`]): writes to the source wait on a lock while the
 //!   last of them reach the target (a marker row tells), the source
 //!   is retired, the target activated at the next map version, and the new
@@ -45,7 +49,8 @@
 //!
 //! Modules: [`runner`] (the launcher and job runner background workers, one
 //! step at a time), [`job`] (job rows and their [`job::Phase`]), [`moves`]
-//! and [`split`] (the phases), [`reverse`] (after a move's cutover:
+//! and [`split`] (the phases), [`reads_first`] (reads before writes),
+//! [`reverse`] (after a move's cutover:
 //! reverse replication and revert), [`group_shards`], [`replication`] and
 //! [`snapshot_copy`] (what both kinds share), [`node_access`] (a job's
 //! connections), [`shard_functions`] (the worker-side SQL functions a job
@@ -61,6 +66,7 @@ mod node_access;
 mod own_transaction;
 mod pacing;
 mod pause_clock;
+mod reads_first;
 mod replication;
 mod reverse;
 mod runner;

@@ -5,6 +5,7 @@ use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list,
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, run_on, shard_range, value_on, wal_insert_position};
 use super::pause_clock::{record_publish, PauseClock};
+use super::reads_first;
 use super::replication::{drop_replication, marker_table, replication_name, Link};
 use super::reverse;
 use super::settings::CUTOVER_LAG;
@@ -24,6 +25,7 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::Copy => copy(job, shards),
         Phase::CatchUp => catch_up(job, shards),
         Phase::Verify => super::verification::verify_move(job, shards),
+        Phase::ReadsSwitched => reads_switched(job, shards),
         Phase::Cutover => cutover(job, shards),
         Phase::Cleanup => {
             repoint_partitions(shards, &job.source, &job.target)?;
@@ -344,24 +346,56 @@ pub(crate) fn replication_state(
     Ok((lag, pending == 0))
 }
 
-pub(crate) fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+/// The forward replication's lag recorded in the job; true when every
+/// table has its copy and the lag is small enough for a cutover.
+fn caught_up(job: &Job, target: &mut Client) -> Result<bool> {
     let mut source = connect(&job.source)?;
-    let mut target = connect(&job.target)?;
-    let (lag, synced) = replication_state(job, &mut source, &mut target)?;
+    let (lag, synced) = replication_state(job, &mut source, target)?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
     )?;
-    if synced && lag.is_some_and(|lag| lag < CUTOVER_LAG) {
+    Ok(synced && lag.is_some_and(|lag| lag < CUTOVER_LAG))
+}
+
+pub(crate) fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    let mut target = connect(&job.target)?;
+    if caught_up(job, &mut target)? {
         // The reverse slot now, while nothing of the job holds a lock:
         // making a slot waits for the target's transactions in progress,
         // and one of them may wait for the cutover's lock.
         reverse::prepare(job, shards, &mut target)?;
-        // Verified once, at a point of this catch-up; then the cutover.
+        // Verified once, at a point of this catch-up; then the cutover
+        // (or first the reads).
         if super::verification::verified(job)? {
-            return Ok(Next::Phase(Phase::Cutover));
+            return Ok(Next::Phase(reads_first::after_catch_up(job)?));
         }
         return Ok(Next::Phase(Phase::Verify));
+    }
+    Ok(Next::Stay)
+}
+
+/// Reads of the range on the target, writes on the source
+/// ([`reads_first`]); the subscription keeps applying the source's writes.
+/// Every few seconds the lag is recorded (what the reads may miss) and
+/// the reverse slot moved up past the applied writes (so the target does
+/// not keep their WAL for the whole wait); a node that cannot be reached
+/// fails the step. Once the writes are due, the cutover follows when the
+/// lag is small.
+fn reads_switched(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    if reads_first::switch_reads(job)? {
+        return Ok(Next::Stay);
+    }
+    let due = reads_first::writes_due(job)?;
+    if !due && !reads_first::replication_check_due(job)? {
+        return Ok(Next::Stay);
+    }
+    let mut target = connect(&job.target)?;
+    let caught_up = caught_up(job, &mut target)?;
+    reverse::prepare(job, shards, &mut target)?;
+    reverse::skip_ahead(job, &mut target)?;
+    if due && caught_up {
+        return Ok(Next::Phase(Phase::Cutover));
     }
     Ok(Next::Stay)
 }
@@ -394,6 +428,8 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut target = connect(&job.target)?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
+    // (Published with the new map, in this step's transaction.)
+    reads_first::forget_routes(job)?;
     let mut pause = PauseClock::start();
     let lock_holder =
         forward.freeze_and_drain(job, &tables, (&mut source, &mut target), &mut pause)?;
@@ -502,6 +538,9 @@ pub(crate) fn drop_old(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 }
 
 pub(crate) fn rollback(job: &Job, shards: &[GroupShard]) -> Result<Next> {
+    if reads_first::unpublish(job)? {
+        return Ok(Next::Stay);
+    }
     snapshot_copy::release_snapshot();
     drop_replication(job)?;
     drop_shard_tables(&job.target, shards, " AND state = 'frozen' AND epoch = 0")?;

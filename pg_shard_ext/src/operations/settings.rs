@@ -38,6 +38,10 @@ pub(crate) const VERIFY_LOCK_WAIT: &str = "200ms";
 /// cutover (recorded per job when it is queued).
 static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// Seconds a reads-first job serves the range's reads from its new copy
+/// before it switches writes (recorded per job when it is queued).
+static SWITCH_WRITES_DELAY: GucSetting<i32> = GucSetting::<i32>::new(300);
+
 /// MB/s the initial copy of a move or split may read (0: no limit),
 /// recorded per job when it is queued.
 static COPY_RATE_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(32);
@@ -61,6 +65,16 @@ pub(crate) fn register_gucs() {
         c"Seconds the old shard tables of a move are kept on the source after the cutover.",
         c"Read when pg_shard.move_shard() queues the job.",
         &DROP_DELAY,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.switch_writes_delay",
+        c"Seconds a reads-first move or split routes reads to the new copy before it switches writes.",
+        c"Read when the job is queued; pg_shard.switch_writes(job_id) ends the wait sooner.",
+        &SWITCH_WRITES_DELAY,
         0,
         i32::MAX,
         GucContext::Userset,

@@ -177,6 +177,12 @@ pub(super) unsafe fn plan(
             shards: names,
             map_version,
             writes: (*parse).commandType != CMD_SELECT || (*parse).hasModifyingCTE,
+            plain_read: (*parse).commandType == CMD_SELECT
+                && !(*parse).hasModifyingCTE
+                && found
+                    .queries
+                    .iter()
+                    .all(|&level| (*level).rowMarks.is_null()),
             by_parameter: parameter,
             targets,
             relation_oids,

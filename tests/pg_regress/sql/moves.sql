@@ -98,6 +98,13 @@ SELECT state, phase FROM pg_shard.jobs WHERE job_id = :kept_job;
 -- then it is over: nothing to complete, nothing to revert
 SELECT pg_shard.complete_job(:kept_job);
 SELECT pg_shard.revert_job(:kept_job);
+-- switch_writes: only for a reads-first job waiting with its reads
+-- switched; a bad call changes nothing
+SELECT pg_shard.switch_writes(999999);
+SELECT pg_shard.switch_writes(:kept_job);
+SELECT pg_shard.move_shard(:kept_shard, :kept_target, switch_reads_first => NULL);
+SELECT pg_shard.split_shard(:kept_shard, switch_reads_first => NULL);
+SELECT count(*) AS routes FROM pg_shard.read_route;
 \c :kept_source_dsn
 SELECT count(*) AS old_copies FROM pg_shard.local_shard WHERE shard_id = :kept_shard;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'

@@ -12,6 +12,7 @@ use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::pacing;
 use crate::operations::pause_clock::{record_publish, PauseClock};
+use crate::operations::reads_first;
 use crate::operations::replication::{drop_replication, lock_for_cutover, marker_table, Link};
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
@@ -29,6 +30,10 @@ const CAUGHT_UP: i64 = 3_000;
 /// recorded.
 const STEP_TIME: Duration = Duration::from_secs(1);
 
+/// While the halves serve reads (reads first): the pause between apply
+/// rounds that found little to apply.
+const APPLY_PAUSE: Duration = Duration::from_millis(50);
+
 /// Runs one step of a split job.
 pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     // The plan makes the halves the other phases read.
@@ -42,6 +47,7 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::Copy => copy(job, &tables),
         Phase::CatchUp => catch_up(job, &tables),
         Phase::Verify => super::verify::verify_split(job, &tables),
+        Phase::ReadsSwitched => reads_switched(job, &tables),
         Phase::Cutover => cutover(job, &tables),
         Phase::Cleanup => {
             replace_partitions(job, &tables)?;
@@ -313,12 +319,47 @@ fn copy_pages(
 }
 
 fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    if apply_for_a_step(job, tables, false)? {
+        // Verified once, at a point of this catch-up; then the cutover
+        // (or first the reads).
+        if crate::operations::verification::verified(job)? {
+            return Ok(Next::Phase(reads_first::after_catch_up(job)?));
+        }
+        return Ok(Next::Phase(Phase::Verify));
+    }
+    Ok(Next::Stay)
+}
+
+/// Reads of the range on the halves, writes on the source
+/// ([`reads_first`]): the job keeps applying the source's writes to the
+/// halves, and once the writes are due and the halves caught up, the
+/// cutover follows.
+fn reads_switched(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    if reads_first::switch_reads(job)? {
+        return Ok(Next::Stay);
+    }
+    if apply_for_a_step(job, tables, true)? && reads_first::writes_due(job)? {
+        return Ok(Next::Phase(Phase::Cutover));
+    }
+    Ok(Next::Stay)
+}
+
+/// Applies the source's changes to the halves for up to a step's time (or
+/// until the source's pacing asks to wait), records the lag; true when
+/// the halves are nearly caught up. `whole_step`: go on applying what
+/// comes in for the whole step once caught up (the halves serve reads;
+/// one connection per step rather than per round).
+fn apply_for_a_step(job: &Job, tables: &[SplitTable], whole_step: bool) -> Result<bool> {
     let ranges = Ranges::load(job)?;
     let mut node = apply::connection(job)?;
     let started = Instant::now();
     let caught_up = loop {
         let read = apply_round(job, tables, &ranges, &mut node, None)?;
         if read < CAUGHT_UP {
+            if whole_step && started.elapsed() < STEP_TIME {
+                std::thread::sleep(APPLY_PAUSE);
+                continue;
+            }
             break true;
         }
         // Much left to apply: paced like the copy.
@@ -333,14 +374,7 @@ fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     )?;
     // (The lag counts all of the node's WAL, the halves' own included: it
     // is shown, not used.)
-    if caught_up {
-        // Verified once, at a point of this catch-up; then the cutover.
-        if crate::operations::verification::verified(job)? {
-            return Ok(Next::Phase(Phase::Cutover));
-        }
-        return Ok(Next::Phase(Phase::Verify));
-    }
-    Ok(Next::Stay)
+    Ok(caught_up)
 }
 
 /// The split's cutover: writes to the source wait on a lock while the job
@@ -363,6 +397,8 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         now,
         "the writes before the cutover were",
     )?;
+    // (Published with the new map, in this step's transaction.)
+    reads_first::forget_routes(job)?;
     let mut pause = PauseClock::start();
     let mut lock_holder = lock_for_cutover(&job.source, &sources)?;
     pause.mark("locked");
@@ -514,6 +550,9 @@ fn replace_partitions(job: &Job, tables: &[SplitTable]) -> Result<()> {
 }
 
 fn rollback(job: &Job, tables: &[SplitTable]) -> Result<Next> {
+    if reads_first::unpublish(job)? {
+        return Ok(Next::Stay);
+    }
     release_snapshot();
     drop_replication(job)?;
     let halves: Vec<GroupShard> = tables
