@@ -6,7 +6,8 @@
 # (copy rate unlimited, the default 32 MB/s, 8 MB/s) and then splits. Reports
 # each job's duration, bytes copied and MB/s, and the pgbench latency while
 # it copied and while it ran (the longest transaction contains the write
-# pause) against the 5 s before it, with failures and the balance invariant;
+# pause) against the 5 s before it, the transactions that overlapped the
+# cutover's pause (count and longest), with failures and the balance invariant;
 # then the steps of each cutover and each verification, a revert's duration
 # and pause, and the copy's own MB/s for a 150 MB shard on the idle cluster.
 #
@@ -82,8 +83,8 @@ for scenario in "${scenarios[@]}"; do
 done
 wait "$bench"
 echo "pgbench scale $scale, pgbench -N through the coordinator (8 clients); the shard group of aid 1 (accounts and history)"
-printf '%-6s %-11s %-6s %8s %10s %6s %8s %9s   %-22s %-22s %-22s\n' job kind limit seconds "MB copied" "MB/s" \
-    "copy+c-u" "copy MB/s" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max"
+printf '%-6s %-11s %-6s %8s %10s %6s %8s %9s   %-22s %-22s %-22s %-16s\n' job kind limit seconds "MB copied" "MB/s" \
+    "copy+c-u" "copy MB/s" "before: p50/p99/max" "copy: p50/p99/max" "job: p50/p99/max" "pause: n/max"
 for i in "${!jobs[@]}"; do
     job=${jobs[$i]}
     read -r kind rate <<<"${scenarios[$i]}"
@@ -98,6 +99,22 @@ for i in "${!jobs[@]}"; do
         round((bytes_copied / 1e6 / extract(epoch FROM (resources->>'copied_at')::timestamptz
                                                - (resources->'phase_times'->>'copy')::timestamptz))::numeric, 1)
         FROM pg_shard.job WHERE job_id = $job")"
+    # The cutover's pause (a revert's, for the revert): from its lock to its
+    # publish, which commits as the job enters its next phase.
+    read -r pause_from pause_to <<<"$(meta -F ' ' -c "SELECT
+        extract(epoch FROM t) - (p->>'published')::float8 / 1000, extract(epoch FROM t)
+        FROM pg_shard.job j, LATERAL (SELECT CASE WHEN j.phase = 'reverted' THEN j.resources->'revert_ms'
+                                                 ELSE j.resources->'cutover_ms' END AS p,
+                                            (j.resources->'phase_times'->>CASE WHEN j.phase = 'reverted'
+                                                 THEN 'revert_cleanup' ELSE 'cleanup' END)::timestamptz AS t) x
+        WHERE job_id = $job")"
+    # Transactions that overlapped the pause: their count and the longest.
+    overlapping() {
+        cat "$scratch"/tx.* | awk -v from="$1" -v to="$2" '{ end = $5 + $6 / 1e6; start = end - $3 / 1e6
+                if (start < to && end > from) { n++; if ($3 > max) max = $3 } }
+            END { printf "%d/%.0f ms", n, max / 1000 }'
+    }
+    paused=$(overlapping "$pause_from" "$pause_to")
     # pgbench's log: field 3 the latency (µs), fields 5-6 the end time (s, µs).
     window() {
         cat "$scratch"/tx.* | awk -v from="$1" -v to="$2" '{ t = $5 + $6 / 1e6; if (t >= from && t <= to) print $3 }' |
@@ -107,9 +124,9 @@ for i in "${!jobs[@]}"; do
     during=$(window "$started" "$(awk "BEGIN {printf \"%.6f\", $finished + 1}")")
     before=$(window "$(awk "BEGIN {printf \"%.6f\", $started - 5}")" "$started")
     copying=$(window "$copy_from" "$copy_to")
-    printf '%-6s %-11s %-6s %8.2f %10.1f %6.1f %8.2f %9s   %-22s %-22s %-22s\n' "$job" "$kind:$state" "$rate" "$duration" \
+    printf '%-6s %-11s %-6s %8.2f %10.1f %6.1f %8.2f %9s   %-22s %-22s %-22s %-16s\n' "$job" "$kind:$state" "$rate" "$duration" \
         "$(awk "BEGIN {print $bytes / 1e6}")" "$(awk "BEGIN {print $bytes / 1e6 / $duration}")" \
-        "$(awk "BEGIN {print $copy_to - $copy_from}")" "$copy_rate" "$before" "$copying" "$during"
+        "$(awk "BEGIN {print $copy_to - $copy_from}")" "$copy_rate" "$before" "$copying" "$during" "$paused"
 done
 # Where each job's pause went (ms from the cutover's lock to each step; the
 # map is public when the runner commits right after "published") and its

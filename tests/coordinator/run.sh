@@ -348,7 +348,7 @@ check "...the right one logs in" test "$via_right" = "sp_secure"
 on_metadata -q -c "DROP ROLE sp_secure"
 # Passthrough logins reach the metadata node over TCP; the coordinator's
 # pooled connections there use the node's socket all the same (its map
-# listeners stay on TCP). Ports of this coordinator's TCP connections to the
+# listeners and loaders stay on TCP). Ports of this coordinator's TCP connections to the
 # node, against the ports of the node's TCP sessions that are not listeners.
 for _ in 1 2 3; do via -Atc "SELECT count(*) FROM pg_catalog.pg_class" >/dev/null; done
 sleep 0.5
@@ -357,7 +357,7 @@ coordinator_ports=$(ss -tnpH state established "( dport = :$PGSHARD_BASE_PORT )"
     grep "pid=$(cat "$cluster_dir/coordinator.pid")," | awk '{print $3}' | sed 's/.*://' | sort)
 session_ports=$(on_metadata -Atc "SELECT client_port FROM pg_catalog.pg_stat_activity
     WHERE client_addr IS NOT NULL AND pid <> pg_catalog.pg_backend_pid()
-      AND application_name <> 'pg_shard_coordinator listener'" | sort)
+      AND application_name NOT IN ('pg_shard_coordinator listener', 'pg_shard_coordinator map')" | sort)
 over_tcp=$(comm -12 <(echo "$coordinator_ports") <(echo "$session_ports") | grep -c . || true)
 check "passthrough: pooled connections to the metadata node use its socket ($over_tcp over TCP)" \
     test "$over_tcp" = 0 -a -n "$coordinator_ports"
@@ -452,9 +452,9 @@ on_node 28320 -d postgres -c "DROP DATABASE IF EXISTS cr_idle" -c "CREATE DATABA
     --server-socket-dir "$cluster_dir" >"$cluster_dir/coordinator4.log" 2>&1 &
 fourth_pid=$!
 sleep 0.5
-pooled_in_idle_db() { # server sessions in cr_idle other than map listeners
+pooled_in_idle_db() { # server sessions in cr_idle other than the map's listener and loader
     on_node 28320 -d postgres -Atc "SELECT count(*) FROM pg_stat_activity WHERE datname = 'cr_idle'
-                                    AND application_name <> 'pg_shard_coordinator listener'"
+                                    AND application_name NOT IN ('pg_shard_coordinator listener', 'pg_shard_coordinator map')"
 }
 clients=()
 for _ in 1 2 3; do

@@ -97,8 +97,9 @@ pub struct ClusterMap {
     pub nodes: HashMap<NodeId, Node>,
     /// By (schema, name).
     pub tables: HashMap<(String, String), Arc<Table>>,
-    /// Functions of pg_catalog: calls to them can run on any node.
-    pub catalog_functions: HashSet<String>,
+    /// Functions of pg_catalog: calls to them can run on any node (read
+    /// on a first load and kept by the reloads that follow a version).
+    pub catalog_functions: Arc<HashSet<String>>,
     /// Other relations named like a distributed or reference table, by
     /// (schema, name): one in the user's own schema shadows `public`.
     pub same_names: HashSet<(String, String)>,
@@ -203,6 +204,14 @@ pub struct DatabaseMap {
     user: String,
     password: Option<String>,
     metrics: Arc<Metrics>,
+    /// The catalog connection loads reuse (a new one costs a server
+    /// process's start, in the write pause of a shard move); None: the
+    /// next load connects. Let go whenever the listener is (the database
+    /// must be free, or its name may mean another one now).
+    catalog: std::sync::Mutex<Option<tokio_postgres::Client>>,
+    /// Woken each time a map is loaded (statements waiting for a newer
+    /// one, [`DatabaseMap::loaded`]).
+    loads: tokio::sync::Notify,
 }
 
 impl DatabaseMap {
@@ -223,8 +232,55 @@ impl DatabaseMap {
         self.load_locked().await
     }
 
-    /// Loads the map and makes it current (the caller holds reload_lock).
-    async fn load_locked(&self) -> Result<Arc<ClusterMap>, MapError> {
+    /// Completes at the next load of the map (made before looking at the
+    /// current one, it misses none).
+    pub fn loaded(&self) -> tokio::sync::futures::Notified<'_> {
+        self.loads.notified()
+    }
+
+    /// Reloads if the metadata node's map version is past `seen_version`
+    /// (a cheap question first: a statement refused during a move's
+    /// cutover asks until the new map is there).
+    /// While another task reads the map (or asks its version), this one
+    /// does not queue to ask again: it returns the map in hand, and its
+    /// caller waits for that read ([`DatabaseMap::loaded`]).
+    pub async fn reload_if_newer(&self, seen_version: i64) -> Result<Arc<ClusterMap>, MapError> {
+        let Ok(_guard) = self.reload_lock.try_lock() else {
+            return Ok(self.current());
+        };
+        let current = self.current();
+        if current.version > seen_version {
+            return Ok(current);
+        }
+        let (client, renewals) = self.catalog_client().await?;
+        let version = client
+            .query_one(
+                "SELECT coalesce((SELECT version FROM pg_shard.map_state), 0)",
+                &[],
+            )
+            .await;
+        self.keep_catalog_client(client, renewals);
+        match version {
+            Ok(row) if row.get::<_, i64>(0) <= current.version && !current.tables.is_empty() => {
+                Ok(current)
+            }
+            _ => self.load_locked().await,
+        }
+    }
+
+    /// The kept catalog connection, or a new one; with the listener's
+    /// renewal count when it was taken.
+    async fn catalog_client(&self) -> Result<(tokio_postgres::Client, u64), MapError> {
+        let renewals = self.listener.borrow().renewals;
+        let kept = self
+            .catalog
+            .lock()
+            .ok()
+            .and_then(|mut kept| kept.take())
+            .filter(|client| !client.is_closed());
+        if let Some(client) = kept {
+            return Ok((client, renewals));
+        }
         let (client, connection) = connect_catalog(
             &self.metadata,
             &self.user,
@@ -233,16 +289,50 @@ impl DatabaseMap {
             "pg_shard_coordinator map",
         )
         .await?;
-        let task = tokio::spawn(connection);
-        let loaded = load(&client).await;
-        drop(client);
-        let _ = task.await;
+        tokio::spawn(connection);
+        Ok((client, renewals))
+    }
+
+    /// Keeps the catalog connection for the next load, unless the database
+    /// must be free or its name was renewed since it was taken.
+    fn keep_catalog_client(&self, client: tokio_postgres::Client, renewals: u64) {
+        let state = *self.listener.borrow();
+        if state.holds == 0 && state.renewals == renewals && !client.is_closed() {
+            if let Ok(mut kept) = self.catalog.lock() {
+                *kept = Some(client);
+            }
+        }
+    }
+
+    /// Lets the kept catalog connection go (it closes).
+    fn drop_catalog_client(&self) {
+        if let Ok(mut kept) = self.catalog.lock() {
+            kept.take();
+        }
+    }
+
+    /// Loads the map and makes it current (the caller holds reload_lock).
+    /// The catalog's functions are read again only when `functions_again`
+    /// or none are known.
+    async fn load_locked(&self) -> Result<Arc<ClusterMap>, MapError> {
+        self.load_locked_with(false).await
+    }
+
+    async fn load_locked_with(&self, functions_again: bool) -> Result<Arc<ClusterMap>, MapError> {
+        let (client, renewals) = self.catalog_client().await?;
+        let known = self.current().catalog_functions.clone();
+        let functions = (!functions_again && !known.is_empty()).then_some(known);
+        let loaded = load(&client, functions).await;
+        if loaded.is_ok() {
+            self.keep_catalog_client(client, renewals);
+        }
         let map = Arc::new(loaded?);
         self.metrics.map_reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(database = %self.database, version = map.version, tables = map.tables.len(), "shard map loaded");
         if let Ok(mut current) = self.current.write() {
             *current = map.clone();
         }
+        self.loads.notify_waiters();
         Ok(map)
     }
 }
@@ -251,6 +341,7 @@ impl DatabaseMap {
     /// Keeps the map listener off the database until the hold is dropped.
     pub fn hold_listener(self: &Arc<Self>) -> ListenerHold {
         self.listener.send_modify(|state| state.holds += 1);
+        self.drop_catalog_client();
         ListenerHold(self.clone())
     }
 
@@ -272,7 +363,7 @@ impl DatabaseMap {
                 return;
             }
         }
-        if let Err(e) = self.load_locked().await {
+        if let Err(e) = self.load_locked_with(true).await {
             if e.metadata_unreachable() {
                 tracing::warn!(database = %self.database, error = %e, "shard map reload failed; the map in hand stays");
                 return;
@@ -338,6 +429,7 @@ impl Maps {
                 *current = Arc::new(ClusterMap::default());
             }
             map.listener.send_modify(|state| state.renewals += 1);
+            map.drop_catalog_client();
         }
     }
 
@@ -420,6 +512,8 @@ impl Maps {
                         user: self.user.clone(),
                         password: self.password.clone(),
                         metrics: self.metrics.clone(),
+                        catalog: std::sync::Mutex::new(None),
+                        loads: tokio::sync::Notify::new(),
                     });
                     databases.insert(database.to_owned(), map.clone());
                     (map, true)
@@ -576,51 +670,45 @@ async fn report_load(
     reporting.store(false, std::sync::atomic::Ordering::Release);
 }
 
-async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
+/// Reads the map; `functions`: the catalog's functions as known already
+/// (None: read them too).
+async fn load(
+    client: &tokio_postgres::Client,
+    functions: Option<Arc<HashSet<String>>>,
+) -> Result<ClusterMap, MapError> {
     let mut map = ClusterMap::default();
-    for row in client
-        .query(
-            "SELECT p.proname::text FROM pg_catalog.pg_proc p \
-             WHERE p.pronamespace = 'pg_catalog'::regnamespace",
-            &[],
-        )
-        .await?
-    {
-        map.catalog_functions.insert(row.get(0));
-    }
+    map.catalog_functions = match functions {
+        Some(functions) => functions,
+        None => Arc::new(
+            client
+                .query(
+                    "SELECT p.proname::text FROM pg_catalog.pg_proc p \
+                     WHERE p.pronamespace = 'pg_catalog'::regnamespace",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|row| row.get(0))
+                .collect(),
+        ),
+    };
     let installed = client.query_opt(EXTENSION_INSTALLED, &[]).await?;
     if installed.is_none() {
         return Ok(map);
     }
-    // One snapshot for the whole map.
+    // One snapshot for the whole map, its queries sent together (each
+    // would otherwise cost two round trips: a map is read while writers
+    // wait for it at a shard move's cutover).
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await?;
-    map.version = client
-        .query_one("SELECT version FROM pg_shard.map_state", &[])
-        .await?
-        .get(0);
-    for row in client
-        .query(
+    let (version, nodes, tables, placements, read_route_table, same_names) = tokio::try_join!(
+        client.query_one("SELECT version FROM pg_shard.map_state", &[]),
+        client.query(
             "SELECT node_id, host, port FROM pg_shard.node WHERE state = 'active'",
             &[],
-        )
-        .await?
-    {
-        let id: i32 = row.get(0);
-        let port: i32 = row.get(2);
-        map.nodes.insert(
-            id,
-            Node {
-                address: ServerAddress {
-                    host: row.get(1),
-                    port: port as u16,
-                },
-            },
-        );
-    }
-    let tables = client
-        .query(
+        ),
+        client.query(
             "SELECT t.table_rel::oid, n.nspname::text, c.relname::text, t.kind, t.dist_column, \
                     t.colocation_id, g.key_encoding, \
                     ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
@@ -637,10 +725,8 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_shard.colocation_group g ON g.colocation_id = t.colocation_id",
             &[],
-        )
-        .await?;
-    let placements = client
-        .query(
+        ),
+        client.query(
             "SELECT s.table_rel::oid, s.shard_id, s.shard_schema, s.shard_name, \
                     sg.range_start, sg.range_end, p.node_id, p.state, sg.shard_group_id \
              FROM pg_shard.shard s \
@@ -649,17 +735,23 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
              WHERE p.state <> 'retired' \
              ORDER BY p.state = 'active' DESC",
             &[],
-        )
-        .await?;
-    // (A metadata node of an older pg_shard has no read routes.)
-    let read_routes = if client
-        .query_one(
+        ),
+        // (A metadata node of an older pg_shard has no read routes.)
+        client.query_one(
             "SELECT pg_catalog.to_regclass('pg_shard.read_route') IS NOT NULL",
             &[],
-        )
-        .await?
-        .get(0)
-    {
+        ),
+        client.query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relname IN (SELECT t.relname FROM pg_catalog.pg_class t \
+                                 WHERE t.oid IN (SELECT table_rel FROM pg_shard.logical_table)) \
+               AND c.oid NOT IN (SELECT table_rel FROM pg_shard.logical_table) \
+               AND c.relkind IN ('r', 'v', 'm', 'f', 'p', 'S')",
+            &[],
+        ),
+    )?;
+    let read_routes = if read_route_table.get(0) {
         client
             .query(
                 "SELECT r.table_rel::oid, r.shard_id, r.shard_schema, r.shard_name, \
@@ -671,22 +763,25 @@ async fn load(client: &tokio_postgres::Client) -> Result<ClusterMap, MapError> {
     } else {
         Vec::new()
     };
-    map.read_routes = !read_routes.is_empty();
-    for row in client
-        .query(
-            "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
-             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-             WHERE c.relname IN (SELECT t.relname FROM pg_catalog.pg_class t \
-                                 WHERE t.oid IN (SELECT table_rel FROM pg_shard.logical_table)) \
-               AND c.oid NOT IN (SELECT table_rel FROM pg_shard.logical_table) \
-               AND c.relkind IN ('r', 'v', 'm', 'f', 'p', 'S')",
-            &[],
-        )
-        .await?
-    {
+    client.batch_execute("COMMIT").await?;
+    map.version = version.get(0);
+    for row in nodes {
+        let id: i32 = row.get(0);
+        let port: i32 = row.get(2);
+        map.nodes.insert(
+            id,
+            Node {
+                address: ServerAddress {
+                    host: row.get(1),
+                    port: port as u16,
+                },
+            },
+        );
+    }
+    for row in same_names {
         map.same_names.insert((row.get(0), row.get(1)));
     }
-    client.batch_execute("COMMIT").await?;
+    map.read_routes = !read_routes.is_empty();
 
     type Ranges = Vec<(KeyRange, ShardPlacement)>;
     let mut ranges: HashMap<u32, Ranges> = HashMap::new();

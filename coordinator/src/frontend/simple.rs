@@ -484,11 +484,13 @@ impl Session {
         // During a shard move's cutover the old owner refuses before the
         // new map is published: wait (a little longer each time) for a
         // newer map, so that the retry finds the new owner. NOTIFY usually
-        // brings it first.
+        // brings it first: a load (the listener's, or another session's)
+        // ends the wait at once.
         let deadline = Instant::now() + WRONG_SHARD_WAIT;
-        let mut pause = Duration::from_millis(5);
+        let mut pause = Duration::from_millis(2);
         loop {
-            match self.map.reload(map.version).await {
+            let loaded = self.map.loaded();
+            match self.map.reload_if_newer(map.version).await {
                 Ok(newer) if newer.version > map.version => return,
                 Ok(_) => {}
                 Err(e) => {
@@ -499,8 +501,11 @@ impl Session {
             if Instant::now() + pause > deadline {
                 return;
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = loaded => {}
+            }
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
 }

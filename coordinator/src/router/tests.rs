@@ -82,10 +82,12 @@ fn cluster() -> ClusterMap {
             generated_columns: HashSet::new(),
         }),
     );
-    map.catalog_functions = ["now", "lower", "nextval", "count", "set_config"]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    map.catalog_functions = Arc::new(
+        ["now", "lower", "nextval", "count", "set_config"]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+    );
     map
 }
 

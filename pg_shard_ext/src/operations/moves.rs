@@ -426,13 +426,20 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     // would count in the pause.
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
+    let lock_holder = connect(&job.source)?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
     // (Published with the new map, in this step's transaction.)
     reads_first::forget_routes(job)?;
+    forward.drain_unlocked(job, (&mut source, &mut target))?;
     let mut pause = PauseClock::start();
-    let lock_holder =
-        forward.freeze_and_drain(job, &tables, (&mut source, &mut target), &mut pause)?;
+    let lock_holder = forward.freeze_and_drain(
+        job,
+        (&tables, &ids),
+        lock_holder,
+        (&mut source, &mut target),
+        &mut pause,
+    )?;
     let reverse_from = wal_insert_position(&job.target, &mut target)?;
     let published = forward.hand_over(job, lock_holder, &ids, &mut target, &mut pause)?;
     record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;

@@ -26,6 +26,12 @@ impl PauseClock {
         self.steps.push((step, (ms * 10.0).round() / 10.0));
     }
 
+    /// `step` was done at `at` (on another thread).
+    pub(crate) fn mark_at(&mut self, step: &'static str, at: Instant) {
+        let ms = at.saturating_duration_since(self.started).as_secs_f64() * 1000.0;
+        self.steps.push((step, (ms * 10.0).round() / 10.0));
+    }
+
     fn as_json(&self) -> String {
         let fields: Vec<String> = self
             .steps

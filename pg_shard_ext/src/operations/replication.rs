@@ -60,6 +60,17 @@ impl<'a> Link<'a> {
         }
     }
 
+    /// What the subscriber's shards were before a cutover activated them:
+    /// forward, the new copy (frozen at epoch 0, what a rollback drops);
+    /// reverse, the old copy (retired).
+    fn subscriber_shards_before(&self) -> &'static str {
+        if self.marker_bit == 0 {
+            "state = 'frozen', epoch = 0"
+        } else {
+            "state = 'retired'"
+        }
+    }
+
     /// Makes sure the publication (of `tables`) and the slot exist.
     pub(crate) fn publish_and_reserve_slot(
         &self,
@@ -227,32 +238,54 @@ impl<'a> Link<'a> {
         )
     }
 
+    /// Before a cutover's lock: a marker row written and awaited on the
+    /// subscriber, so that the apply has caught up to a moment ago and the
+    /// drain under the lock only waits for the writes since.
+    pub(crate) fn drain_unlocked(
+        &self,
+        job: &Job,
+        (publisher, subscriber): (&mut Client, &mut Client),
+    ) -> Result<()> {
+        let marker = self.insert_marker(job, publisher)?;
+        self.wait_for_marker(job, subscriber, marker)
+    }
+
     /// The first half of a cutover in this direction: the publisher's
-    /// `tables` locked EXCLUSIVE in a transaction of the returned
-    /// connection (writers wait, readers go on), a marker row written and
-    /// awaited on the subscriber (every write before the lock is there).
+    /// `tables` locked EXCLUSIVE in a transaction of `lock_holder` (a
+    /// connection made before the pause), returned (writers wait, readers
+    /// go on), and its shards `ids` retired in that transaction (it commits
+    /// in [`Link::hand_over`]); a marker row written and awaited on the
+    /// subscriber (every write before the lock is there).
     pub(crate) fn freeze_and_drain(
         &self,
         job: &Job,
-        tables: &[String],
+        (tables, ids): (&[String], &str),
+        mut lock_holder: Client,
         (publisher, subscriber): (&mut Client, &mut Client),
         pause: &mut PauseClock,
     ) -> Result<Client> {
-        let lock_holder = lock_for_cutover(self.publisher, tables)?;
+        lock_for_cutover(self.publisher, &mut lock_holder, tables)?;
         pause.mark("locked");
+        run_on(
+            self.publisher,
+            &mut lock_holder,
+            &format!("UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids})"),
+        )?;
         let marker = self.insert_marker(job, publisher)?;
         self.wait_for_marker(job, subscriber, marker)?;
         pause.mark("drained");
         Ok(lock_holder)
     }
 
-    /// The second half of a cutover in this direction: the publisher's
-    /// shards `ids` retired in the lock's transaction, which commits (the
+    /// The second half of a cutover in this direction: the lock's
+    /// transaction, which retired the publisher's shards `ids`, commits (the
     /// writers that waited are refused with WrongShard and look for the new
-    /// map); then the subscriber's shards activated at the next map
-    /// version, the group's placement moved to the subscriber and the
-    /// version published, in the runner's transaction (the version's row
-    /// stays locked until it commits). Returns the published version.
+    /// map), and at the same time the subscriber's shards activated at the
+    /// next map version (no router declares it before it is published: the
+    /// subscriber refuses older ones); then the group's placement moved to
+    /// the subscriber and the version published, in the runner's
+    /// transaction (the version's row stays locked until it commits).
+    /// Returns the published version.
     pub(crate) fn hand_over(
         &self,
         job: &Job,
@@ -261,27 +294,52 @@ impl<'a> Link<'a> {
         subscriber: &mut Client,
         pause: &mut PauseClock,
     ) -> Result<i64> {
-        run_on(
-            self.publisher,
-            &mut lock_holder,
-            &format!(
-                "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids});\nCOMMIT"
-            ),
-        )?;
-        pause.mark("retired");
         let version = crate::metadata::catalog::write_returning::<i64>(
             "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
             &[],
         )?
         .unwrap_or(1);
-        run_on(
-            self.subscriber,
-            subscriber,
-            &format!(
-                "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
-            ),
-        )?;
-        pause.mark("activated");
+        // Both commits at once, each on its own thread (they only talk to
+        // the nodes; the runner's own work stays on this one).
+        let activate = format!(
+            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
+        );
+        let ((retired, retired_at), (activated, activated_at)) = std::thread::scope(|scope| {
+            let retiring = scope.spawn(|| {
+                let retired = run_on(self.publisher, &mut lock_holder, "COMMIT");
+                (retired, Instant::now())
+            });
+            let activated = run_on(self.subscriber, subscriber, &activate);
+            let activated_at = Instant::now();
+            let retired = retiring.join().unwrap_or_else(|_| {
+                (
+                    Err(ShardError::JobPanicked(
+                        "the retire's thread panicked".into(),
+                    )),
+                    Instant::now(),
+                )
+            });
+            (retired, (activated, activated_at))
+        });
+        if let Err(e) = retired {
+            // The publisher still owns the shards: the subscriber's go back
+            // to what they were (best effort; a repeated cutover activates
+            // them again).
+            if activated.is_ok() {
+                let _ = run_on(
+                    self.subscriber,
+                    subscriber,
+                    &format!(
+                        "UPDATE pg_shard.local_shard SET {} WHERE shard_id IN ({ids})",
+                        self.subscriber_shards_before()
+                    ),
+                );
+            }
+            return Err(e);
+        }
+        activated?;
+        pause.mark_at("retired", retired_at);
+        pause.mark_at("activated", activated_at);
         crate::spi::run_with_args(
             "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
             &[
@@ -383,14 +441,16 @@ pub(crate) fn flush_wal(node: &Node, client: &mut Client) -> Result<()> {
 
 /// Takes the EXCLUSIVE lock of a cutover on `tables` of `node`, in a
 /// transaction of the returned connection: writers wait, readers go on.
-pub(crate) fn lock_for_cutover(node: &Node, tables: &[String]) -> Result<Client> {
-    let mut lock_holder = connect(node)?;
+pub(crate) fn lock_for_cutover(
+    node: &Node,
+    lock_holder: &mut Client,
+    tables: &[String],
+) -> Result<()> {
     run_on(
         node,
-        &mut lock_holder,
+        lock_holder,
         &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
-    )?;
-    Ok(lock_holder)
+    )
 }
 
 /// Drops the job's replication in both directions and its marker tables.

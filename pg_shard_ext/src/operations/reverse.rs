@@ -218,9 +218,16 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let reverse = Link::reverse(job);
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
+    let lock_holder = connect(&job.target)?;
+    reverse.drain_unlocked(job, (&mut target, &mut source))?;
     let mut pause = PauseClock::start();
-    let lock_holder =
-        reverse.freeze_and_drain(job, &tables, (&mut target, &mut source), &mut pause)?;
+    let lock_holder = reverse.freeze_and_drain(
+        job,
+        (&tables, &ids),
+        lock_holder,
+        (&mut target, &mut source),
+        &mut pause,
+    )?;
     let published = reverse.hand_over(job, lock_holder, &ids, &mut source, &mut pause)?;
     record_publish(job, ("reverted_version", published), ("revert_ms", &pause))?;
     Ok(Next::Phase(Phase::RevertCleanup))

@@ -384,23 +384,27 @@ fn apply_for_a_step(job: &Job, tables: &[SplitTable], whole_step: bool) -> Resul
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    // The connection first: a new one would count in the pause. And what
-    // was written since the last step is applied before the lock: only the
+    // The connections first: a new one would count in the pause. And what
+    // was written since the last step is applied before the lock, twice
+    // (the second round only what came in during the first): only the
     // rest is applied while writers wait.
     let mut node = apply::connection(job)?;
-    let now = apply::flushed_position(job, &mut node)?;
-    apply::apply_up_to(
-        job,
-        tables,
-        &ranges,
-        &mut node,
-        now,
-        "the writes before the cutover were",
-    )?;
+    let mut lock_holder = connect(&job.source)?;
     // (Published with the new map, in this step's transaction.)
     reads_first::forget_routes(job)?;
+    for _ in 0..2 {
+        let now = apply::flushed_position(job, &mut node)?;
+        apply::apply_up_to(
+            job,
+            tables,
+            &ranges,
+            &mut node,
+            now,
+            "the writes before the cutover were",
+        )?;
+    }
     let mut pause = PauseClock::start();
-    let mut lock_holder = lock_for_cutover(&job.source, &sources)?;
+    lock_for_cutover(&job.source, &mut lock_holder, &sources)?;
     pause.mark("locked");
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.
