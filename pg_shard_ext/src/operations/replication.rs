@@ -280,12 +280,11 @@ impl<'a> Link<'a> {
     /// The second half of a cutover in this direction: the lock's
     /// transaction, which retired the publisher's shards `ids`, commits (the
     /// writers that waited are refused with WrongShard and look for the new
-    /// map), and at the same time the subscriber's shards activated at the
-    /// next map version (no router declares it before it is published: the
-    /// subscriber refuses older ones); then the group's placement moved to
-    /// the subscriber and the version published, in the runner's
-    /// transaction (the version's row stays locked until it commits).
-    /// Returns the published version.
+    /// map), and at the same time the subscriber's shards are activated at
+    /// the next map version (no router declares it before it is published:
+    /// the subscriber refuses older ones); then the group's placement moved
+    /// to the subscriber and the version published, in the runner's
+    /// transaction. Returns the published version.
     pub(crate) fn hand_over(
         &self,
         job: &Job,
@@ -294,23 +293,27 @@ impl<'a> Link<'a> {
         subscriber: &mut Client,
         pause: &mut PauseClock,
     ) -> Result<i64> {
-        let version = crate::metadata::catalog::write_returning::<i64>(
-            "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
-            &[],
-        )?
-        .unwrap_or(1);
-        // Both commits at once, each on its own thread (they only talk to
-        // the nodes; the runner's own work stays on this one).
-        let activate = format!(
-            "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({ids})"
-        );
-        let ((retired, retired_at), (activated, activated_at)) = std::thread::scope(|scope| {
+        // The retire's commit on its own thread (it only talks to the
+        // node), while this one takes the next map version (its row stays
+        // locked until the runner's transaction commits: a concurrent map
+        // change waits, after the retire) and activates the subscriber's
+        // shards at it.
+        let ((retired, retired_at), activated) = std::thread::scope(|scope| {
             let retiring = scope.spawn(|| {
                 let retired = run_on(self.publisher, &mut lock_holder, "COMMIT");
                 (retired, Instant::now())
             });
-            let activated = run_on(self.subscriber, subscriber, &activate);
-            let activated_at = Instant::now();
+            let activated = next_map_version().and_then(|version| {
+                run_on(
+                    self.subscriber,
+                    subscriber,
+                    &format!(
+                        "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} \
+                         WHERE shard_id IN ({ids})"
+                    ),
+                )?;
+                Ok(Instant::now())
+            });
             let retired = retiring.join().unwrap_or_else(|_| {
                 (
                     Err(ShardError::JobPanicked(
@@ -319,7 +322,7 @@ impl<'a> Link<'a> {
                     Instant::now(),
                 )
             });
-            (retired, (activated, activated_at))
+            (retired, activated)
         });
         if let Err(e) = retired {
             // The publisher still owns the shards: the subscriber's go back
@@ -337,7 +340,7 @@ impl<'a> Link<'a> {
             }
             return Err(e);
         }
-        activated?;
+        let activated_at = activated?;
         pause.mark_at("retired", retired_at);
         pause.mark_at("activated", activated_at);
         crate::spi::run_with_args(
@@ -451,6 +454,16 @@ pub(crate) fn lock_for_cutover(
         lock_holder,
         &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
     )
+}
+
+/// The map version a cutover publishes: the next one, its row locked
+/// until the runner's transaction commits.
+fn next_map_version() -> Result<i64> {
+    Ok(crate::metadata::catalog::write_returning::<i64>(
+        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
+        &[],
+    )?
+    .unwrap_or(1))
 }
 
 /// Drops the job's replication in both directions and its marker tables.
