@@ -3,7 +3,9 @@
 //! metadata node and kept fresh), and who sent a notification.
 
 pub mod cluster;
+pub mod cluster_map;
 pub mod connection;
+mod map_load;
 pub mod multiplex;
 pub mod notifiers;
 pub mod pool;

@@ -1,7 +1,8 @@
 //! Routing decisions for statements against a two-node map.
 use super::footprint::Footprint;
 use super::*;
-use crate::backend::cluster::{Node, ShardPlacement, Table};
+use crate::backend::cluster::{ShardPlacement, Table};
+use crate::backend::cluster_map::Node;
 use crate::backend::connection::ServerAddress;
 use pg_shard_core::range::equal_ranges;
 use pg_shard_core::ShardMap;
