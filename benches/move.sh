@@ -44,11 +44,12 @@ sleep 1
 # The shard group of aid 1 moves to the other worker without a copy rate
 # limit, moves back at the default limit, moves again at 8 MB/s, then
 # splits (default limit), then moves without a limit, takes writes on the
-# new node for 3 s and is reverted; each job gets a 20 s slot (45 s above scale 10) of the
-# pgbench run.
+# new node for 3 s and is reverted, then splits, takes writes on the halves
+# for 3 s and is merged back by a revert; each job gets a 20 s slot (45 s
+# above scale 10) of the pgbench run.
 read -r shard <<<"$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
      AND pg_shard.keyspace_id(1) BETWEEN s.range_start AND s.range_end")"
-scenarios=("move 0" "move 32" "move 8" "split 32" "revert 0")
+scenarios=("move 0" "move 32" "move 8" "split 32" "revert 0" "split-revert 32")
 slot=$((scale <= 10 ? 20 : 45))
 seconds=$((8 + slot * ${#scenarios[@]}))
 (cd "$scratch" && pgbench -n -N -c 8 -j 2 -T $seconds -h 127.0.0.1 -p 29620 -l --log-prefix="$scratch/tx" bench \
@@ -62,16 +63,16 @@ for scenario in "${scenarios[@]}"; do
     while [ $(($(date +%s) - began)) -lt $((8 + slot * ${#jobs[@]})) ]; do sleep 0.2; done
     shard=$(meta -c "SELECT s.shard_id FROM pg_shard.shards s WHERE s.table_name = 'pgbench_accounts'::regclass
          AND pg_shard.keyspace_id(1) BETWEEN s.range_start AND s.range_end")
-    if [ "$kind" = split ]; then
+    if [ "$kind" = split ] || [ "$kind" = split-revert ]; then
         call="pg_shard.split_shard($shard)"
     else
         call="pg_shard.move_shard($shard, (SELECT min(node_id) FROM pg_shard.node n
               WHERE n.node_id <> (SELECT node_id FROM pg_shard.shards WHERE shard_id = $shard)))"
     fi
     delay=0
-    [ "$kind" = revert ] && delay="'1h'"
+    [ "$kind" = revert ] || [ "$kind" = split-revert ] && delay="'1h'"
     job=$(meta -c "SET pg_shard.move_drop_delay = $delay" -c "SET pg_shard.copy_rate_limit = $rate" -c "SELECT $call")
-    if [ "$kind" = revert ]; then
+    if [ "$delay" != 0 ]; then
         until [ "$(meta -c "SELECT phase FROM pg_shard.job WHERE job_id = $job")" = reverse_replicating ]; do
             sleep 0.1
         done

@@ -168,7 +168,7 @@ BEGIN
     IF reads_first IS NULL THEN
         RAISE EXCEPTION 'switch_reads_first must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT s.shard_id, s.shard_group_id, s.table_rel, t.kind, g.range_start, g.range_end
+    SELECT s.shard_id, s.shard_group_id, s.table_rel, t.kind, g.range_start, g.range_end, g.colocation_id
       INTO shard
       FROM pg_shard.shard s
       JOIN pg_shard.logical_table t USING (table_rel)
@@ -223,11 +223,20 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END IF;
+    -- A table joining the co-location group waits for this transaction
+    -- (create_distributed_table takes the lock too), so the job's plan
+    -- sees it, and it sees the job and is refused.
+    PERFORM pg_advisory_xact_lock(hashtext('pg_shard co-location'), shard.colocation_id);
+    -- (A split's upper half is its job's too until the job ends: a revert
+    -- merges it back.)
     SELECT job_id INTO other FROM pg_shard.job
-     WHERE shard_group_id = shard.shard_group_id AND state IN ('queued', 'running');
+     WHERE (shard_group_id = shard.shard_group_id
+            OR (resources->>'upper_group')::bigint = shard.shard_group_id)
+       AND state IN ('queued', 'running');
     IF FOUND THEN
         RAISE EXCEPTION 'shard % is already being moved or split by job %', requested_shard, other
-            USING ERRCODE = 'object_in_use', HINT = 'pg_shard.wait_job() waits for it';
+            USING ERRCODE = 'object_in_use',
+                  HINT = 'pg_shard.wait_job() waits for it; past its cutover, pg_shard.complete_job() ends it now';
     END IF;
     INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at, resources)
     VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at,
@@ -338,7 +347,7 @@ BEGIN
     ELSIF current = 'running' AND (SELECT j.phase FROM pg_shard.job j WHERE j.job_id = cancel_job.job_id)
                                   IN ('cleanup', 'reverse_replicating', 'drop_old', 'reverting', 'revert_cleanup') THEN
         RAISE NOTICE 'job % is past its cutover (the new map is published); it finishes', cancel_job.job_id
-            USING HINT = 'pg_shard.revert_job() gives a moved shard back to its old node while reverse replication runs.';
+            USING HINT = 'pg_shard.revert_job() undoes it while reverse replication runs.';
         RETURN false;
     ELSIF current = 'running' THEN
         -- the runner rolls the job back at its next step (or finishes it
@@ -353,9 +362,9 @@ END $$;
 COMMENT ON FUNCTION pg_shard.cancel_job(bigint) IS
     'abort a queued or running job safely (rolled back unless its new map is already published)';
 
--- After a move's cutover its old copy keeps receiving the new owner's
--- writes (reverse replication, phase reverse_replicating) until the drop
--- time (pg_shard.move_drop_delay), complete_job or revert_job.
+-- After a move's or split's cutover its old copy keeps receiving the new
+-- owner's writes (reverse replication, phase reverse_replicating) until
+-- the drop time (pg_shard.move_drop_delay), complete_job or revert_job.
 CREATE FUNCTION pg_shard.revert_job(job_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -365,10 +374,6 @@ BEGIN
     SELECT * INTO j FROM pg_shard.job WHERE pg_shard.job.job_id = revert_job.job_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', revert_job.job_id USING ERRCODE = 'undefined_object';
-    END IF;
-    IF j.kind <> 'move' THEN
-        RAISE EXCEPTION 'job % is a %: only a move can be reverted', j.job_id, j.kind
-            USING ERRCODE = 'feature_not_supported';
     END IF;
     IF j.state = 'running' AND j.phase IN ('reverting', 'revert_cleanup')
        OR j.state = 'done' AND j.phase = 'reverted' THEN
@@ -388,7 +393,8 @@ BEGIN
         RAISE EXCEPTION 'job % can no longer be reverted: its reverse replication has ended (%, %)',
                         j.job_id, j.state, j.phase
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'pg_shard.move_shard() moves the shard back with a new job.';
+                  HINT = CASE j.kind WHEN 'move' THEN 'pg_shard.move_shard() moves the shard back with a new job.'
+                              ELSE 'The halves stay: pg_shard has no merge of shards.' END;
     END IF;
     UPDATE pg_shard.job SET resources = resources || '{"requested": "revert"}'
      WHERE pg_shard.job.job_id = j.job_id;
@@ -397,8 +403,8 @@ BEGIN
     RETURN true;
 END $$;
 COMMENT ON FUNCTION pg_shard.revert_job(bigint) IS
-    'give a moved shard group back to its old node while reverse replication runs (a new map version, '
-    'no write lost); pg_shard.wait_job() waits for it';
+    'give a moved shard group back to its old node, or merge a split''s halves back into the old shard, '
+    'while reverse replication runs (a new map version, no write lost); pg_shard.wait_job() waits for it';
 
 CREATE FUNCTION pg_shard.complete_job(job_id bigint)
 RETURNS boolean
@@ -431,7 +437,7 @@ BEGIN
     RETURN true;
 END $$;
 COMMENT ON FUNCTION pg_shard.complete_job(bigint) IS
-    'end a finished move''s reverse replication (or a split''s wait) now and drop the old shard tables';
+    'end a finished move''s or split''s reverse replication now and drop the old shard tables';
 
 CREATE FUNCTION pg_shard.wait_job(job_id bigint, timeout interval DEFAULT NULL)
 RETURNS text
@@ -467,7 +473,9 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
       LEFT JOIN pg_shard.shard_sizes() z ON z.shard_id = s.shard_id AND z.node_id = p.node_id
      WHERE t.kind = 'distributed' AND p.state = 'active'
        AND NOT EXISTS (SELECT 1 FROM pg_shard.job j
-                        WHERE j.shard_group_id = s.shard_group_id AND j.state IN ('queued', 'running'))
+                        WHERE (j.shard_group_id = s.shard_group_id
+                               OR (j.resources->>'upper_group')::bigint = s.shard_group_id)
+                          AND j.state IN ('queued', 'running'))
      GROUP BY s.shard_group_id, p.node_id
 $$;
 

@@ -60,6 +60,8 @@ pub(crate) enum ShardError {
     ConstraintExists { constraint: String, table: String },
     #[error("cannot change {0}: a shard move or split of it is in progress")]
     SchemaChangeDuringJob(String),
+    #[error("cannot distribute {table} now: job {job} is moving or splitting a shard group of the co-location group it would join")]
+    DistributeDuringJob { table: String, job: i64 },
     #[error("table {0} has no primary key or replica identity")]
     NoReplicaIdentity(String),
     #[error("cannot co-locate {table} with {other}: {reason}")]
@@ -181,7 +183,9 @@ impl ShardError {
             ShardError::UnsupportedTable { .. } | ShardError::UnsupportedSchemaChange { .. } => {
                 ERRCODE_FEATURE_NOT_SUPPORTED
             }
-            ShardError::SchemaChangeDuringJob(_) => ERRCODE_OBJECT_IN_USE,
+            ShardError::SchemaChangeDuringJob(_) | ShardError::DistributeDuringJob { .. } => {
+                ERRCODE_OBJECT_IN_USE
+            }
             ShardError::UniqueWithoutDistributionColumn { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::RelationExists(_) => ERRCODE_DUPLICATE_TABLE,
             ShardError::UnknownConstraint { .. } => ERRCODE_UNDEFINED_OBJECT,
@@ -258,6 +262,9 @@ impl ShardError {
             ),
             ShardError::SchemaChangeDuringJob(_) => Some(
                 "wait for it (pg_shard.wait_job), cancel it (pg_shard.cancel_job), or past its cutover complete it (pg_shard.complete_job) first".into(),
+            ),
+            ShardError::DistributeDuringJob { .. } => Some(
+                "wait for it (pg_shard.wait_job), cancel it (pg_shard.cancel_job), or past its cutover complete it (pg_shard.complete_job) first; colocate_with => 'none' gives the table a group of its own".into(),
             ),
             ShardError::ExtensionMissing { .. } => Some(
                 "install the pg_shard package on that server (make install), \

@@ -2,8 +2,8 @@
 """Shard moves (or splits) interrupted: a job held at the start of a phase
 (by the pause lock) is either canceled, or its runner is killed with SIGKILL
 (the metadata node then restarts its backends and the launcher restarts the
-runner), or a node restarts; a move is also reverted, with its runner
-killed during the revert. Afterwards the job has ended (done, or
+runner), or a node restarts; a move (split) is also reverted, with its
+runner killed during the revert. Afterwards the job has ended (done, or
 canceled), the map and the shards agree, every row is there once, and no
 slot, publication or subscription is left.
 Usage: crash.py METADATA_PORT DATABASE CLUSTER_DIR [move|split]"""
@@ -155,9 +155,8 @@ def kill_runner():
     return runner, connect()
 
 
-phases = ("create_target", "copy", "catch_up", "verify", "cutover", "cleanup", "drop_old")
-if kind == "move":
-    phases += ("reverse_replicating",)
+phases = ("create_target", "copy", "catch_up", "verify", "cutover", "cleanup", "drop_old",
+          "reverse_replicating")
 for phase in phases:
     holder, job = start_move(meta, phase)
     reached = wait_phase(meta, job, phase)
@@ -195,59 +194,65 @@ check(f"runner killed with reads switched (pid {runner}, {routes_before} read ro
       and switched and state == "done" and rows_ok and owners_ok and not leftovers)
 meta.execute("RESET pg_shard.switch_writes_delay")
 
-if kind == "move":
-    # A job that has not published its map cannot be reverted (cancel_job
-    # rolls it back); nothing changes.
-    holder, job = start_move(meta, "copy")
-    reached = wait_phase(meta, job, "copy")
-    try:
-        meta.execute("SELECT pg_shard.revert_job(%s)", (job,))
-        refused = None
-    except psycopg.errors.ObjectNotInPrerequisiteState as e:
-        refused = str(e).splitlines()[0]
-    holder.close()
-    state, phase = wait_job(meta, job, "2 minutes")
-    check(f"revert_job at {reached} refused ({refused}); the move went on ({state}, {phase})",
-          refused is not None and "has not published its new map" in refused
-          and state == "done" and phase == "completed")
+# A job that has not published its map cannot be reverted (cancel_job
+# rolls it back); nothing changes.
+holder, job = start_move(meta, "copy")
+reached = wait_phase(meta, job, "copy")
+try:
+    meta.execute("SELECT pg_shard.revert_job(%s)", (job,))
+    refused = None
+except psycopg.errors.ObjectNotInPrerequisiteState as e:
+    refused = str(e).splitlines()[0]
+holder.close()
+state, phase = wait_job(meta, job, "2 minutes")
+check(f"revert_job at {reached} refused ({refused}); the {kind} went on ({state}, {phase})",
+      refused is not None and "has not published its new map" in refused
+      and state == "done" and phase == "completed")
 
-    # Reverted, with the runner killed at the start of the revert's cutover
-    # and of its cleanup: the revert resumes; the shard is back on its old
-    # node and nothing of the job is left.
-    for phase in ("reverting", "revert_cleanup"):
-        holder, job = start_move(meta, phase, drop_delay="1h")
-        reached = wait_phase(meta, job, "reverse_replicating")
-        source = meta.execute("SELECT source_node FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0]
-        meta.execute("INSERT INTO crash_items SELECT g, 'moved' FROM generate_series(30001, 30100) g")
-        meta.execute("UPDATE crash_items SET v = 'moved' WHERE id <= 1000")
-        meta.execute("SELECT pg_shard.revert_job(%s)", (job,))
-        at = wait_phase(meta, job, phase)
-        runner, meta = kill_runner()
-        state, last = wait_job(meta, job, "2 minutes")
-        owners = meta.execute(
-            "SELECT DISTINCT s.node_id FROM pg_shard.shards s JOIN pg_shard.shard h USING (shard_id) "
-            "WHERE h.shard_group_id = (SELECT shard_group_id FROM pg_shard.job WHERE job_id = %s)",
-            (job,)).fetchall()
-        moved = meta.execute("SELECT count(*) FROM crash_items WHERE v = 'moved'").fetchone()[0]
-        meta.execute("DELETE FROM crash_items WHERE id > 30000")
-        meta.execute("UPDATE crash_items SET v = repeat('v', 100) WHERE id <= 1000")
-        rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
-        check(f"runner killed while reverting, at {at} (pid {runner}): job {state} ({last}), "
-              f"back on node {owners} (was {source}), the new owner's writes kept ({moved} of 1100), "
-              f"rows intact, map and shards agree, nothing left ({leftovers})",
-              runner is not None and state == "done" and last == "reverted" and owners == [(source,)]
-              and moved == 1100 and rows_ok and owners_ok and not leftovers)
-
-    # Completed early: the reverse replication ends and the old tables go.
-    holder, job = start_move(meta, "none", drop_delay="1h")
-    holder.close()
+# Reverted, with the runner killed at the start of the revert's cutover
+# and of its cleanup: the revert resumes; the shard is back on its old
+# node (a split's, in one piece again) and nothing of the job is left.
+shard_count = "SELECT count(*) FROM pg_shard.shards WHERE table_name = 'crash_items'::regclass"
+for phase in ("reverting", "revert_cleanup"):
+    shards_before = meta.execute(shard_count).fetchone()[0]
+    holder, job = start_move(meta, phase, drop_delay="1h")
     reached = wait_phase(meta, job, "reverse_replicating")
-    completed = meta.execute("SELECT pg_shard.complete_job(%s)", (job,)).fetchone()[0]
-    state, last = wait_job(meta, job, "1 minute")
+    source = meta.execute("SELECT source_node FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0]
+    meta.execute("INSERT INTO crash_items SELECT g, 'moved' FROM generate_series(30001, 30100) g")
+    meta.execute("UPDATE crash_items SET v = 'moved' WHERE id <= 1000")
+    meta.execute("SELECT pg_shard.revert_job(%s)", (job,))
+    at = wait_phase(meta, job, phase)
+    runner, meta = kill_runner()
+    state, last = wait_job(meta, job, "2 minutes")
+    owners = meta.execute(
+        "SELECT DISTINCT s.node_id FROM pg_shard.shards s JOIN pg_shard.shard h USING (shard_id) "
+        "WHERE h.shard_group_id = (SELECT shard_group_id FROM pg_shard.job WHERE job_id = %s)",
+        (job,)).fetchall()
+    pieces = meta.execute(
+        "SELECT count(*), count(*) FILTER (WHERE shard_id = (SELECT shard_id FROM pg_shard.job WHERE job_id = %s)) "
+        "FROM pg_shard.shards WHERE table_name = 'crash_items'::regclass", (job,)).fetchone()
+    pieces = (pieces[0] - shards_before, pieces[1])
+    moved = meta.execute("SELECT count(*) FROM crash_items WHERE v = 'moved'").fetchone()[0]
+    meta.execute("DELETE FROM crash_items WHERE id > 30000")
+    meta.execute("UPDATE crash_items SET v = repeat('v', 100) WHERE id <= 1000")
     rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
-    check(f"complete_job at {reached}: {completed}, job {state} ({last}), rows intact, nothing left ({leftovers})",
-          completed is True and state == "done" and last == "completed" and rows_ok and owners_ok
-          and not leftovers)
+    check(f"runner killed while reverting, at {at} (pid {runner}): job {state} ({last}), "
+          f"back on node {owners} (was {source}), shards added and the old one back: {pieces}, "
+          f"the new owner's writes kept ({moved} of 1100), "
+          f"rows intact, map and shards agree, nothing left ({leftovers})",
+          runner is not None and state == "done" and last == "reverted" and owners == [(source,)]
+          and pieces == (0, 1) and moved == 1100 and rows_ok and owners_ok and not leftovers)
+
+# Completed early: the reverse replication ends and the old tables go.
+holder, job = start_move(meta, "none", drop_delay="1h")
+holder.close()
+reached = wait_phase(meta, job, "reverse_replicating")
+completed = meta.execute("SELECT pg_shard.complete_job(%s)", (job,)).fetchone()[0]
+state, last = wait_job(meta, job, "1 minute")
+rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+check(f"complete_job at {reached}: {completed}, job {state} ({last}), rows intact, nothing left ({leftovers})",
+      completed is True and state == "done" and last == "completed" and rows_ok and owners_ok
+      and not leftovers)
 
 
 def restart(port):

@@ -2,10 +2,11 @@
 """A shard move or split under write load: writers through the coordinator
 and through the metadata node insert rows and add to balances while a shard
 group moves to another node (or splits in two; or moves, takes writes on its
-new node, and is reverted to its old one). Afterwards every acknowledged
+new node, and is reverted to its old one; or splits, takes writes on its
+halves, and is reverted to one shard). Afterwards every acknowledged
 write is present exactly once. Prints the longest write latency seen during
 the job (the write pause), its duration and its copy rate.
-Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS [move|split|revert]]"""
+Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS [move|split|revert|split-revert]]"""
 import sys
 import threading
 import time
@@ -74,21 +75,29 @@ threads.append(threading.Thread(target=writer, args=("metadata", metadata_port, 
 for t in threads:
     t.start()
 time.sleep(2)
-meta.execute("SET pg_shard.move_drop_delay = " + ("'1h'" if kind == "revert" else "0"))
+reverting = kind in ("revert", "split-revert")
+meta.execute("SET pg_shard.move_drop_delay = " + ("'1h'" if reverting else "0"))
 move_started = time.monotonic()
-if kind == "split":
+if kind in ("split", "split-revert"):
     job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
 else:
     job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
-if kind == "revert":
-    # Moved: writes go to the new node for a while (and back to the old
-    # copy by reverse replication), then the move is reverted.
+if reverting:
+    # Moved (split): writes go to the new node (the halves) for a while,
+    # and back to the old copy by reverse replication; then the job is
+    # reverted.
     deadline = time.monotonic() + 300
     while meta.execute("SELECT phase FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0] \
             != "reverse_replicating" and time.monotonic() < deadline:
         time.sleep(0.1)
-    moved_to = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
-    check(f"the shard moved to the target first (node {moved_to})", moved_to == target)
+    if kind == "revert":
+        moved_to = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
+        check(f"the shard moved to the target first (node {moved_to})", moved_to == target)
+    else:
+        halves = meta.execute(
+            "SELECT count(*) FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "
+            "AND s.range_start BETWEEN %s AND %s", (first_start, first_end)).fetchone()[0]
+        check(f"the shard became two first ({halves})", halves == 2)
     time.sleep(3)
     reverted = meta.execute("SELECT pg_shard.revert_job(%s)", (job,)).fetchone()[0]
     check("revert_job accepted the request", reverted is True)
@@ -100,7 +109,16 @@ for t in threads:
     t.join(30)
 
 check(f"job {job} ended done ({state})", state == "done")
-if kind == "revert":
+if kind == "split-revert":
+    phase, revert_ms = meta.execute(
+        "SELECT phase, resources->>'revert_ms' FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()
+    back = meta.execute(
+        "SELECT array_agg(shard_id ORDER BY shard_id) FROM pg_shard.shards s "
+        "WHERE s.table_name = 'load_accounts'::regclass AND s.range_start BETWEEN %s AND %s",
+        (first_start, first_end)).fetchone()[0]
+    check(f"the job ended reverted ({phase}; pause {revert_ms}), the old shard back in one piece ({back})",
+          phase == "reverted" and back == [shard])
+elif kind == "revert":
     phase, revert_ms = meta.execute(
         "SELECT phase, resources->>'revert_ms' FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()
     back = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]

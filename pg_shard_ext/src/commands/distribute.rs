@@ -149,7 +149,10 @@ fn distribute_table(
     let version = catalog::bump_map_version()?;
     let group = choose_colocation_group(&shape, encoding, shard_count, colocate_with)?;
     let colocation_id = match group {
-        Some(group) => group.colocation_id,
+        Some(group) => {
+            refuse_during_job(&shape, group.colocation_id)?;
+            group.colocation_id
+        }
         None => create_colocation_group(
             "distributed",
             shard_count.unwrap_or(DEFAULT_SHARD_COUNT),
@@ -192,6 +195,32 @@ fn distribute_table(
     catalog::as_extension_owner(|| {
         routing_table::replace_with_routing_table(relid, &shape, column, &partitions)
     })
+}
+
+/// A job moving or splitting one of the group's shard groups reads the
+/// group's tables when it plans and at every step: a table joining in the
+/// middle would have no copy on the job's new placement. Waits for a
+/// `queue_job` of the group in progress (its lock), then refuses while a
+/// job of the group is unfinished.
+fn refuse_during_job(shape: &TableShape, colocation_id: i32) -> Result<()> {
+    crate::spi::run_with_args(
+        "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_shard co-location'), $1)",
+        &[colocation_id.into()],
+    )?;
+    let job = crate::spi::query_one::<i64>(
+        "SELECT min(j.job_id) FROM pg_shard.job j JOIN pg_shard.shard_group g \
+             ON g.shard_group_id = j.shard_group_id \
+             OR g.shard_group_id = (j.resources->>'upper_group')::bigint \
+         WHERE g.colocation_id = $1 AND j.state IN ('queued', 'running')",
+        &[colocation_id.into()],
+    )?;
+    match job {
+        Some(job) => Err(ShardError::DistributeDuringJob {
+            table: shape.display_name.clone(),
+            job,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The co-location group a new distributed table joins, or None for a new one.

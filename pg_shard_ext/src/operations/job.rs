@@ -18,8 +18,8 @@ pub(crate) enum Phase {
     ReadsSwitched,
     Cutover,
     Cleanup,
-    /// A move after its cleanup: the old copy receives the new owner's
-    /// writes until the drop time, `complete_job` or `revert_job`.
+    /// A move or split after its cleanup: the old copy receives the new
+    /// owner's writes until the drop time, `complete_job` or `revert_job`.
     ReverseReplicating,
     DropOld,
     /// A revert's cutover: ownership back to the old copy.
@@ -31,8 +31,8 @@ pub(crate) enum Phase {
 
 impl Phase {
     /// The phases a move goes through when nothing fails, in order (it is
-    /// done after the last; a split skips reverse_replicating, a job not
-    /// asked to switch reads first skips reads_switched).
+    /// done after the last; a job not asked to switch reads first skips
+    /// reads_switched).
     pub(crate) const FORWARD: [Phase; 10] = [
         Phase::Plan,
         Phase::CreateTarget,

@@ -51,7 +51,7 @@
 //! step at a time), [`job`] (job rows and their [`job::Phase`]), [`moves`]
 //! and [`split`] (the phases), [`reads_first`] (reads before writes),
 //! [`reverse`] (after a move's cutover:
-//! reverse replication and revert), [`group_shards`], [`replication`] and
+//! reverse replication and revert; a split's is in [`split`]), [`group_shards`], [`replication`] and
 //! [`snapshot_copy`] (what both kinds share), [`node_access`] (a job's
 //! connections), [`shard_functions`] (the worker-side SQL functions a job
 //! calls), [`settings`] (GUCs and timings), [`own_transaction`], and

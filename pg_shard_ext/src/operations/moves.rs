@@ -4,6 +4,7 @@
 use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, run_on, shard_range, value_on, wal_insert_position};
+use super::pacing;
 use super::pause_clock::{record_publish, PauseClock};
 use super::reads_first;
 use super::replication::{drop_replication, marker_table, replication_name, Link};
@@ -348,9 +349,8 @@ pub(crate) fn replication_state(
 
 /// The forward replication's lag recorded in the job; true when every
 /// table has its copy and the lag is small enough for a cutover.
-fn caught_up(job: &Job, target: &mut Client) -> Result<bool> {
-    let mut source = connect(&job.source)?;
-    let (lag, synced) = replication_state(job, &mut source, target)?;
+fn caught_up(job: &Job, source: &mut Client, target: &mut Client) -> Result<bool> {
+    let (lag, synced) = replication_state(job, source, target)?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
@@ -360,7 +360,17 @@ fn caught_up(job: &Job, target: &mut Client) -> Result<bool> {
 
 pub(crate) fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut target = connect(&job.target)?;
-    if caught_up(job, &mut target)? {
+    // Paced like the copy: while the source is over a limit, the
+    // subscription stops (and with it the source's walsender) and the
+    // job waits; it runs again before the job goes on.
+    let mut source = connect(&job.source)?;
+    if pacing::over_limit(job, &mut source)?.is_some() {
+        set_subscription_enabled(job, &mut target, false)?;
+        pacing::throttle(job, &mut source)?;
+        return Ok(Next::Stay);
+    }
+    set_subscription_enabled(job, &mut target, true)?;
+    if caught_up(job, &mut source, &mut target)? {
         // The reverse slot now, while nothing of the job holds a lock:
         // making a slot waits for the target's transactions in progress,
         // and one of them may wait for the cutover's lock.
@@ -373,6 +383,31 @@ pub(crate) fn catch_up(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         return Ok(Next::Phase(Phase::Verify));
     }
     Ok(Next::Stay)
+}
+
+/// Enables or disables the forward subscription on the target (nothing
+/// when it is so already).
+fn set_subscription_enabled(job: &Job, target: &mut Client, enabled: bool) -> Result<()> {
+    let name = replication_name(job);
+    let differs = value_on::<bool>(
+        &job.target,
+        target,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription WHERE subname = {} \
+                            AND subenabled <> {enabled})",
+            quote::literal(&name)
+        ),
+    )?
+    .unwrap_or(false);
+    if differs {
+        let action = if enabled { "ENABLE" } else { "DISABLE" };
+        run_on(
+            &job.target,
+            target,
+            &format!("ALTER SUBSCRIPTION {} {action}", quote::ident(&name)),
+        )?;
+    }
+    Ok(())
 }
 
 /// Reads of the range on the target, writes on the source
@@ -391,7 +426,7 @@ fn reads_switched(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         return Ok(Next::Stay);
     }
     let mut target = connect(&job.target)?;
-    let caught_up = caught_up(job, &mut target)?;
+    let caught_up = caught_up(job, &mut connect(&job.source)?, &mut target)?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
     if due && caught_up {
@@ -507,14 +542,6 @@ fn repoint_partition(shard: &GroupShard, from: &Node, to: &Node) -> Result<()> {
     )?;
     crate::spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
     Ok(())
-}
-
-/// A split's cleanup: its slot, publication and markers go; the old tables
-/// wait for their drop time.
-pub(crate) fn cleanup(job: &Job, _shards: &[GroupShard]) -> Result<Next> {
-    drop_replication(job)?;
-    set_drop_after(job)?;
-    Ok(Next::Phase(Phase::DropOld))
 }
 
 /// When the old tables go: `pg_shard.move_drop_delay` (as recorded when

@@ -1,4 +1,4 @@
-//! Pacing of a job's bulk work (the initial copy, a split's catch-up) by
+//! Pacing of a job's bulk work (the initial copy, the catch-up) by
 //! what the source node is doing for others, besides the copy's own rate
 //! limit:
 //!
@@ -15,7 +15,9 @@
 //!   three probes, so one scheduling hiccup does not count) against
 //!   `pg_shard.max_source_latency` (`max_latency_ms`).
 //!
-//! While either is over its limit the work waits, and the job's
+//! While either is over its limit the work waits (a move's catch-up with
+//! its subscription disabled, so that the source's walsender stops too),
+//! and the job's
 //! `resources` count the time (`throttled_ms`, per reason) and say why
 //! (`throttled_by`); `pg_shard.jobs` shows both. A limit of 0 is off. Both
 //! limits are read from the job's resources at every check, so a DBA can
@@ -134,7 +136,7 @@ pub(crate) fn throttle(job: &Job, source: &mut Client) -> Result<Option<Throttle
 }
 
 /// The first limit the source is over now, if any.
-fn over_limit(job: &Job, source: &mut Client) -> Result<Option<Throttle>> {
+pub(crate) fn over_limit(job: &Job, source: &mut Client) -> Result<Option<Throttle>> {
     let max_lag = limit(job, "max_lag")?;
     if max_lag > 0 {
         if let Some((consumer, bytes)) = largest_lag(job, source)? {

@@ -458,7 +458,7 @@ pub(crate) fn lock_for_cutover(
 
 /// The map version a cutover publishes: the next one, its row locked
 /// until the runner's transaction commits.
-fn next_map_version() -> Result<i64> {
+pub(crate) fn next_map_version() -> Result<i64> {
     Ok(crate::metadata::catalog::write_returning::<i64>(
         "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
         &[],

@@ -76,13 +76,13 @@ pub(crate) fn start(job: &Job) -> Result<()> {
 /// 'complete'), a failed revert to set right, whether the drop time is due.
 /// Read with the job's row locked until the step commits its next phase:
 /// a `revert_job` call waits for it and then sees that phase.
-struct Requests {
-    requested: Option<String>,
-    revert_failed: bool,
-    due: bool,
+pub(crate) struct Requests {
+    pub(crate) requested: Option<String>,
+    pub(crate) revert_failed: bool,
+    pub(crate) due: bool,
 }
 
-fn requests(job: &Job) -> Result<Requests> {
+pub(crate) fn requests(job: &Job) -> Result<Requests> {
     crate::spi::connect(|client| {
         let mut rows = client.select(
             "SELECT resources->>'requested', \
@@ -125,17 +125,25 @@ pub(crate) fn reverse_replicating(job: &Job, shards: &[GroupShard]) -> Result<Ne
          WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
     )?;
+    // The revert's pause waits for what the old copy has not applied
+    // yet: only once that is little, and its subscription runs (one stuck
+    // on an apply error would make writers wait in vain).
+    let ready = requests.requested.as_deref() == Some("revert")
+        && lag.is_some_and(|lag| lag < CUTOVER_LAG)
+        && applying(job)?;
+    Ok(after_a_look(&requests, ready))
+}
+
+/// What follows a look at a job in reverse replication: the revert when
+/// asked for and `ready_to_revert` (the old copy nearly caught up), the
+/// drop of the old copy when asked for or due, else more waiting.
+pub(crate) fn after_a_look(requests: &Requests, ready_to_revert: bool) -> Next {
     match requests.requested.as_deref() {
-        // The revert's pause waits for what the old copy has not applied
-        // yet: only once that is little, and its subscription runs (one
-        // stuck on an apply error would make writers wait in vain).
-        Some("revert") if lag.is_some_and(|lag| lag < CUTOVER_LAG) && applying(job)? => {
-            Ok(Next::Phase(Phase::Reverting))
-        }
-        Some("revert") => Ok(Next::Stay),
-        Some("complete") => Ok(Next::Phase(Phase::DropOld)),
-        _ if requests.due => Ok(Next::Phase(Phase::DropOld)),
-        _ => Ok(Next::Stay),
+        Some("revert") if ready_to_revert => Next::Phase(Phase::Reverting),
+        Some("revert") => Next::Stay,
+        Some("complete") => Next::Phase(Phase::DropOld),
+        _ if requests.due => Next::Phase(Phase::DropOld),
+        _ => Next::Stay,
     }
 }
 
@@ -197,6 +205,11 @@ fn restore_after_failed_revert(job: &Job, shards: &[GroupShard]) -> Result<()> {
             job.job_id
         );
     }
+    forget_failed_revert(job)
+}
+
+/// The shards' states are right again after a failed revert.
+pub(crate) fn forget_failed_revert(job: &Job) -> Result<()> {
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources - 'revert_failed' WHERE job_id = $1",
         &[job.job_id.into()],

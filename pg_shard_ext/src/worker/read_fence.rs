@@ -5,7 +5,8 @@
 //!
 //! The check is an ExecutorStart hook, so it covers SELECT, the reads of
 //! INSERT … SELECT, UPDATE and DELETE, and `COPY (query) TO`; EXPLAIN
-//! without ANALYZE runs nothing and is allowed. The hook is active in
+//! without ANALYZE runs nothing and is allowed, and so does a session in
+//! `session_replication_role = replica` (replication's apply). The hook is active in
 //! backends that loaded the library, which `shared_preload_libraries =
 //! 'pg_shard'` on every worker guarantees (`add_node` warns when a worker
 //! lacks it).
@@ -61,6 +62,15 @@ fn check_query(query: *mut pg_sys::QueryDesc, eflags: i32) -> Result<(), Rejecti
     if unsafe { pg_sys::ParallelWorkerNumber } >= 0 {
         // A parallel worker runs part of a query its leader checked (and
         // may not take the fresh snapshot the check reads with).
+        return Ok(());
+    }
+    // SAFETY: a plain read of a backend-local global.
+    if unsafe { pg_sys::SessionReplicationRole } == pg_sys::SESSION_REPLICATION_ROLE_REPLICA as i32
+    {
+        // Replication's apply (a split's own, in the job's transactions),
+        // which the guard triggers let through as well: it writes a
+        // retired split source back while reverse replication runs.
+        // (Only a superuser can set the role.)
         return Ok(());
     }
     // SAFETY: the planned statement and its range table belong to the query

@@ -19,7 +19,7 @@ SELECT kind, state, phase, error, rows_copied > 0 AS copied, source = target AS 
        split_at = (SELECT (range_start::numeric + range_end::numeric + 1) / 2 FROM before) AS middle,
        table_name
   FROM pg_shard.jobs WHERE job_id = :job;
--- a split cannot be reverted
+-- a split that has completed can no longer be reverted
 SELECT pg_shard.revert_job(:job);
 -- each table: the old shard gave way to two new ones on the same node,
 -- splitting its range at the middle; the map moved on once

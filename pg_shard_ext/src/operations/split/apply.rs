@@ -1,13 +1,15 @@
-//! A split's own apply: the changes of the source tables read from the
-//! job's slot (`pgoutput` messages, decoded by the core crate) become
-//! statements on the half each row belongs to, committed together with the
-//! position they reach.
+//! A split's own apply: the changes read from one of the job's slots
+//! (`pgoutput` messages, decoded by the core crate) become statements on
+//! the tables they belong to, committed together with the position they
+//! reach. Forward (until the cutover) the source tables' changes go to the
+//! half each row belongs to; in reverse (after it, until the job completes
+//! or reverts) the halves' changes go back to the source tables.
 
 use super::tables::{Half, Ranges, SplitTable};
 use crate::error::{Result, ShardError};
 use crate::operations::job::Job;
 use crate::operations::node_access::{connect, run_on, value_on};
-use crate::operations::replication::{flush_wal, marker_table, replication_name};
+use crate::operations::replication::{flush_wal, marker_table, Link};
 use crate::operations::settings::FINAL_WAIT;
 use crate::quote;
 use crate::spi::query_one;
@@ -43,206 +45,274 @@ pub(crate) fn flushed_position(job: &Job, node: &mut Client) -> Result<Lsn> {
     .unwrap_or_default())
 }
 
-/// Applies rounds up to `point` until one reads less than a round's worth
-/// (it then read everything committed before `point`), within
-/// [`FINAL_WAIT`]; `what` names the point in the timeout's error.
-pub(crate) fn apply_up_to(
-    job: &Job,
-    tables: &[SplitTable],
-    ranges: &Ranges,
-    node: &mut Client,
-    point: Lsn,
-    what: &str,
-) -> Result<()> {
-    let started = Instant::now();
-    while apply_round(job, tables, ranges, node, Some(point))? >= CHANGES_PER_ROUND {
-        if started.elapsed() > FINAL_WAIT {
-            return Err(ShardError::Timeout(format!(
-                "{what} not applied within {FINAL_WAIT:?}"
-            )));
-        }
-    }
-    Ok(())
+/// Which way changes go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Source tables to halves, from the copy's snapshot on.
+    Forward,
+    /// Halves back to the source tables, from the cutover on.
+    Reverse,
 }
 
-/// Reads the next changes from the slot (those committed before `upto`,
-/// or before the current end of WAL), applies the ones the halves do not
-/// have yet and advances the slot; returns the number of messages read.
-pub(crate) fn apply_round(
-    job: &Job,
-    tables: &[SplitTable],
-    ranges: &Ranges,
-    node: &mut Client,
-    upto: Option<Lsn>,
-) -> Result<i64> {
-    let name = replication_name(job);
-    let visibility = query_one::<String>(
-        "SELECT resources->>'copy_snapshot' FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into()],
-    )?
-    .and_then(|text| SnapshotVisibility::parse(&text))
-    .ok_or_else(|| {
-        ShardError::InvalidArgument(format!("job {} has no copy snapshot", job.job_id))
-    })?;
-    let applied = value_on::<String>(
-        &job.source,
-        node,
-        &format!(
-            "SELECT applied::text FROM {} WHERE job = {}",
-            marker_table(job),
-            job.job_id
-        ),
-    )?
-    .and_then(|text| Lsn::parse(&text))
-    .unwrap_or_default();
-    // Read before the changes: the slot may advance to it only if every
-    // transaction committed before it was read. Decoding stops at the
-    // flushed end of WAL (the local cluster commits asynchronously), and so
-    // must this position.
-    let upto = match upto {
-        Some(lsn) => lsn,
-        None => value_on::<String>(&job.source, node, "SELECT pg_current_wal_flush_lsn()::text")?
-            .and_then(|text| Lsn::parse(&text))
-            .unwrap_or_default(),
-    };
-    let rows = node
-        .query(
+impl Direction {
+    /// The slot (and publication) read.
+    fn slot(self, job: &Job) -> String {
+        match self {
+            Direction::Forward => Link::forward(job).name,
+            Direction::Reverse => Link::reverse(job).name,
+        }
+    }
+
+    /// The progress table's row of this direction.
+    pub(crate) fn progress_key(self, job: &Job) -> i64 {
+        match self {
+            Direction::Forward => job.job_id,
+            Direction::Reverse => -job.job_id,
+        }
+    }
+}
+
+/// One direction of a split's apply.
+pub(crate) struct Apply<'a> {
+    pub(crate) job: &'a Job,
+    pub(crate) tables: &'a [SplitTable],
+    pub(crate) ranges: &'a Ranges,
+    pub(crate) direction: Direction,
+}
+
+impl Apply<'_> {
+    /// Applies rounds up to `point` until one reads less than a round's worth
+    /// (it then read everything committed before `point`), within
+    /// [`FINAL_WAIT`]; `what` names the point in the timeout's error.
+    pub(crate) fn up_to(&self, node: &mut Client, point: Lsn, what: &str) -> Result<()> {
+        let started = Instant::now();
+        while self.round(node, Some(point))? >= CHANGES_PER_ROUND {
+            if started.elapsed() > FINAL_WAIT {
+                return Err(ShardError::Timeout(format!(
+                    "{what} not applied within {FINAL_WAIT:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the next changes from the slot (those committed before `upto`,
+    /// or before the current end of WAL), applies the ones not applied yet
+    /// and advances the slot; returns the number of messages read.
+    pub(crate) fn round(&self, node: &mut Client, upto: Option<Lsn>) -> Result<i64> {
+        let job = self.job;
+        let name = self.direction.slot(job);
+        // Forward, the copy's snapshot has the transactions it saw; in reverse
+        // every transaction after the cutover's position is the new owners'.
+        let visibility = match self.direction {
+            Direction::Forward => Some(
+                query_one::<String>(
+                    "SELECT resources->>'copy_snapshot' FROM pg_shard.job WHERE job_id = $1",
+                    &[job.job_id.into()],
+                )?
+                .and_then(|text| SnapshotVisibility::parse(&text))
+                .ok_or_else(|| {
+                    ShardError::InvalidArgument(format!("job {} has no copy snapshot", job.job_id))
+                })?,
+            ),
+            Direction::Reverse => None,
+        };
+        let key = self.direction.progress_key(job);
+        let applied = value_on::<String>(
+            &job.source,
+            node,
             &format!(
+                "SELECT applied::text FROM {} WHERE job = {key}",
+                marker_table(job)
+            ),
+        )?
+        .and_then(|text| Lsn::parse(&text))
+        .unwrap_or_default();
+        // Read before the changes: the slot may advance to it only if every
+        // transaction committed before it was read. Decoding stops at the
+        // flushed end of WAL (the local cluster commits asynchronously), and so
+        // must this position.
+        let upto = match upto {
+            Some(lsn) => lsn,
+            None => {
+                value_on::<String>(&job.source, node, "SELECT pg_current_wal_flush_lsn()::text")?
+                    .and_then(|text| Lsn::parse(&text))
+                    .unwrap_or_default()
+            }
+        };
+        let rows = node
+            .query(
+                &format!(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
                      'proto_version', '1', 'publication_names', {})",
                 quote::literal(&name),
                 quote::literal(&upto.to_string()),
                 quote::literal(&name),
             ),
-            &[],
-        )
-        .map_err(|e| remote::remote_error(&job.source, &e))?;
-    let mut relations: HashMap<u32, pgoutput::Relation> = HashMap::new();
-    let mut statements = Vec::new();
-    let mut skipping = true;
-    let mut last_final = None;
-    let mut last_end = None;
-    for row in &rows {
-        let data: &[u8] = row.get(0);
-        let message = pgoutput::decode(data)
-            .map_err(|e| ShardError::InvalidArgument(format!("reading slot {name}: {e}")))?;
-        match message {
-            Message::Begin { final_lsn, xid } => {
-                skipping = final_lsn <= applied || visibility.sees(xid);
-                last_final = Some(final_lsn);
+                &[],
+            )
+            .map_err(|e| remote::remote_error(&job.source, &e))?;
+        let mut relations: HashMap<u32, pgoutput::Relation> = HashMap::new();
+        let mut statements = Vec::new();
+        let mut skipping = true;
+        let mut last_final = None;
+        let mut last_end = None;
+        for row in &rows {
+            let data: &[u8] = row.get(0);
+            let message = pgoutput::decode(data)
+                .map_err(|e| ShardError::InvalidArgument(format!("reading slot {name}: {e}")))?;
+            match message {
+                Message::Begin { final_lsn, xid } => {
+                    skipping = final_lsn <= applied
+                        || visibility.as_ref().is_some_and(|seen| seen.sees(xid));
+                    last_final = Some(final_lsn);
+                }
+                Message::Commit { end_lsn, .. } => last_end = Some(end_lsn),
+                Message::Relation(relation) => {
+                    relations.insert(relation.relid, relation);
+                }
+                change if !skipping => {
+                    statements.extend(self.change_statements(&change, &relations)?)
+                }
+                _ => {}
             }
-            Message::Commit { end_lsn, .. } => last_end = Some(end_lsn),
-            Message::Relation(relation) => {
-                relations.insert(relation.relid, relation);
-            }
-            change if !skipping => {
-                statements.extend(change_statements(&change, &relations, tables, ranges)?)
-            }
-            _ => {}
         }
-    }
-    // A full round may have stopped early: the slot goes to the end of
-    // what was read, else to `upto` (nothing published committed before it
-    // that was not read).
-    let complete = (rows.len() as i64) < CHANGES_PER_ROUND;
-    let end = match last_end {
-        Some(end) if !complete => end,
-        _ => upto,
-    };
-    if let Some(final_lsn) = last_final.filter(|lsn| *lsn > applied) {
-        statements.push(format!(
-            "UPDATE {} SET applied = '{final_lsn}' WHERE job = {}",
-            marker_table(job),
-            job.job_id
-        ));
+        // A full round may have stopped early: the slot goes to the end of
+        // what was read, else to `upto` (nothing published committed before it
+        // that was not read).
+        let complete = (rows.len() as i64) < CHANGES_PER_ROUND;
+        let end = match last_end {
+            Some(end) if !complete => end,
+            _ => upto,
+        };
+        if let Some(final_lsn) = last_final.filter(|lsn| *lsn > applied) {
+            statements.push(format!(
+                "UPDATE {} SET applied = '{final_lsn}' WHERE job = {key}",
+                marker_table(job),
+            ));
+            run_on(
+                &job.source,
+                node,
+                &format!(
+                    "BEGIN;\nSET LOCAL session_replication_role = replica;\n{};\nCOMMIT",
+                    statements.join(";\n")
+                ),
+            )?;
+        }
         run_on(
             &job.source,
             node,
             &format!(
-                "BEGIN;\nSET LOCAL session_replication_role = replica;\n{};\nCOMMIT",
-                statements.join(";\n")
+                "SELECT pg_replication_slot_advance({}, {}) \
+             FROM pg_replication_slots WHERE slot_name = {0} AND confirmed_flush_lsn < {1}",
+                quote::literal(&name),
+                quote::literal(&end.to_string())
             ),
         )?;
+        Ok(rows.len() as i64)
     }
-    run_on(
-        &job.source,
-        node,
-        &format!(
-            "SELECT pg_replication_slot_advance({}, {}) \
-             FROM pg_replication_slots WHERE slot_name = {0} AND confirmed_flush_lsn < {1}",
-            quote::literal(&name),
-            quote::literal(&end.to_string())
-        ),
-    )?;
-    Ok(rows.len() as i64)
-}
 
-/// The statements applying one change of a source table to its halves.
-fn change_statements(
-    change: &Message,
-    relations: &HashMap<u32, pgoutput::Relation>,
-    tables: &[SplitTable],
-    ranges: &Ranges,
-) -> Result<Vec<String>> {
-    let relid = match change {
-        Message::Insert { relid, .. }
-        | Message::Update { relid, .. }
-        | Message::Delete { relid, .. } => *relid,
-        Message::Truncate { relids } => {
-            let mut statements = Vec::new();
-            for relid in relids {
-                if let Some(table) = table_of(*relid, relations, tables) {
-                    statements.push(format!(
-                        "TRUNCATE {}, {}",
-                        table.qualified(&table.lower),
-                        table.qualified(&table.upper)
-                    ));
+    /// The statements applying one change: forward, of a source table to
+    /// its halves; in reverse, of a half to its source table.
+    fn change_statements(
+        &self,
+        change: &Message,
+        relations: &HashMap<u32, pgoutput::Relation>,
+    ) -> Result<Vec<String>> {
+        let relid = match change {
+            Message::Insert { relid, .. }
+            | Message::Update { relid, .. }
+            | Message::Delete { relid, .. } => *relid,
+            Message::Truncate { relids } => {
+                let mut statements = Vec::new();
+                for relid in relids {
+                    if let Some((table, half)) = self.table_of(*relid, relations) {
+                        statements.push(self.truncate(table, half));
+                    }
                 }
+                return Ok(statements);
             }
-            return Ok(statements);
+            _ => return Ok(Vec::new()),
+        };
+        let relation = relations.get(&relid).ok_or_else(|| {
+            ShardError::InvalidArgument(format!(
+                "change of relation {relid} before its description"
+            ))
+        })?;
+        let Some((table, _)) = self.table_of(relid, relations) else {
+            return Ok(Vec::new());
+        };
+        let row = RowImage {
+            columns: &relation.columns,
+            table,
+            ranges: self.ranges,
+            only: (self.direction == Direction::Reverse).then(|| table.source_half()),
+        };
+        match change {
+            Message::Insert { new, .. } => {
+                let half = row.half_of(new)?.ok_or_else(|| {
+                    ShardError::InvalidArgument("an inserted row without its key".into())
+                })?;
+                Ok(vec![row.insert(half, new)])
+            }
+            Message::Update { old, new, .. } => row.update(old.as_deref(), new),
+            Message::Delete { old, .. } => Ok(row.delete(old)?),
+            _ => Ok(Vec::new()),
         }
-        _ => return Ok(Vec::new()),
-    };
-    let relation = relations.get(&relid).ok_or_else(|| {
-        ShardError::InvalidArgument(format!("change of relation {relid} before its description"))
-    })?;
-    let Some(table) = table_of(relid, relations, tables) else {
-        return Ok(Vec::new());
-    };
-    let row = RowImage {
-        columns: &relation.columns,
-        table,
-        ranges,
-    };
-    match change {
-        Message::Insert { new, .. } => {
-            let half = row.half_of(new)?.ok_or_else(|| {
-                ShardError::InvalidArgument("an inserted row without its key".into())
-            })?;
-            Ok(vec![row.insert(half, new)])
-        }
-        Message::Update { old, new, .. } => row.update(old.as_deref(), new),
-        Message::Delete { old, .. } => Ok(row.delete(old)?),
-        _ => Ok(Vec::new()),
+    }
+
+    /// The split table a changed relation belongs to: forward its source
+    /// table, in reverse one of its halves (which one, as the second value).
+    fn table_of<'t>(
+        &'t self,
+        relid: u32,
+        relations: &HashMap<u32, pgoutput::Relation>,
+    ) -> Option<(&'t SplitTable, Option<&'t Half>)> {
+        let relation = relations.get(&relid)?;
+        self.tables
+            .iter()
+            .filter(|t| t.source.schema == relation.namespace)
+            .find_map(|t| match self.direction {
+                Direction::Forward => (t.source.name == relation.name).then_some((t, None)),
+                Direction::Reverse => t
+                    .halves()
+                    .into_iter()
+                    .find(|h| h.name == relation.name)
+                    .map(|h| (t, Some(h))),
+            })
+    }
+
+    /// A TRUNCATE of a source table empties both halves; one of a half
+    /// deletes that half's range from the source table.
+    fn truncate(&self, table: &SplitTable, half: Option<&Half>) -> String {
+        let Some(half) = half else {
+            return format!(
+                "TRUNCATE {}, {}",
+                table.qualified(&table.lower),
+                table.qualified(&table.upper)
+            );
+        };
+        let (start, end) = if half.shard_id == table.lower.shard_id {
+            (self.ranges.range_start, self.ranges.split_at - 1)
+        } else {
+            (self.ranges.split_at, self.ranges.range_end)
+        };
+        format!(
+            "DELETE FROM {} WHERE pg_shard.keyspace_id({}) BETWEEN {start} AND {end}",
+            table.source.qualified(),
+            quote::ident(table.source.dist_column.as_deref().unwrap_or_default())
+        )
     }
 }
 
-fn table_of<'a>(
-    relid: u32,
-    relations: &HashMap<u32, pgoutput::Relation>,
-    tables: &'a [SplitTable],
-) -> Option<&'a SplitTable> {
-    let relation = relations.get(&relid)?;
-    tables
-        .iter()
-        .find(|t| t.source.schema == relation.namespace && t.source.name == relation.name)
-}
-
-/// A row image of a source table and the statements that apply it.
+/// A row image of a changed table and the statements that apply it.
 struct RowImage<'a> {
     columns: &'a [String],
     table: &'a SplitTable,
     ranges: &'a Ranges,
+    /// The one table every change goes to (in reverse, the source table);
+    /// None: the half the row's key belongs to.
+    only: Option<Half>,
 }
 
 impl RowImage<'_> {
@@ -254,6 +324,9 @@ impl RowImage<'_> {
     /// The half the image's distribution key belongs to; None when the key
     /// was not sent (an unchanged TOASTed value).
     fn half_of(&self, values: &[Value]) -> Result<Option<&Half>> {
+        if let Some(only) = &self.only {
+            return Ok(Some(only));
+        }
         let dist = self.table.source.dist_column.as_deref().unwrap_or_default();
         match self.value(values, dist) {
             Some(Value::Text(key)) => Ok(Some(if self.ranges.upper(key)? {
@@ -320,7 +393,7 @@ impl RowImage<'_> {
     fn delete(&self, old: &[Value]) -> Result<Vec<String>> {
         let halves: Vec<&Half> = match self.half_of(old)? {
             Some(half) if self.old_image_has_dist() => vec![half],
-            _ => self.table.halves().to_vec(),
+            _ => self.candidates(),
         };
         halves
             .into_iter()
@@ -332,6 +405,14 @@ impl RowImage<'_> {
                 ))
             })
             .collect()
+    }
+
+    /// The tables a row whose key was not sent may be in.
+    fn candidates(&self) -> Vec<&Half> {
+        match &self.only {
+            Some(only) => vec![only],
+            None => self.table.halves().to_vec(),
+        }
     }
 
     /// Whether old row images carry the distribution column: it is part of
@@ -351,7 +432,7 @@ impl RowImage<'_> {
         // the key (with the distribution column in it) did not change.
         let old_half = match old {
             Some(old) => self.half_of(old)?,
-            None if self.old_image_has_dist() => new_half,
+            None if self.old_image_has_dist() || self.only.is_some() => new_half,
             None => None,
         };
         let assignments: Vec<String> = self
@@ -379,7 +460,7 @@ impl RowImage<'_> {
             // did not change either).
             (Some(old), Some(new)) if old.shard_id == new.shard_id => in_place(vec![new]),
             (Some(old), None) => in_place(vec![old]),
-            (None, None) => in_place(self.table.halves().to_vec()),
+            (None, None) => in_place(self.candidates()),
             (_, Some(new_half)) => {
                 let selected: Vec<String> = self
                     .columns

@@ -25,6 +25,7 @@
 
 mod apply;
 mod phases;
+mod reverse;
 mod tables;
 mod verify;
 

@@ -1,7 +1,8 @@
 //! The phases of a split (the order is in [`super`]'s overview); cleanup
 //! and drop_old are a move's.
 
-use super::apply::{self, apply_round};
+use super::apply::{self, Apply, Direction};
+use super::reverse;
 use super::tables::{split_tables, Ranges, SplitTable};
 use crate::error::{Result, ShardError};
 use crate::operations::group_shards::{
@@ -9,11 +10,14 @@ use crate::operations::group_shards::{
 };
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
+use crate::operations::node_access::wal_insert_position;
 use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::pacing;
 use crate::operations::pause_clock::{record_publish, PauseClock};
 use crate::operations::reads_first;
-use crate::operations::replication::{drop_replication, lock_for_cutover, marker_table, Link};
+use crate::operations::replication::{
+    drop_replication, lock_for_cutover, marker_table, next_map_version, Link,
+};
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
@@ -51,18 +55,18 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         Phase::Cutover => cutover(job, &tables),
         Phase::Cleanup => {
             replace_partitions(job, &tables)?;
-            moves::cleanup(job, shards)
+            reverse::start(job)?;
+            moves::set_drop_after(job)?;
+            Ok(Next::Phase(Phase::ReverseReplicating))
         }
+        Phase::ReverseReplicating => reverse::reverse_replicating(job, &tables),
         Phase::DropOld => {
+            reverse::stop(job)?;
             let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
             moves::drop_old(job, &sources)
         }
-        Phase::ReverseReplicating | Phase::Reverting | Phase::RevertCleanup => {
-            Err(ShardError::InvalidArgument(format!(
-                "job {}: a split has no reverse replication (phase {})",
-                job.job_id, job.phase_name
-            )))
-        }
+        Phase::Reverting => reverse::revert(job, &tables),
+        Phase::RevertCleanup => reverse::revert_cleanup(job, &tables),
         Phase::Rollback => rollback(job, &tables),
     }
 }
@@ -319,7 +323,11 @@ fn copy_pages(
 }
 
 fn catch_up(job: &Job, tables: &[SplitTable]) -> Result<Next> {
-    if apply_for_a_step(job, tables, false)? {
+    if apply_for_a_step(job, tables, Direction::Forward, false)? {
+        // The reverse replication's slot, for after the cutover: made now
+        // (a new slot waits for the node's transactions in progress, which
+        // may wait for the cutover's lock).
+        super::reverse::prepare(job, tables, &mut connect(&job.source)?)?;
         // Verified once, at a point of this catch-up; then the cutover
         // (or first the reads).
         if crate::operations::verification::verified(job)? {
@@ -338,23 +346,39 @@ fn reads_switched(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     if reads_first::switch_reads(job)? {
         return Ok(Next::Stay);
     }
-    if apply_for_a_step(job, tables, true)? && reads_first::writes_due(job)? {
+    // Every few seconds the reverse slot moves up past the applied writes
+    // (so the node does not keep their WAL for the whole wait).
+    if reads_first::replication_check_due(job)? {
+        reverse::skip_ahead(job, &mut connect(&job.source)?)?;
+    }
+    if apply_for_a_step(job, tables, Direction::Forward, true)? && reads_first::writes_due(job)? {
         return Ok(Next::Phase(Phase::Cutover));
     }
     Ok(Next::Stay)
 }
 
-/// Applies the source's changes to the halves for up to a step's time (or
-/// until the source's pacing asks to wait), records the lag; true when
-/// the halves are nearly caught up. `whole_step`: go on applying what
-/// comes in for the whole step once caught up (the halves serve reads;
-/// one connection per step rather than per round).
-fn apply_for_a_step(job: &Job, tables: &[SplitTable], whole_step: bool) -> Result<bool> {
+/// Applies the changes of `direction` for up to a step's time (or until
+/// the node's pacing asks to wait), records the lag; true when the
+/// destination tables are nearly caught up. `whole_step`: go on applying
+/// what comes in for the whole step once caught up (the halves serve
+/// reads; one connection per step rather than per round).
+pub(super) fn apply_for_a_step(
+    job: &Job,
+    tables: &[SplitTable],
+    direction: Direction,
+    whole_step: bool,
+) -> Result<bool> {
     let ranges = Ranges::load(job)?;
+    let apply = Apply {
+        job,
+        tables,
+        ranges: &ranges,
+        direction,
+    };
     let mut node = apply::connection(job)?;
     let started = Instant::now();
     let caught_up = loop {
-        let read = apply_round(job, tables, &ranges, &mut node, None)?;
+        let read = apply.round(&mut node, None)?;
         if read < CAUGHT_UP {
             if whole_step && started.elapsed() < STEP_TIME {
                 std::thread::sleep(APPLY_PAUSE);
@@ -367,9 +391,17 @@ fn apply_for_a_step(job: &Job, tables: &[SplitTable], whole_step: bool) -> Resul
             break false;
         }
     };
-    let lag = Link::forward(job).lag(&mut node)?;
+    let link = match direction {
+        Direction::Forward => Link::forward(job),
+        Direction::Reverse => Link::reverse(job),
+    };
+    let lag = link.lag(&mut node)?;
+    // (`lag_at`: the runner looks at a job in reverse replication every
+    // few seconds. An error of an earlier try is over.)
     crate::spi::run_with_args(
-        "UPDATE pg_shard.job SET lag_bytes = $2 WHERE job_id = $1",
+        "UPDATE pg_shard.job SET lag_bytes = $2, error = NULL, \
+             resources = resources || jsonb_build_object('lag_at', clock_timestamp()) \
+         WHERE job_id = $1",
         &[job.job_id.into(), lag.into()],
     )?;
     // (The lag counts all of the node's WAL, the halves' own included: it
@@ -383,6 +415,12 @@ fn apply_for_a_step(job: &Job, tables: &[SplitTable], whole_step: bool) -> Resul
 /// one transaction on the node, then the new map is published.
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
+    let apply = Apply {
+        job,
+        tables,
+        ranges: &ranges,
+        direction: Direction::Forward,
+    };
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
     // The connections first: a new one would count in the pause. And what
     // was written since the last step is applied before the lock, twice
@@ -390,18 +428,13 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // rest is applied while writers wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
+    super::reverse::prepare(job, tables, &mut node)?;
+    super::reverse::skip_ahead(job, &mut node)?;
     // (Published with the new map, in this step's transaction.)
     reads_first::forget_routes(job)?;
     for _ in 0..2 {
         let now = apply::flushed_position(job, &mut node)?;
-        apply::apply_up_to(
-            job,
-            tables,
-            &ranges,
-            &mut node,
-            now,
-            "the writes before the cutover were",
-        )?;
+        apply.up_to(&mut node, now, "the writes before the cutover were")?;
     }
     let mut pause = PauseClock::start();
     lock_for_cutover(&job.source, &mut lock_holder, &sources)?;
@@ -409,21 +442,12 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.
     let last = apply::flushed_position(job, &mut node)?;
-    apply::apply_up_to(
-        job,
-        tables,
-        &ranges,
-        &mut node,
-        last,
-        "the last writes were",
-    )?;
+    apply.up_to(&mut node, last, "the last writes were")?;
     pause.mark("drained");
-    // The next version, held until the metadata transaction commits.
-    let version = crate::metadata::catalog::write_returning::<i64>(
-        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
-        &[],
-    )?
-    .unwrap_or(1);
+    // Every write of the halves after this is the new owners': where the
+    // reverse replication starts.
+    let reverse_from = wal_insert_position(&job.source, &mut node)?;
+    let version = next_map_version()?;
     let source_ids = shard_id_list(&tables.iter().map(|t| t.source.clone()).collect::<Vec<_>>());
     let half_ids: Vec<String> = tables
         .iter()
@@ -440,10 +464,16 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         ),
     )?;
     pause.mark("retired");
-    publish(job, tables, &ranges)?;
+    let upper_group = publish(job, tables, &ranges)?;
     let published = crate::metadata::catalog::bump_map_version()?;
     pause.mark("published");
     record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources \
+             || jsonb_build_object('reverse_from', $2::text, 'upper_group', $3::bigint) \
+         WHERE job_id = $1",
+        &[job.job_id.into(), reverse_from.into(), upper_group.into()],
+    )?;
     Ok(Next::Phase(Phase::Cleanup))
 }
 
@@ -451,7 +481,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 /// a new group on the same node takes the upper one; every table's shard
 /// is replaced by its halves (their foreign partitions follow in the
 /// cleanup, [`replace_partitions`]).
-fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
+fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<i64> {
     let upper_group = crate::metadata::catalog::write_returning::<i64>(
         "WITH lower AS (UPDATE pg_shard.shard_group SET range_end = $2 - 1 \
                         WHERE shard_group_id = $1 RETURNING colocation_id) \
@@ -497,7 +527,7 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
             )?;
         }
     }
-    Ok(())
+    Ok(upper_group)
 }
 
 /// The halves' foreign partitions in place of the source's, once the
@@ -506,49 +536,96 @@ fn publish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
 /// refused at the cutover still holds while it waits for that map). Done
 /// already when the source's partition is gone.
 fn replace_partitions(job: &Job, tables: &[SplitTable]) -> Result<()> {
-    use crate::metadata::routing_table::partition_name;
     let ranges = Ranges::load(job)?;
     for table in tables {
-        let partition = |id| {
-            quote::qualified(
-                "pg_shard_partitions",
-                &partition_name(&table.source.table_name, id, job.source.node_id),
-            )
-        };
-        let old = partition(table.source.shard_id);
-        let parent = query_one::<String>(
-            "SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = to_regclass($1)",
-            &[old.as_str().into()],
+        let lower = (
+            table.lower.shard_id,
+            ranges.range_start,
+            ranges.split_at - 1,
+        );
+        let upper = (table.upper.shard_id, ranges.split_at, ranges.range_end);
+        swap_partitions(job, table, &[table.source.shard_id], &[lower, upper])?;
+    }
+    Ok(())
+}
+
+/// After a revert's publish: the source's foreign partition (the whole
+/// range again) in place of the halves'. Done already when the lower
+/// half's partition is gone.
+pub(super) fn restore_partitions(job: &Job, tables: &[SplitTable]) -> Result<()> {
+    let ranges = Ranges::load(job)?;
+    for table in tables {
+        let whole = (table.source.shard_id, ranges.range_start, ranges.range_end);
+        swap_partitions(
+            job,
+            table,
+            &[table.lower.shard_id, table.upper.shard_id],
+            &[whole],
         )?;
-        let Some(parent) = parent else {
-            continue;
-        };
-        crate::commands::ddl::run_internal(&format!(
-            "ALTER TABLE {parent} DETACH PARTITION {old}"
-        ))?;
-        crate::spi::run(&format!("DROP FOREIGN TABLE {old}"))?;
-        let upper_bound = if ranges.range_end == i64::MAX {
+    }
+    Ok(())
+}
+
+/// Replaces the metadata node's foreign partitions of shards `old` of
+/// `table` by partitions of the shards `new` (shard id, first and last
+/// keyspace id); nothing when the first old one is gone already.
+fn swap_partitions(
+    job: &Job,
+    table: &SplitTable,
+    old: &[i64],
+    new: &[(i64, i64, i64)],
+) -> Result<()> {
+    use crate::metadata::routing_table::partition_name;
+    let partition = |id| {
+        quote::qualified(
+            "pg_shard_partitions",
+            &partition_name(&table.source.table_name, id, job.source.node_id),
+        )
+    };
+    let Some(first) = old.first() else {
+        return Ok(());
+    };
+    let parent = query_one::<String>(
+        "SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = to_regclass($1)",
+        &[partition(*first).as_str().into()],
+    )?;
+    let Some(parent) = parent else {
+        return Ok(());
+    };
+    for id in old {
+        let name = partition(*id);
+        let attached = query_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1))",
+            &[name.as_str().into()],
+        )?
+        .unwrap_or(false);
+        if attached {
+            crate::commands::ddl::run_internal(&format!(
+                "ALTER TABLE {parent} DETACH PARTITION {name}"
+            ))?;
+        }
+        crate::spi::run(&format!("DROP FOREIGN TABLE IF EXISTS {name}"))?;
+    }
+    for (shard_id, first, last) in new {
+        let upper_bound = if *last == i64::MAX {
             "MAXVALUE".to_string()
         } else {
-            (ranges.range_end + 1).to_string()
+            (last + 1).to_string()
         };
-        for (half, from, to) in [
-            (
-                &table.lower,
-                ranges.range_start.to_string(),
-                ranges.split_at.to_string(),
-            ),
-            (&table.upper, ranges.split_at.to_string(), upper_bound),
-        ] {
-            crate::metadata::routing_table::create_foreign_partition(
-                &parent,
-                &partition(half.shard_id),
-                &format!("FOR VALUES FROM ({from}) TO ({to})"),
-                job.source.node_id,
-                &table.source.schema,
-                &half.name,
-            )?;
-        }
+        let name = table
+            .halves()
+            .into_iter()
+            .find(|h| h.shard_id == *shard_id)
+            .map(|h| h.name.clone())
+            .unwrap_or_else(|| table.source.name.clone());
+        crate::metadata::routing_table::create_foreign_partition(
+            &parent,
+            &partition(*shard_id),
+            &format!("FOR VALUES FROM ({first}) TO ({upper_bound})"),
+            job.source.node_id,
+            &table.source.schema,
+            &name,
+        )?;
     }
     Ok(())
 }

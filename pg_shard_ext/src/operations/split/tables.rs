@@ -35,6 +35,15 @@ impl SplitTable {
         [&self.lower, &self.upper]
     }
 
+    /// The source table in a half's terms (the reverse apply's one
+    /// destination).
+    pub(crate) fn source_half(&self) -> Half {
+        Half {
+            shard_id: self.source.shard_id,
+            name: self.source.name.clone(),
+        }
+    }
+
     /// A half as a shard table of the group.
     pub(crate) fn half_shard(&self, half: &Half) -> GroupShard {
         GroupShard {

@@ -2,7 +2,7 @@
 //! everything applied up to a point of the source's WAL, against the
 //! source's snapshot of that point ([`crate::operations::verification`]).
 
-use super::apply;
+use super::apply::{self, Apply, Direction};
 use super::tables::{Ranges, SplitTable};
 use crate::error::Result;
 use crate::operations::job::{Job, Next};
@@ -32,10 +32,13 @@ pub(super) fn verify_split(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let point = apply::flushed_position(job, &mut node)?;
     run_on(&job.source, &mut lock_holder, "COMMIT")?;
     drop(lock_holder);
-    apply::apply_up_to(
+    let forward = Apply {
         job,
         tables,
-        &ranges,
+        ranges: &ranges,
+        direction: Direction::Forward,
+    };
+    forward.up_to(
         &mut node,
         point,
         "the changes before the verification point were",
