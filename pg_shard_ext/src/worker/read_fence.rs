@@ -70,7 +70,8 @@ fn check_query(query: *mut pg_sys::QueryDesc, eflags: i32) -> Result<(), Rejecti
         // Replication's apply (a split's own, in the job's transactions),
         // which the guard triggers let through as well: it writes a
         // retired split source back while reverse replication runs.
-        // (Only a superuser can set the role.)
+        // (A superuser's setting, or a role's granted SET on it: such a
+        // session bypasses the guard triggers already.)
         return Ok(());
     }
     // SAFETY: the planned statement and its range table belong to the query

@@ -21,7 +21,12 @@
 //!   a crash never applies a transaction twice or skips one.
 //! * cutover: as for a move, with the last changes applied by the job itself;
 //!   then the metadata node's catalog gets two shard groups for one.
-//! * cleanup, drop_old and rollback as for a move.
+//! * cleanup: the halves' foreign partitions, the forward slot dropped,
+//!   the reverse apply started; reverse_replicating, reverting and
+//!   revert_cleanup ([`reverse`]): the halves' writes applied back to the
+//!   old tables until the drop time, `complete_job` or `revert_job`, which
+//!   merges the halves back.
+//! * drop_old and rollback as for a move.
 
 mod apply;
 mod phases;

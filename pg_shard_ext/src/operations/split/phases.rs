@@ -386,8 +386,12 @@ pub(super) fn apply_for_a_step(
             }
             break true;
         }
-        // Much left to apply: paced like the copy.
-        if started.elapsed() >= STEP_TIME || pacing::throttle(job, &mut node)?.is_some() {
+        // Much left to apply: forward, paced like the copy (in reverse the
+        // old tables must keep up with the owners' writes, and a job held
+        // there too long would fail for good: the writes keep coming).
+        if started.elapsed() >= STEP_TIME
+            || (direction == Direction::Forward && pacing::throttle(job, &mut node)?.is_some())
+        {
             break false;
         }
     };
@@ -396,13 +400,22 @@ pub(super) fn apply_for_a_step(
         Direction::Reverse => Link::reverse(job),
     };
     let lag = link.lag(&mut node)?;
-    // (`lag_at`: the runner looks at a job in reverse replication every
-    // few seconds. An error of an earlier try is over.)
+    // `lag_at`: the runner looks at a job in reverse replication again
+    // after a few seconds, or at once while it is behind. Forward, an
+    // error of an earlier try is over (in reverse it may be a failed
+    // revert's, which the DBA is to see).
     crate::spi::run_with_args(
-        "UPDATE pg_shard.job SET lag_bytes = $2, error = NULL, \
-             resources = resources || jsonb_build_object('lag_at', clock_timestamp()) \
+        "UPDATE pg_shard.job SET lag_bytes = $2, \
+             error = CASE WHEN $4 THEN NULL ELSE error END, \
+             resources = CASE WHEN $3 THEN resources || jsonb_build_object('lag_at', clock_timestamp()) \
+                              ELSE resources - 'lag_at' END \
          WHERE job_id = $1",
-        &[job.job_id.into(), lag.into()],
+        &[
+            job.job_id.into(),
+            lag.into(),
+            caught_up.into(),
+            (direction == Direction::Forward).into(),
+        ],
     )?;
     // (The lag counts all of the node's WAL, the halves' own included: it
     // is shown, not used.)

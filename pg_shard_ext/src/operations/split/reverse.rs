@@ -108,6 +108,13 @@ pub(super) fn reverse_replicating(job: &Job, tables: &[SplitTable]) -> Result<Ne
     if requests.revert_failed {
         restore_after_failed_revert(job, tables)?;
     }
+    // Completed or due: the old tables go without another apply (one that
+    // keeps failing must not keep them, and the slot's WAL, for ever).
+    if requests.requested.as_deref() != Some("revert") {
+        if let next @ Next::Phase(_) = after_a_look(&requests, false) {
+            return Ok(next);
+        }
+    }
     let caught_up = apply_for_a_step(job, tables, Direction::Reverse, false)?;
     Ok(after_a_look(&requests, caught_up))
 }
