@@ -181,7 +181,8 @@ check("later statement: nothing of the transaction committed",
 # A pushed-down read over every shard group (autocommit) that reaches the
 # source after the cutover retired it and before the new map is published
 # (a read does not queue behind the cutover's EXCLUSIVE lock: the window is
-# held open here by a lock on the map's row, which publishing takes): the
+# held open here by a lock on the job's row, which the cutover's step
+# updates after the retire, before its commit publishes the map): the
 # source refuses it, it waits for the new map, finds its shard groups
 # again and runs again.
 def between_retire_and_publish(statement):
@@ -191,11 +192,21 @@ def between_retire_and_publish(statement):
     source_port = meta.execute("SELECT port FROM pg_shard.node WHERE node_id = %s",
                                (source,)).fetchone()[0]
     source_db = connect(f"host=127.0.0.1 port={source_port} dbname={database} user=postgres")
-    map_holder = connect(dsn)
-    map_holder.execute("BEGIN")
-    map_holder.execute("SELECT version FROM pg_shard.map_state FOR UPDATE")
+    # The job held at the start of its cutover (the runner's pause point),
+    # its row locked, then let go: the cutover retires the source and
+    # waits for the row.
+    phase_holder = connect(dsn)
+    phase_holder.execute("SELECT pg_advisory_lock(hashtext('pg_shard job phase'), hashtext('cutover'))")
     meta.execute("SET pg_shard.move_drop_delay = 0")
     job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+    deadline = time.time() + 60
+    while time.time() < deadline and meta.execute(
+            "SELECT phase FROM pg_shard.job WHERE job_id = %s", (job,)).fetchone()[0] != "cutover":
+        time.sleep(0.05)
+    map_holder = connect(dsn)
+    map_holder.execute("BEGIN")
+    map_holder.execute("SELECT 1 FROM pg_shard.job WHERE job_id = %s FOR UPDATE", (job,))
+    phase_holder.close()
     deadline = time.time() + 60
     retired = False
     while time.time() < deadline and not retired:

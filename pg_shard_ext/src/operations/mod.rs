@@ -30,11 +30,12 @@
 //!   `switch_reads_first`): a map version routes the range's reads to the
 //!   new copy while writes stay; replication goes on until the writes are
 //!   due (`pg_shard.switch_writes_delay`, `pg_shard.switch_writes`).
-//! * cutover ([`moves`]): writes to the source wait on a lock while the
-//!   last of them reach the target (a marker row tells), the source
-//!   is retired, the target activated at the next map version, and the new
-//!   map published (placement, the metadata node's foreign partitions,
-//!   version, NOTIFY) in one metadata transaction.
+//! * cutover ([`moves`]): the new map written in the runner's transaction
+//!   (placement, next version, NOTIFY); then writes to the source wait on
+//!   a lock while the last of them reach the target (a marker row tells),
+//!   the source is retired, the target activated at that version, and the
+//!   runner's commit publishes the map (the metadata node's foreign
+//!   partitions follow in the cleanup).
 //! * cleanup: the forward subscription (and with it the slot) and
 //!   publication go, and the source subscribes to the target's changes
 //!   ([`reverse`]). reverse_replicating: until `pg_shard.move_drop_delay`

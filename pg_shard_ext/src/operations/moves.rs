@@ -437,6 +437,10 @@ fn reads_switched(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 
 /// The cutover, in one step (a crash anywhere in it leaves the job to run
 /// it again from the start, or to roll back):
+/// 0. the new map written first, in the runner's transaction (placement,
+///    the next version, NOTIFY; published when it commits at the end of
+///    the step): nothing of it depends on what follows, and so none of it
+///    is inside the pause;
 /// 1. lock the source shard tables EXCLUSIVE in a transaction kept open:
 ///    writers holding locks finish first, new ones wait (the write pause;
 ///    readers go on);
@@ -445,9 +449,9 @@ fn reads_switched(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 ///    `verify` phase: nothing here reads the shard);
 /// 3. retire the source shards and commit (the waiting writers get
 ///    WrongShard and their routers look for the new map);
-/// 4. activate the target shards at the next map version and publish it
-///    (placement, version, NOTIFY) with the job's next phase, in one
-///    metadata transaction; the foreign partitions follow in the cleanup.
+/// 4. activate the target shards at that version; the runner's commit
+///    (with the job's next phase) publishes the map; the foreign
+///    partitions follow in the cleanup.
 ///
 /// The reverse replication's slot on the target is there already (made at
 /// the end of the catch-up; checked again here, before the lock), and the
@@ -466,6 +470,7 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     reverse::skip_ahead(job, &mut target)?;
     // (Published with the new map, in this step's transaction.)
     reads_first::forget_routes(job)?;
+    let version = forward.publish_ahead(job)?;
     forward.drain_unlocked(job, (&mut source, &mut target))?;
     let mut pause = PauseClock::start();
     let lock_holder = forward.freeze_and_drain(
@@ -476,8 +481,8 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         &mut pause,
     )?;
     let reverse_from = wal_insert_position(&job.target, &mut target)?;
-    let published = forward.hand_over(job, lock_holder, &ids, &mut target, &mut pause)?;
-    record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;
+    forward.hand_over(lock_holder, (&ids, version), &mut target, &mut pause)?;
+    record_publish(job, ("new_version", version), ("cutover_ms", &pause))?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('reverse_from', $2::text) \
          WHERE job_id = $1",

@@ -277,43 +277,55 @@ impl<'a> Link<'a> {
         Ok(lock_holder)
     }
 
+    /// Before a cutover's lock in this direction: the group's placement
+    /// moved to the subscriber and the next map version taken, in the
+    /// runner's transaction (published when it commits, after
+    /// [`Link::hand_over`]; nothing of it depends on the drain). The
+    /// version's row stays locked until then: a concurrent map change
+    /// waits, and one in progress makes the cutover wait before its lock,
+    /// not during the pause. Returns the version.
+    pub(crate) fn publish_ahead(&self, job: &Job) -> Result<i64> {
+        crate::spi::run_with_args(
+            "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
+            &[
+                job.shard_group_id.into(),
+                self.publisher.node_id.into(),
+                self.subscriber.node_id.into(),
+            ],
+        )?;
+        crate::metadata::catalog::bump_map_version()
+    }
+
     /// The second half of a cutover in this direction: the lock's
     /// transaction, which retired the publisher's shards `ids`, commits (the
     /// writers that waited are refused with WrongShard and look for the new
     /// map), and at the same time the subscriber's shards are activated at
-    /// the next map version (no router declares it before it is published:
-    /// the subscriber refuses older ones); then the group's placement moved
-    /// to the subscriber and the version published, in the runner's
-    /// transaction. Returns the published version.
+    /// `version`, the map version [`Link::publish_ahead`] took (no router
+    /// declares it before it is published: the subscriber refuses older
+    /// ones). The runner's commit that follows publishes the map.
     pub(crate) fn hand_over(
         &self,
-        job: &Job,
         mut lock_holder: Client,
-        ids: &str,
+        (ids, version): (&str, i64),
         subscriber: &mut Client,
         pause: &mut PauseClock,
-    ) -> Result<i64> {
+    ) -> Result<()> {
         // The retire's commit on its own thread (it only talks to the
-        // node), while this one takes the next map version (its row stays
-        // locked until the runner's transaction commits: a concurrent map
-        // change waits, after the retire) and activates the subscriber's
-        // shards at it.
+        // node), while this one activates the subscriber's shards.
         let ((retired, retired_at), activated) = std::thread::scope(|scope| {
             let retiring = scope.spawn(|| {
                 let retired = run_on(self.publisher, &mut lock_holder, "COMMIT");
                 (retired, Instant::now())
             });
-            let activated = next_map_version().and_then(|version| {
-                run_on(
-                    self.subscriber,
-                    subscriber,
-                    &format!(
-                        "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} \
-                         WHERE shard_id IN ({ids})"
-                    ),
-                )?;
-                Ok(Instant::now())
-            });
+            let activated = run_on(
+                self.subscriber,
+                subscriber,
+                &format!(
+                    "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} \
+                     WHERE shard_id IN ({ids})"
+                ),
+            )
+            .map(|()| Instant::now());
             let retired = retiring.join().unwrap_or_else(|_| {
                 (
                     Err(ShardError::JobPanicked(
@@ -343,17 +355,8 @@ impl<'a> Link<'a> {
         let activated_at = activated?;
         pause.mark_at("retired", retired_at);
         pause.mark_at("activated", activated_at);
-        crate::spi::run_with_args(
-            "UPDATE pg_shard.placement SET node_id = $3 WHERE shard_group_id = $1 AND node_id = $2",
-            &[
-                job.shard_group_id.into(),
-                self.publisher.node_id.into(),
-                self.subscriber.node_id.into(),
-            ],
-        )?;
-        let published = crate::metadata::catalog::bump_map_version()?;
         pause.mark("published");
-        Ok(published)
+        Ok(())
     }
 
     /// Drops the subscription (with its slot), a slot left without one,
@@ -454,16 +457,6 @@ pub(crate) fn lock_for_cutover(
         lock_holder,
         &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
     )
-}
-
-/// The map version a cutover publishes: the next one, its row locked
-/// until the runner's transaction commits.
-pub(crate) fn next_map_version() -> Result<i64> {
-    Ok(crate::metadata::catalog::write_returning::<i64>(
-        "SELECT coalesce((SELECT version FROM pg_shard.map_state WHERE singleton FOR UPDATE), 0) + 1",
-        &[],
-    )?
-    .unwrap_or(1))
 }
 
 /// Drops the job's replication in both directions and its marker tables.

@@ -13,10 +13,11 @@
 //!   filter changes by origin, so both directions at once would send each
 //!   change back), then advances the reverse slot to `reverse_from` and
 //!   subscribes the source to it.
-//! * A revert (phase `reverting`): the target's tables locked, a marker row
-//!   written there and awaited on the source, the target retired, the
-//!   source activated at the next map version, placement back and the map
-//!   published, in one metadata transaction; then (`revert_cleanup`) the
+//! * A revert (phase `reverting`): the placement back on the source and
+//!   the next map version written in the runner's transaction, then the
+//!   target's tables locked, a marker row written there and awaited on
+//!   the source, the target retired, the source activated at that version,
+//!   and the runner's commit publishes the map; then (`revert_cleanup`) the
 //!   foreign partitions go back, the replication and the target's tables
 //!   go. A failure before the publish abandons the revert: the move stands
 //!   and the shards' states are set right again ([`reverse_replicating`]).
@@ -218,13 +219,14 @@ pub(crate) fn forget_failed_revert(job: &Job) -> Result<()> {
 }
 
 /// The revert's cutover, in one step (run again from the start after a
-/// crash): the cutover's protocol with the roles swapped. The target's
-/// tables locked EXCLUSIVE (writers wait), a marker row written there and
-/// awaited on the source (every write before the lock is there), the
-/// target retired (the waiting writers get WrongShard and look for the new
-/// map), the source activated at the next map version, the placement back
-/// on it and the map published with the next phase in one metadata
-/// transaction.
+/// crash): the cutover's protocol with the roles swapped. The placement
+/// back on the source and the next map version written first (in the
+/// runner's transaction), the target's tables locked EXCLUSIVE (writers
+/// wait), a marker row written there and awaited on the source (every
+/// write before the lock is there), the target retired (the waiting
+/// writers get WrongShard and look for the new map), the source activated
+/// at that version, and the runner's commit publishes the map with the
+/// next phase.
 pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let tables: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
     let ids = shard_id_list(shards);
@@ -232,6 +234,7 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     let lock_holder = connect(&job.target)?;
+    let version = reverse.publish_ahead(job)?;
     reverse.drain_unlocked(job, (&mut target, &mut source))?;
     let mut pause = PauseClock::start();
     let lock_holder = reverse.freeze_and_drain(
@@ -241,8 +244,8 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         (&mut target, &mut source),
         &mut pause,
     )?;
-    let published = reverse.hand_over(job, lock_holder, &ids, &mut source, &mut pause)?;
-    record_publish(job, ("reverted_version", published), ("revert_ms", &pause))?;
+    reverse.hand_over(lock_holder, (&ids, version), &mut source, &mut pause)?;
+    record_publish(job, ("reverted_version", version), ("revert_ms", &pause))?;
     Ok(Next::Phase(Phase::RevertCleanup))
 }
 

@@ -15,9 +15,7 @@ use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::pacing;
 use crate::operations::pause_clock::{record_publish, PauseClock};
 use crate::operations::reads_first;
-use crate::operations::replication::{
-    drop_replication, lock_for_cutover, marker_table, next_map_version, Link,
-};
+use crate::operations::replication::{drop_replication, lock_for_cutover, marker_table, Link};
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
@@ -422,10 +420,12 @@ pub(super) fn apply_for_a_step(
     Ok(caught_up)
 }
 
-/// The split's cutover: writes to the source wait on a lock while the job
+/// The split's cutover: the new map written first (in the runner's
+/// transaction); then writes to the source wait on a lock while the job
 /// applies the last of them (the halves were verified before, in the
-/// `verify` phase), the source is retired and the halves activated at the next map version in
-/// one transaction on the node, then the new map is published.
+/// `verify` phase), the source is retired and the halves activated at the
+/// new map's version in one transaction on the node, and the runner's
+/// commit publishes the map.
 fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let apply = Apply {
@@ -443,8 +443,13 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let mut lock_holder = connect(&job.source)?;
     super::reverse::prepare(job, tables, &mut node)?;
     super::reverse::skip_ahead(job, &mut node)?;
-    // (Published with the new map, in this step's transaction.)
+    // The new map, written ahead of the lock in this step's transaction
+    // (published when it commits; nothing in it depends on the drain): the
+    // read routes go, the catalog's two groups for one, the next version.
     reads_first::forget_routes(job)?;
+    let upper_group = publish(job, tables, &ranges)?;
+    let version = crate::metadata::catalog::bump_map_version()?;
+    apply::refresh_restart_point(job, &mut node);
     for _ in 0..2 {
         let now = apply::flushed_position(job, &mut node)?;
         apply.up_to(&mut node, now, "the writes before the cutover were")?;
@@ -455,12 +460,11 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.
     let last = apply::flushed_position(job, &mut node)?;
-    apply.up_to(&mut node, last, "the last writes were")?;
+    apply.drain(&mut node, last)?;
     pause.mark("drained");
     // Every write of the halves after this is the new owners': where the
     // reverse replication starts.
     let reverse_from = wal_insert_position(&job.source, &mut node)?;
-    let version = next_map_version()?;
     let source_ids = shard_id_list(&tables.iter().map(|t| t.source.clone()).collect::<Vec<_>>());
     let half_ids: Vec<String> = tables
         .iter()
@@ -477,10 +481,8 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         ),
     )?;
     pause.mark("retired");
-    let upper_group = publish(job, tables, &ranges)?;
-    let published = crate::metadata::catalog::bump_map_version()?;
     pause.mark("published");
-    record_publish(job, ("new_version", published), ("cutover_ms", &pause))?;
+    record_publish(job, ("new_version", version), ("cutover_ms", &pause))?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources \
              || jsonb_build_object('reverse_from', $2::text, 'upper_group', $3::bigint) \

@@ -31,9 +31,7 @@ use crate::operations::group_shards::{drop_shard_tables, shard_id_list, GroupSha
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::node_access::{connect, run_on, wal_insert_position};
 use crate::operations::pause_clock::{record_publish, PauseClock};
-use crate::operations::replication::{
-    drop_markers, lock_for_cutover, marker_table, next_map_version, Link,
-};
+use crate::operations::replication::{drop_markers, lock_for_cutover, marker_table, Link};
 use crate::operations::reverse::{after_a_look, forget_failed_revert, requests};
 use crate::quote;
 use crate::spi::query_one;
@@ -140,11 +138,12 @@ fn restore_after_failed_revert(job: &Job, tables: &[SplitTable]) -> Result<()> {
 }
 
 /// The revert's cutover, in one step (run again from the start after a
-/// crash): writes to the halves wait on a lock while the job applies the
-/// last of them to the source tables; the halves are retired and the
-/// source tables activated at the next map version in one transaction on
-/// the node; then the catalog has one shard group again and the map is
-/// published, with the next phase, in the runner's transaction.
+/// crash): the catalog's one shard group again and the next map version,
+/// written first in the runner's transaction; then writes to the halves
+/// wait on a lock while the job applies the last of them to the source
+/// tables, the halves are retired and the source tables activated at that
+/// version in one transaction on the node, and the runner's commit
+/// publishes the map with the next phase.
 pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let apply = Apply {
@@ -158,6 +157,11 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
+    // The map as before the split, written ahead of the lock (published
+    // when the runner's transaction commits).
+    unpublish(job, tables, &ranges)?;
+    let version = crate::metadata::catalog::bump_map_version()?;
+    apply::refresh_restart_point(job, &mut node);
     for _ in 0..2 {
         let now = apply::flushed_position(job, &mut node)?;
         apply.up_to(&mut node, now, "the writes before the revert were")?;
@@ -166,9 +170,8 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     lock_for_cutover(&job.source, &mut lock_holder, &halves(tables))?;
     pause.mark("locked");
     let last = apply::flushed_position(job, &mut node)?;
-    apply.up_to(&mut node, last, "the last writes were")?;
+    apply.drain(&mut node, last)?;
     pause.mark("drained");
-    let version = next_map_version()?;
     run_on(
         &job.source,
         &mut lock_holder,
@@ -181,10 +184,8 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         ),
     )?;
     pause.mark("retired");
-    unpublish(job, tables, &ranges)?;
-    let published = crate::metadata::catalog::bump_map_version()?;
     pause.mark("published");
-    record_publish(job, ("reverted_version", published), ("revert_ms", &pause))?;
+    record_publish(job, ("reverted_version", version), ("revert_ms", &pause))?;
     Ok(Next::Phase(Phase::RevertCleanup))
 }
 
