@@ -79,6 +79,11 @@ pub(crate) enum ShardError {
     /// the last writes applied).
     #[error("{0}")]
     Timeout(String),
+    /// A cutover's EXCLUSIVE lock waited longer than its bound for the
+    /// transactions in flight (new writers queue behind the request): the
+    /// step is given up, with its catalog changes, and tried again.
+    #[error("the cutover's lock on {node} waited more than {waited_ms} ms for transactions in flight; it is tried again")]
+    CutoverLockBusy { node: String, waited_ms: u64 },
     /// A PostgreSQL ERROR or a Rust panic raised (rather than returned)
     /// inside one of the job runner's own transactions.
     #[error("{0}")]
@@ -200,6 +205,7 @@ impl ShardError {
             }
             ShardError::VerificationMismatch(_) => ERRCODE_DATA_CORRUPTED,
             ShardError::Timeout(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            ShardError::CutoverLockBusy { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
             ShardError::JobPanicked(_) | ShardError::Internal(_) => ERRCODE_INTERNAL_ERROR,
             ShardError::NoWorkers => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             ShardError::NodeExists { .. } | ShardError::SameServer { .. } => {

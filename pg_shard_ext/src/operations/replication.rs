@@ -7,7 +7,7 @@
 use super::job::Job;
 use super::node_access::{connect, exists_on, poll_until, run_on, value_on};
 use super::pause_clock::PauseClock;
-use super::settings::FINAL_WAIT;
+use super::settings::{CUTOVER_LOCK_WAIT, FINAL_WAIT};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
@@ -447,16 +447,31 @@ pub(crate) fn flush_wal(node: &Node, client: &mut Client) -> Result<()> {
 
 /// Takes the EXCLUSIVE lock of a cutover on `tables` of `node`, in a
 /// transaction of the returned connection: writers wait, readers go on.
+/// The lock waits at most [`CUTOVER_LOCK_WAIT`] for the transactions in
+/// flight: past it, [`ShardError::CutoverLockBusy`] (the runner gives the
+/// step up, with its catalog changes, and tries again).
 pub(crate) fn lock_for_cutover(
     node: &Node,
     lock_holder: &mut Client,
     tables: &[String],
 ) -> Result<()> {
-    run_on(
-        node,
-        lock_holder,
-        &format!("BEGIN;\nLOCK TABLE {} IN EXCLUSIVE MODE", tables.join(", ")),
-    )
+    let waited_ms = CUTOVER_LOCK_WAIT.as_millis() as u64;
+    let locked = lock_holder.batch_execute(&format!(
+        "BEGIN;\nSET LOCAL lock_timeout = {waited_ms};\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
+         SET LOCAL lock_timeout = 0",
+        tables.join(", ")
+    ));
+    match locked {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            // (The connection's transaction is aborted: it is dropped.)
+            Err(ShardError::CutoverLockBusy {
+                node: format!("{}:{}", node.host, node.port),
+                waited_ms,
+            })
+        }
+        Err(e) => Err(crate::transaction::client::remote_error(node, &e)),
+    }
 }
 
 /// Drops the job's replication in both directions and its marker tables.

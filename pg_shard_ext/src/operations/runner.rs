@@ -230,6 +230,14 @@ fn run_step(job: Job) {
         Ok(Next::Phase(_)) | Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase_name, error.as_deref()),
         Ok(Next::Done(last_phase)) => record(&job, "done", last_phase, None),
+        // A cutover's lock that waited too long for the transactions in
+        // flight: given up (its transaction rolled back) and tried again at
+        // the next look, without counting as a failure.
+        Err(e @ ShardError::CutoverLockBusy { .. }) => {
+            let message = e.to_string();
+            pgrx::log!("pg_shard job {}: {message}", job.job_id);
+            record_error(&job, &message, None);
+        }
         Err(e) => {
             let message = e.to_string();
             // A node that cannot be reached (restarting, a network blip)

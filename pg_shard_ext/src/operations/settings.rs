@@ -22,6 +22,12 @@ pub(crate) const CUTOVER_LAG: i64 = 1024 * 1024;
 /// the job rolls back.
 pub(crate) const TRANSIENT_TRIES: i64 = 5;
 
+/// Longest wait of a cutover's EXCLUSIVE lock for the transactions in
+/// flight on its tables: writers that come meanwhile queue behind it, so
+/// this bounds what a long transaction adds to the write pause. Past it
+/// the cutover is tried again at the runner's next look.
+pub(crate) const CUTOVER_LOCK_WAIT: Duration = Duration::from_millis(100);
+
 /// Longest wait for the target to apply the last frozen write.
 pub(crate) const FINAL_WAIT: Duration = Duration::from_secs(60);
 
