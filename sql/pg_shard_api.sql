@@ -241,6 +241,8 @@ BEGIN
     INSERT INTO pg_shard.job (kind, shard_id, shard_group_id, source_node, target_node, split_at, resources)
     VALUES (job_kind, requested_shard, shard.shard_group_id, source, requested_target, requested_split_at,
             jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay'),
+                               'lock_wait_ms', (extract(epoch FROM current_setting('pg_shard.cutover_lock_timeout')::interval)
+                                                * 1000)::bigint,
                                'copy_rate', current_setting('pg_shard.copy_rate_limit')::bigint,
                                'max_lag', pg_size_bytes(current_setting('pg_shard.max_replication_lag')),
                                'max_latency_ms', (extract(epoch FROM current_setting('pg_shard.max_source_latency')::interval)

@@ -82,7 +82,10 @@ def through_cutover(name, work, before=None, table="mr_accounts"):
     holder = connect(dsn)
     holder.execute("SELECT pg_advisory_lock(hashtext('pg_shard job phase'), hashtext('cutover'))")
     meta.execute("SET pg_shard.move_drop_delay = 0")
+    # (The cutover's lock waits for the blocker here, not only 100 ms.)
+    meta.execute("SET pg_shard.cutover_lock_timeout = '5min'")
     job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
+    meta.execute("RESET pg_shard.cutover_lock_timeout")
     at_cutover = wait_until("SELECT phase = 'cutover' FROM pg_shard.job WHERE job_id = %s", (job,))
     blocker = connect(dsn)
     blocker.execute("BEGIN")

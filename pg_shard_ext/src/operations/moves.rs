@@ -437,10 +437,10 @@ fn reads_switched(job: &Job, shards: &[GroupShard]) -> Result<Next> {
 
 /// The cutover, in one step (a crash anywhere in it leaves the job to run
 /// it again from the start, or to roll back):
-/// 0. the new map written first, in the runner's transaction (placement,
-///    the next version, NOTIFY; published when it commits at the end of
-///    the step): nothing of it depends on what follows, and so none of it
-///    is inside the pause;
+/// 0. the new map written just before the lock, in the runner's
+///    transaction (placement, the next version, NOTIFY; published when it
+///    commits at the end of the step): nothing of it depends on what
+///    follows, and so none of it is inside the pause;
 /// 1. lock the source shard tables EXCLUSIVE in a transaction kept open:
 ///    writers holding locks finish first, new ones wait (the write pause;
 ///    readers go on);
@@ -468,10 +468,11 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let lock_holder = connect(&job.source)?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
-    // (Published with the new map, in this step's transaction.)
+    forward.drain_unlocked(job, (&mut source, &mut target))?;
+    // The new map just before the lock (the version's row is held from
+    // here to the step's commit); the read routes go with it.
     reads_first::forget_routes(job)?;
     let version = forward.publish_ahead(job)?;
-    forward.drain_unlocked(job, (&mut source, &mut target))?;
     let mut pause = PauseClock::start();
     let lock_holder = forward.freeze_and_drain(
         job,

@@ -7,7 +7,7 @@
 use super::job::Job;
 use super::node_access::{connect, exists_on, poll_until, run_on, value_on};
 use super::pause_clock::PauseClock;
-use super::settings::{CUTOVER_LOCK_WAIT, FINAL_WAIT};
+use super::settings::FINAL_WAIT;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
@@ -264,7 +264,7 @@ impl<'a> Link<'a> {
         (publisher, subscriber): (&mut Client, &mut Client),
         pause: &mut PauseClock,
     ) -> Result<Client> {
-        lock_for_cutover(self.publisher, &mut lock_holder, tables)?;
+        lock_for_cutover(job, self.publisher, &mut lock_holder, tables)?;
         pause.mark("locked");
         run_on(
             self.publisher,
@@ -447,15 +447,22 @@ pub(crate) fn flush_wal(node: &Node, client: &mut Client) -> Result<()> {
 
 /// Takes the EXCLUSIVE lock of a cutover on `tables` of `node`, in a
 /// transaction of the returned connection: writers wait, readers go on.
-/// The lock waits at most [`CUTOVER_LOCK_WAIT`] for the transactions in
-/// flight: past it, [`ShardError::CutoverLockBusy`] (the runner gives the
+/// The lock waits at most the job's `pg_shard.cutover_lock_timeout` for
+/// the transactions in flight (writers that come meanwhile queue behind
+/// it): past it, [`ShardError::CutoverLockBusy`] (the runner gives the
 /// step up, with its catalog changes, and tries again).
 pub(crate) fn lock_for_cutover(
+    job: &Job,
     node: &Node,
     lock_holder: &mut Client,
     tables: &[String],
 ) -> Result<()> {
-    let waited_ms = CUTOVER_LOCK_WAIT.as_millis() as u64;
+    let waited_ms = query_one::<i64>(
+        "SELECT (resources->>'lock_wait_ms')::bigint FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .filter(|ms| *ms > 0)
+    .unwrap_or(DEFAULT_LOCK_WAIT_MS) as u64;
     let locked = lock_holder.batch_execute(&format!(
         "BEGIN;\nSET LOCAL lock_timeout = {waited_ms};\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
          SET LOCAL lock_timeout = 0",
@@ -473,6 +480,10 @@ pub(crate) fn lock_for_cutover(
         Err(e) => Err(crate::transaction::client::remote_error(node, &e)),
     }
 }
+
+/// A job queued before `pg_shard.cutover_lock_timeout` existed: its
+/// default.
+const DEFAULT_LOCK_WAIT_MS: i64 = 100;
 
 /// Drops the job's replication in both directions and its marker tables.
 pub(crate) fn drop_replication(job: &Job) -> Result<()> {

@@ -234,8 +234,8 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     let lock_holder = connect(&job.target)?;
-    let version = reverse.publish_ahead(job)?;
     reverse.drain_unlocked(job, (&mut target, &mut source))?;
+    let version = reverse.publish_ahead(job)?;
     let mut pause = PauseClock::start();
     let lock_holder = reverse.freeze_and_drain(
         job,

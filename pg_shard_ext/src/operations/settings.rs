@@ -22,12 +22,6 @@ pub(crate) const CUTOVER_LAG: i64 = 1024 * 1024;
 /// the job rolls back.
 pub(crate) const TRANSIENT_TRIES: i64 = 5;
 
-/// Longest wait of a cutover's EXCLUSIVE lock for the transactions in
-/// flight on its tables: writers that come meanwhile queue behind it, so
-/// this bounds what a long transaction adds to the write pause. Past it
-/// the cutover is tried again at the runner's next look.
-pub(crate) const CUTOVER_LOCK_WAIT: Duration = Duration::from_millis(100);
-
 /// Longest wait for the target to apply the last frozen write.
 pub(crate) const FINAL_WAIT: Duration = Duration::from_secs(60);
 
@@ -47,6 +41,10 @@ static DROP_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60);
 /// Seconds a reads-first job serves the range's reads from its new copy
 /// before it switches writes (recorded per job when it is queued).
 static SWITCH_WRITES_DELAY: GucSetting<i32> = GucSetting::<i32>::new(300);
+
+/// `pg_shard.cutover_lock_timeout`: milliseconds a cutover's EXCLUSIVE
+/// lock may wait for the transactions in flight, recorded per job.
+static CUTOVER_LOCK_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(100);
 
 /// MB/s the initial copy of a move or split may read (0: no limit),
 /// recorded per job when it is queued.
@@ -85,6 +83,16 @@ pub(crate) fn register_gucs() {
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.cutover_lock_timeout",
+        c"Time a cutover's lock may wait for the transactions in flight on its tables before the cutover is tried again.",
+        c"Read when the job is queued; writers that come meanwhile wait behind the lock, so this bounds what a long transaction adds to the write pause.",
+        &CUTOVER_LOCK_TIMEOUT,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
         c"pg_shard.copy_rate_limit",

@@ -54,3 +54,8 @@ ROLLBACK;
 -- nothing left to run, and the map did not move
 SELECT count(*) AS unfinished FROM pg_shard.jobs WHERE state IN ('queued', 'running');
 SELECT pg_shard.map_version() = :version_before AS same_map;
+-- pg_shard.cutover_lock_timeout: at least 1 ms, in time units
+SET pg_shard.cutover_lock_timeout = 0;
+SET pg_shard.cutover_lock_timeout = '1s';
+SHOW pg_shard.cutover_lock_timeout;
+RESET pg_shard.cutover_lock_timeout;

@@ -53,16 +53,28 @@ pub(crate) fn flushed_position(job: &Job, node: &mut Client) -> Result<Lsn> {
 /// advance alone took 10 ms at 2 MB behind, 150 ms at 35 MB). Creating a
 /// logical slot writes such a record at once: a temporary one is made and
 /// dropped, and the next round's advance moves the job's slot's restart
-/// point to it. (It waits for the transactions in progress, outside the
+/// point to it. (It waits for the transactions in progress, at most
+/// [`RESTART_POINT_WAIT`]: before the cutover writes the map, outside the
 /// pause.)
 pub(crate) fn refresh_restart_point(job: &Job, node: &mut Client) {
     let name = format!("{}_restart", Link::forward(job).name);
     let name = quote::literal(&name);
+    // Bounded: the record is written before the slot's wait for the
+    // transactions in progress, so one given up still served.
     let refreshed = run_on(
         &job.source,
         node,
-        &format!("SELECT pg_catalog.pg_create_logical_replication_slot({name}, 'pgoutput', true)"),
+        &format!("SET statement_timeout = {}", RESTART_POINT_WAIT.as_millis()),
     )
+    .and_then(|()| {
+        run_on(
+            &job.source,
+            node,
+            &format!(
+                "SELECT pg_catalog.pg_create_logical_replication_slot({name}, 'pgoutput', true)"
+            ),
+        )
+    })
     .and_then(|()| {
         run_on(
             &job.source,
@@ -70,13 +82,18 @@ pub(crate) fn refresh_restart_point(job: &Job, node: &mut Client) {
             &format!("SELECT pg_catalog.pg_drop_replication_slot({name})"),
         )
     });
-    if let Err(e) = refreshed {
+    let reset = run_on(&job.source, node, "RESET statement_timeout");
+    if let Err(e) = refreshed.and(reset) {
         pgrx::log!(
             "pg_shard job {}: the slot's restart point was not refreshed: {e}",
             job.job_id
         );
     }
 }
+
+/// How long the temporary slot of [`refresh_restart_point`] may wait for
+/// the node's transactions in progress.
+const RESTART_POINT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Which way changes go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

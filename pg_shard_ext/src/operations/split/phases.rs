@@ -443,19 +443,21 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let mut lock_holder = connect(&job.source)?;
     super::reverse::prepare(job, tables, &mut node)?;
     super::reverse::skip_ahead(job, &mut node)?;
-    // The new map, written ahead of the lock in this step's transaction
-    // (published when it commits; nothing in it depends on the drain): the
-    // read routes go, the catalog's two groups for one, the next version.
-    reads_first::forget_routes(job)?;
-    let upper_group = publish(job, tables, &ranges)?;
-    let version = crate::metadata::catalog::bump_map_version()?;
+    // (Before the map's row is taken: it waits for the node's
+    // transactions.)
     apply::refresh_restart_point(job, &mut node);
     for _ in 0..2 {
         let now = apply::flushed_position(job, &mut node)?;
         apply.up_to(&mut node, now, "the writes before the cutover were")?;
     }
+    // The new map, written just before the lock in this step's transaction
+    // (published when it commits; nothing in it depends on the drain): the
+    // read routes go, the catalog's two groups for one, the next version.
+    reads_first::forget_routes(job)?;
+    let upper_group = publish(job, tables, &ranges)?;
+    let version = crate::metadata::catalog::bump_map_version()?;
     let mut pause = PauseClock::start();
-    lock_for_cutover(&job.source, &mut lock_holder, &sources)?;
+    lock_for_cutover(job, &job.source, &mut lock_holder, &sources)?;
     pause.mark("locked");
     // Nothing writes the source from here on: everything up to the flushed
     // end of WAL is everything there is.

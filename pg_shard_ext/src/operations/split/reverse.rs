@@ -15,10 +15,11 @@
 //! * reverse_replicating: each look at the job applies the halves' changes
 //!   to the source tables ([`super::apply`], in reverse) for up to a step.
 //! * A revert (phase `reverting`) is the split's cutover the other way:
-//!   the halves locked, the rest of their changes applied, the halves
-//!   retired and the source tables activated at the next map version in
-//!   one transaction on the node, then the catalog's two shard groups
-//!   merged back into one and the map published; `revert_cleanup` puts the
+//!   the catalog's two shard groups merged back into one at the next map
+//!   version (in the runner's transaction, just before the lock), the
+//!   halves locked, the rest of their changes applied, the halves retired
+//!   and the source tables activated at that version in one transaction
+//!   on the node, and the runner's commit publishes the map; `revert_cleanup` puts the
 //!   source's foreign partition back and drops the replication and the
 //!   halves. A failure before the publish abandons the revert: the split
 //!   stands and the shards' states are set right again.
@@ -157,17 +158,17 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
-    // The map as before the split, written ahead of the lock (published
-    // when the runner's transaction commits).
-    unpublish(job, tables, &ranges)?;
-    let version = crate::metadata::catalog::bump_map_version()?;
     apply::refresh_restart_point(job, &mut node);
     for _ in 0..2 {
         let now = apply::flushed_position(job, &mut node)?;
         apply.up_to(&mut node, now, "the writes before the revert were")?;
     }
+    // The map as before the split, written just before the lock
+    // (published when the runner's transaction commits).
+    unpublish(job, tables, &ranges)?;
+    let version = crate::metadata::catalog::bump_map_version()?;
     let mut pause = PauseClock::start();
-    lock_for_cutover(&job.source, &mut lock_holder, &halves(tables))?;
+    lock_for_cutover(job, &job.source, &mut lock_holder, &halves(tables))?;
     pause.mark("locked");
     let last = apply::flushed_position(job, &mut node)?;
     apply.drain(&mut node, last)?;
