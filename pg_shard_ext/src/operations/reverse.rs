@@ -57,20 +57,26 @@ pub(crate) fn start(job: &Job) -> Result<()> {
         &reverse.name,
     )?;
     if !subscribed {
-        let from = query_one::<String>(
-            "SELECT resources->>'reverse_from' FROM pg_shard.job WHERE job_id = $1",
-            &[job.job_id.into()],
-        )?
-        .ok_or_else(|| {
-            ShardError::InvalidArgument(format!(
-                "job {} has no reverse replication position",
-                job.job_id
-            ))
-        })?;
-        reverse.advance_slot(&mut target, &from)?;
+        reverse.advance_slot(&mut target, &reverse_from(job)?)?;
         reverse.subscribe(&mut source)?;
     }
     Ok(())
+}
+
+/// The new owner's WAL position once the cutover's last forward writes
+/// were applied (recorded with the published map): every write of the new
+/// owner comes after it.
+pub(crate) fn reverse_from(job: &Job) -> Result<String> {
+    query_one::<String>(
+        "SELECT resources->>'reverse_from' FROM pg_shard.job WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?
+    .ok_or_else(|| {
+        ShardError::InvalidArgument(format!(
+            "job {} has no reverse replication position",
+            job.job_id
+        ))
+    })
 }
 
 /// What the job asked for in `resources`: `requested` ('revert' or
@@ -167,7 +173,8 @@ fn applying(job: &Job) -> Result<bool> {
 /// WAL as it is now. Everything the target wrote to the shard tables so
 /// far is the forward apply's (the target is not active yet), which the
 /// old copy must not receive back; moved now, the cleanup's move to the
-/// cutover's position only decodes the pause's WAL.
+/// cutover's position only decodes the pause's WAL. (A split's too: its
+/// target is its source node, and its halves are the forward apply's.)
 pub(crate) fn skip_ahead(job: &Job, target: &mut Client) -> Result<()> {
     let now = wal_insert_position(&job.target, target)?;
     Link::reverse(job).advance_slot(target, &now)
@@ -258,8 +265,8 @@ pub(crate) fn revert_cleanup(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     Ok(Next::Done("reverted"))
 }
 
-/// The end of reverse replication: the subscription, its slot and
-/// publication, and the marker tables.
+/// The end of reverse replication: the subscription (a move's), its slot
+/// and publication, and the marker tables (a split's progress table).
 pub(crate) fn stop(job: &Job) -> Result<()> {
     Link::reverse(job).drop()?;
     drop_markers(job)

@@ -3,11 +3,12 @@
 
 use super::apply::{self, Apply, Direction};
 use super::reverse;
-use super::tables::{split_tables, Ranges, SplitTable};
-use crate::error::{Result, ShardError};
-use crate::operations::group_shards::{
-    drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard,
+use super::tables::{
+    half_shards, hand_over_script, qualified_halves, source_shards, split_tables, Ranges,
+    SplitTable,
 };
+use crate::error::{Result, ShardError};
+use crate::operations::group_shards::{drop_shard_tables, frozen_shard_script, GroupShard};
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::wal_insert_position;
@@ -59,9 +60,8 @@ pub(crate) fn step(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         }
         Phase::ReverseReplicating => reverse::reverse_replicating(job, &tables),
         Phase::DropOld => {
-            reverse::stop(job)?;
-            let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
-            moves::drop_old(job, &sources)
+            crate::operations::reverse::stop(job)?;
+            moves::drop_old(job, &source_shards(&tables))
         }
         Phase::Reverting => reverse::revert(job, &tables),
         Phase::RevertCleanup => reverse::revert_cleanup(job, &tables),
@@ -246,10 +246,7 @@ fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 /// slot, recording which transactions it sees.
 fn start_copy(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<String> {
     release_snapshot();
-    let halves: Vec<String> = tables
-        .iter()
-        .flat_map(|t| t.halves().map(|h| t.qualified(h)))
-        .collect();
+    let halves = qualified_halves(tables);
     run_on(
         &job.source,
         node,
@@ -347,7 +344,7 @@ fn reads_switched(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // Every few seconds the reverse slot moves up past the applied writes
     // (so the node does not keep their WAL for the whole wait).
     if reads_first::replication_check_due(job)? {
-        reverse::skip_ahead(job, &mut connect(&job.source)?)?;
+        crate::operations::reverse::skip_ahead(job, &mut connect(&job.source)?)?;
     }
     if apply_for_a_step(job, tables, Direction::Forward, true)? && reads_first::writes_due(job)? {
         return Ok(Next::Phase(Phase::Cutover));
@@ -442,7 +439,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
     super::reverse::prepare(job, tables, &mut node)?;
-    super::reverse::skip_ahead(job, &mut node)?;
+    crate::operations::reverse::skip_ahead(job, &mut node)?;
     // (Before the map's row is taken: it waits for the node's
     // transactions.)
     apply::refresh_restart_point(job, &mut node);
@@ -467,20 +464,10 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // Every write of the halves after this is the new owners': where the
     // reverse replication starts.
     let reverse_from = wal_insert_position(&job.source, &mut node)?;
-    let source_ids = shard_id_list(&tables.iter().map(|t| t.source.clone()).collect::<Vec<_>>());
-    let half_ids: Vec<String> = tables
-        .iter()
-        .flat_map(|t| t.halves().map(|h| h.shard_id.to_string()))
-        .collect();
     run_on(
         &job.source,
         &mut lock_holder,
-        &format!(
-            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({source_ids});\n\
-             UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
-             COMMIT",
-            half_ids.join(", ")
-        ),
+        &hand_over_script(&source_shards(tables), &half_shards(tables), version),
     )?;
     pause.mark("retired");
     pause.mark("published");
@@ -653,11 +640,6 @@ fn rollback(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     }
     release_snapshot();
     drop_replication(job)?;
-    let halves: Vec<GroupShard> = tables
-        .iter()
-        .flat_map(|t| t.halves().map(|h| t.half_shard(h)))
-        .collect();
-    drop_shard_tables(&job.source, &halves, "")?;
-    let sources: Vec<GroupShard> = tables.iter().map(|t| t.source.clone()).collect();
-    finish_rollback(job, &sources)
+    drop_shard_tables(&job.source, &half_shards(tables), "")?;
+    finish_rollback(job, &source_shards(tables))
 }

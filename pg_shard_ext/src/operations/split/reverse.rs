@@ -26,64 +26,31 @@
 
 use super::apply::{self, Apply, Direction};
 use super::phases::apply_for_a_step;
-use super::tables::{Ranges, SplitTable};
+use super::tables::{
+    half_shards, hand_over_script, qualified_halves, source_shards, Ranges, SplitTable,
+};
 use crate::error::{Result, ShardError};
-use crate::operations::group_shards::{drop_shard_tables, shard_id_list, GroupShard};
+use crate::operations::group_shards::{drop_shard_tables, shard_id_list};
 use crate::operations::job::{Job, Next, Phase};
-use crate::operations::node_access::{connect, run_on, wal_insert_position};
+use crate::operations::node_access::{connect, run_on};
 use crate::operations::pause_clock::{record_publish, PauseClock};
-use crate::operations::replication::{drop_markers, lock_for_cutover, marker_table, Link};
-use crate::operations::reverse::{after_a_look, forget_failed_revert, requests};
+use crate::operations::replication::{lock_for_cutover, marker_table, Link};
+use crate::operations::reverse::{after_a_look, forget_failed_revert, requests, reverse_from};
 use crate::quote;
 use crate::spi::query_one;
 use postgres::Client;
 
-/// The halves of every table of the group, qualified.
-fn halves(tables: &[SplitTable]) -> Vec<String> {
-    tables
-        .iter()
-        .flat_map(|t| t.halves().map(|h| t.qualified(h)))
-        .collect()
-}
-
-fn half_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
-    tables
-        .iter()
-        .flat_map(|t| t.halves().map(|h| t.half_shard(h)))
-        .collect()
-}
-
-fn source_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
-    tables.iter().map(|t| t.source.clone()).collect()
-}
-
 /// At the end of the catch-up (and again, a no-op then, before the
 /// cutover's lock): the reverse publication of the halves and its slot.
 pub(super) fn prepare(job: &Job, tables: &[SplitTable], node: &mut Client) -> Result<()> {
-    Link::reverse(job).publish_and_reserve_slot(node, &halves(tables))
-}
-
-/// Before the cutover's lock: the reverse slot moved up to the node's WAL
-/// as it is now (the halves' writes so far are the forward apply's).
-pub(super) fn skip_ahead(job: &Job, node: &mut Client) -> Result<()> {
-    let now = wal_insert_position(&job.source, node)?;
-    Link::reverse(job).advance_slot(node, &now)
+    Link::reverse(job).publish_and_reserve_slot(node, &qualified_halves(tables))
 }
 
 /// In the cleanup: the forward replication goes, and the reverse apply
 /// starts from where the cutover left off.
 pub(super) fn start(job: &Job) -> Result<()> {
     Link::forward(job).drop()?;
-    let from = query_one::<String>(
-        "SELECT resources->>'reverse_from' FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into()],
-    )?
-    .ok_or_else(|| {
-        ShardError::InvalidArgument(format!(
-            "job {} has no reverse replication position",
-            job.job_id
-        ))
-    })?;
+    let from = reverse_from(job)?;
     let mut node = connect(&job.source)?;
     Link::reverse(job).advance_slot(&mut node, &from)?;
     run_on(
@@ -168,7 +135,12 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     unpublish(job, tables, &ranges)?;
     let version = crate::metadata::catalog::bump_map_version()?;
     let mut pause = PauseClock::start();
-    lock_for_cutover(job, &job.source, &mut lock_holder, &halves(tables))?;
+    lock_for_cutover(
+        job,
+        &job.source,
+        &mut lock_holder,
+        &qualified_halves(tables),
+    )?;
     pause.mark("locked");
     let last = apply::flushed_position(job, &mut node)?;
     apply.drain(&mut node, last)?;
@@ -176,13 +148,7 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     run_on(
         &job.source,
         &mut lock_holder,
-        &format!(
-            "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({});\n\
-             UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
-             COMMIT",
-            shard_id_list(&half_shards(tables)),
-            shard_id_list(&source_shards(tables)),
-        ),
+        &hand_over_script(&half_shards(tables), &source_shards(tables), version),
     )?;
     pause.mark("retired");
     pause.mark("published");
@@ -248,14 +214,7 @@ fn unpublish(job: &Job, tables: &[SplitTable], ranges: &Ranges) -> Result<()> {
 /// (retired) halves go.
 pub(super) fn revert_cleanup(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     super::phases::restore_partitions(job, tables)?;
-    stop(job)?;
+    crate::operations::reverse::stop(job)?;
     drop_shard_tables(&job.source, &half_shards(tables), " AND state = 'retired'")?;
     Ok(Next::Done("reverted"))
-}
-
-/// The end of reverse replication: its slot and publication, and the
-/// progress table.
-pub(super) fn stop(job: &Job) -> Result<()> {
-    Link::reverse(job).drop()?;
-    drop_markers(job)
 }

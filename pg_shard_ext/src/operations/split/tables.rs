@@ -153,3 +153,42 @@ pub(crate) fn split_tables(job: &Job) -> Result<Vec<SplitTable>> {
         Ok(tables)
     })
 }
+
+/// Every table's halves, qualified.
+pub(crate) fn qualified_halves(tables: &[SplitTable]) -> Vec<String> {
+    tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| t.qualified(h)))
+        .collect()
+}
+
+/// Every table's halves as shard tables of the group.
+pub(crate) fn half_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
+    tables
+        .iter()
+        .flat_map(|t| t.halves().map(|h| t.half_shard(h)))
+        .collect()
+}
+
+/// Every table's source shard.
+pub(crate) fn source_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
+    tables.iter().map(|t| t.source.clone()).collect()
+}
+
+/// The node's side of a split's cutover (and of its revert, the other
+/// way): shards `retire` retired and shards `activate` active at the map
+/// `version`, committing the lock holder's transaction.
+pub(crate) fn hand_over_script(
+    retire: &[GroupShard],
+    activate: &[GroupShard],
+    version: i64,
+) -> String {
+    use crate::operations::group_shards::shard_id_list;
+    format!(
+        "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({});\n\
+         UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
+         COMMIT",
+        shard_id_list(retire),
+        shard_id_list(activate),
+    )
+}
