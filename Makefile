@@ -6,7 +6,7 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move tpch-test bench-tpch
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move bench-pause tpch-test bench-tpch
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
@@ -69,3 +69,6 @@ bench-coordinator: install ## pgbench -S through the coordinator vs direct vs pg
 
 bench-move: install ## shard moves (copy rate limits) and a split under pgbench -N: write pause, latency, duration, MB/s
 	benches/move.sh
+
+bench-pause: install ## many cutovers (moves, splits, reverts) under pgbench -N: the pause's longest transaction against control windows
+	benches/pause.sh

@@ -16,31 +16,9 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 scale=${1:-10}
-export PGSHARD_CLUSTER_DIR=$repo/.cluster-bench-move
-export PGSHARD_BASE_PORT=29520
-export PGSHARD_WORKERS=2
-export PGSHARD_DATABASE=bench
-export PGUSER=postgres
-"$repo/scripts/cluster.sh" destroy >/dev/null
-"$repo/scripts/cluster.sh" start >/dev/null
-scratch=$(mktemp -d)
-cleanup() {
-    rm -rf "$scratch"
-    "$repo/scripts/cluster.sh" destroy >/dev/null
-}
-trap cleanup EXIT
-meta() { psql -X -q -At -h 127.0.0.1 -p 29520 -d bench -v ON_ERROR_STOP=1 "$@"; }
-meta -c "CREATE EXTENSION pg_shard" -c "SELECT pg_shard.add_node('127.0.0.1', 29521)" \
-    -c "SELECT pg_shard.add_node('127.0.0.1', 29522)" >/dev/null
-pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29620 bench >/dev/null 2>&1
-meta >/dev/null <<SQL
-ALTER TABLE pgbench_history REPLICA IDENTITY FULL;
-SELECT pg_shard.create_distributed_table('pgbench_accounts', 'aid', shard_count => 8);
-SELECT pg_shard.create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts');
-SELECT pg_shard.create_reference_table('pgbench_branches');
-SELECT pg_shard.create_reference_table('pgbench_tellers');
-SQL
-sleep 1
+# shellcheck source=benches/pgbench_cluster.sh
+. "$repo/benches/pgbench_cluster.sh"
+pgbench_cluster move 29520 "$scale"
 # The shard group of aid 1 moves to the other worker without a copy rate
 # limit, moves back at the default limit, moves again at 8 MB/s, then
 # splits (default limit), then moves without a limit, takes writes on the

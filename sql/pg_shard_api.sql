@@ -61,6 +61,34 @@ BEGIN
 END
 $$;
 
+-- A cutover's marker row (pg_shard_ext/src/operations/replication.rs) may
+-- carry the shards it activates, on the side that receives it, at the new
+-- map version: the apply of the row activates them in its own transaction,
+-- right after every change committed before the marker. Unless the job gave
+-- the cutover up and vetoed it first (a row numbered job | 2^61 written on
+-- this side): both lock the shards' records first, so a veto and an
+-- activation never pass each other.
+CREATE FUNCTION pg_shard.marker_activation() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    vetoed boolean;
+BEGIN
+    IF NEW.activate_version IS NULL THEN
+        RETURN NEW;
+    END IF;
+    PERFORM 1 FROM pg_shard.local_shard WHERE shard_id = ANY (NEW.activate_shards)
+        ORDER BY shard_id FOR UPDATE;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE job = $1)',
+                   TG_TABLE_SCHEMA, TG_TABLE_NAME)
+        INTO vetoed USING NEW.job | (1::bigint << 61);
+    IF NOT vetoed THEN
+        UPDATE pg_shard.local_shard SET state = 'active', epoch = NEW.activate_version
+            WHERE shard_id = ANY (NEW.activate_shards) AND state IN ('frozen', 'retired');
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 -- Backends cache each shard's state and epoch; a change to an ownership
 -- record invalidates the shard table's relcache entry in every backend.
 CREATE FUNCTION pg_shard.local_shard_changed() RETURNS trigger
@@ -94,6 +122,9 @@ CREATE TRIGGER local_shard_changed
 CREATE TRIGGER local_shard_truncated
     AFTER TRUNCATE ON pg_shard.local_shard
     FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.local_shard_changed();
+-- Also when a replication apply writes the records (a marker's activation).
+ALTER TABLE pg_shard.local_shard ENABLE ALWAYS TRIGGER local_shard_changed;
+ALTER TABLE pg_shard.local_shard ENABLE ALWAYS TRIGGER local_shard_truncated;
 
 -- Writes to a reference table on the metadata node reach every copy
 -- (pg_shard_ext/src/commands/reference.rs); the transition tables carry the rows.

@@ -281,6 +281,12 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 283
 cat "$here/moves.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/moves.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/moves.log")))
+# The cutovers above announced what they changed, and the coordinator
+# patched its map from that; the full read that follows each patch found
+# the same routes.
+patches=$(grep -c 'shard map patched' "$cluster_dir/coordinator.log" || true)
+check "the coordinator patched its map at the cutovers ($patches times), as the catalog says" \
+    test "$patches" -ge 4 -a "$(grep -c 'patched shard map differed' "$cluster_dir/coordinator.log" || true)" = 0
 
 # 6. Observability: admin commands and /metrics.
 pools=$(via -Atc "SHOW POOLS")

@@ -98,6 +98,13 @@ if reverting:
             "SELECT count(*) FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "
             "AND s.range_start BETWEEN %s AND %s", (first_start, first_end)).fetchone()[0]
         check(f"the shard became two first ({halves})", halves == 2)
+    # The old copy receives the new owner's writes, but stays retired: the
+    # cutover activated the new side only.
+    source_port = meta.execute("SELECT port FROM pg_shard.node WHERE node_id = %s", (source,)).fetchone()[0]
+    with psycopg.connect(dsn.format(source_port), autocommit=True) as old_node:
+        old_states = old_node.execute(
+            "SELECT state FROM pg_shard.local_shard WHERE shard_id = %s", (shard,)).fetchall()
+    check(f"the old copy stays retired after the cutover ({old_states})", old_states == [("retired",)])
     time.sleep(3)
     reverted = meta.execute("SELECT pg_shard.revert_job(%s)", (job,)).fetchone()[0]
     check("revert_job accepted the request", reverted is True)

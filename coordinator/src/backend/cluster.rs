@@ -5,6 +5,7 @@
 
 use crate::backend::connection::ServerAddress;
 use crate::backend::map_load::{connect_catalog, load, EXTENSION_INSTALLED};
+use crate::backend::map_patch;
 use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -47,6 +48,9 @@ pub struct DatabaseMap {
     /// Woken each time a map is loaded (statements waiting for a newer
     /// one, [`DatabaseMap::loaded`]).
     loads: tokio::sync::Notify,
+    /// Whether the listener is connected and listening: every new version
+    /// is then announced to it, and loaded or patched at once.
+    listening: std::sync::atomic::AtomicBool,
 }
 
 impl DatabaseMap {
@@ -73,6 +77,12 @@ impl DatabaseMap {
         self.loads.notified()
     }
 
+    /// Whether a new version reaches this map without anyone asking: its
+    /// listener is connected (a load or a patch follows each commit).
+    pub fn listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
     /// Reloads if the metadata node's map version is past `seen_version`
     /// (a cheap question first: a statement refused during a move's
     /// cutover asks until the new map is there).
@@ -89,7 +99,7 @@ impl DatabaseMap {
         }
         let (client, renewals) = self.catalog_client().await?;
         let version = client
-            .query_one(
+            .query_typed_one(
                 "SELECT coalesce((SELECT version FROM pg_shard.map_state), 0)",
                 &[],
             )
@@ -154,6 +164,7 @@ impl DatabaseMap {
     }
 
     async fn load_locked_with(&self, functions_again: bool) -> Result<Arc<ClusterMap>, MapError> {
+        let started = std::time::Instant::now();
         let (client, renewals) = self.catalog_client().await?;
         let known = self.current().catalog_functions.clone();
         let functions = (!functions_again && !known.is_empty()).then_some(known);
@@ -163,7 +174,7 @@ impl DatabaseMap {
         }
         let map = Arc::new(loaded?);
         self.metrics.map_reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(database = %self.database, version = map.version, tables = map.tables.len(), "shard map loaded");
+        tracing::info!(database = %self.database, version = map.version, tables = map.tables.len(), ms = started.elapsed().as_secs_f64() * 1000.0, "shard map loaded");
         if let Ok(mut current) = self.current.write() {
             *current = map.clone();
         }
@@ -208,6 +219,34 @@ impl DatabaseMap {
                 *current = Arc::new(ClusterMap::default());
             }
         }
+    }
+}
+
+impl DatabaseMap {
+    /// Makes the map `version` from the current one and `change` (what the
+    /// announcement of `version` says it changed), if it applies
+    /// ([`map_patch::patched`]); wakes the statements waiting for a map.
+    async fn patch(&self, version: i64, change: &str) -> Option<Arc<ClusterMap>> {
+        let _guard = self.reload_lock.lock().await;
+        let patched = Arc::new(map_patch::patched(&self.current(), version, change)?);
+        self.metrics.map_reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(database = %self.database, version, "shard map patched");
+        if let Ok(mut current) = self.current.write() {
+            *current = patched.clone();
+        }
+        self.loads.notify_waiters();
+        Some(patched)
+    }
+
+    /// Reads the map in full after a patch, and says where the patch
+    /// routed otherwise (the read map replaces it either way).
+    async fn check(&self, patched: &ClusterMap) -> Result<(), MapError> {
+        let _guard = self.reload_lock.lock().await;
+        let loaded = self.load_locked().await?;
+        if let Some(difference) = map_patch::difference(patched, &loaded) {
+            tracing::warn!(database = %self.database, version = patched.version, %difference, "the patched shard map differed from the catalog's");
+        }
+        Ok(())
     }
 }
 
@@ -349,6 +388,7 @@ impl Maps {
                         metrics: self.metrics.clone(),
                         catalog: std::sync::Mutex::new(None),
                         loads: tokio::sync::Notify::new(),
+                        listening: std::sync::atomic::AtomicBool::new(false),
                     });
                     databases.insert(database.to_owned(), map.clone());
                     (map, true)
@@ -400,9 +440,15 @@ async fn listen(map: Arc<DatabaseMap>) {
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                 while let Some(Ok(message)) = messages.next().await {
                     if let tokio_postgres::AsyncMessage::Notification(note) = message {
-                        // A payload that is no version ("names": a relation named
-                        // like a table was made elsewhere) reloads too.
-                        let _ = sender.send(note.payload().parse::<i64>().unwrap_or(i64::MAX));
+                        // The version, and what it changed when the metadata
+                        // node says so. A payload that is no version ("names":
+                        // a relation named like a table was made elsewhere)
+                        // reloads too.
+                        let (version, change) = match note.payload().split_once(' ') {
+                            Some((version, change)) => (version, Some(change.to_string())),
+                            None => (note.payload(), None),
+                        };
+                        let _ = sender.send((version.parse::<i64>().unwrap_or(i64::MAX), change));
                     }
                 }
             });
@@ -422,6 +468,7 @@ async fn listen(map: Arc<DatabaseMap>) {
                 } else {
                     map.reload_anew(None).await;
                 }
+                map.listening.store(true, Ordering::Release);
                 let mut report = tokio::time::interval(LOAD_REPORT_INTERVAL);
                 report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
@@ -433,9 +480,22 @@ async fn listen(map: Arc<DatabaseMap>) {
                                 tokio::spawn(report_load(client.clone(), map.clone(), reporting.clone()));
                             }
                         }
-                        version = receiver.recv() => match version {
-                            Some(version) if version > map.current().version => {
-                                if let Err(e) = map.reload(map.current().version).await {
+                        notified = receiver.recv() => match notified {
+                            Some((version, change)) if version > map.current().version => {
+                                tracing::debug!(database = %map.database, version, "shard map change notified");
+                                let seen = map.current().version;
+                                let patched = match change {
+                                    Some(change) => map.patch(version, &change).await,
+                                    None => None,
+                                };
+                                // A patched map is read in full right after (off
+                                // the writers' path): what the patch got wrong,
+                                // if anything, lasts no longer than that read.
+                                let read = match &patched {
+                                    Some(patched) => map.check(patched).await,
+                                    None => map.reload(seen).await.map(|_| ()),
+                                };
+                                if let Err(e) = read {
                                     tracing::warn!(database = %map.database, error = %e, "shard map reload failed");
                                 }
                             }
@@ -449,6 +509,7 @@ async fn listen(map: Arc<DatabaseMap>) {
                     }
                 }
             }
+            map.listening.store(false, Ordering::Release);
             first = false;
             pump.abort();
         }

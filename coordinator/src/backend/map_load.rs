@@ -33,23 +33,31 @@ pub(super) async fn load(
                 .collect(),
         ),
     };
-    let installed = client.query_opt(EXTENSION_INSTALLED, &[]).await?;
+    // One snapshot for the whole map, its queries sent together and
+    // unprepared (a map is read while writers wait for it at a shard
+    // move's cutover): two round trips, the first asking whether the
+    // extension (and its read routes, which an older metadata node lacks)
+    // is there.
+    let (_, installed, read_route_table) = tokio::try_join!(
+        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+        client.query_typed_opt(EXTENSION_INSTALLED, &[]),
+        client.query_typed_one(
+            "SELECT pg_catalog.to_regclass('pg_shard.read_route') IS NOT NULL",
+            &[],
+        ),
+    )?;
     if installed.is_none() {
+        client.batch_execute("COMMIT").await?;
         return Ok(map);
     }
-    // One snapshot for the whole map, its queries sent together (each
-    // would otherwise cost two round trips: a map is read while writers
-    // wait for it at a shard move's cutover).
-    client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await?;
-    let (version, nodes, tables, placements, read_route_table, same_names) = tokio::try_join!(
-        client.query_one("SELECT version FROM pg_shard.map_state", &[]),
-        client.query(
+    let has_read_routes: bool = read_route_table.get(0);
+    let (version, nodes, tables, placements, same_names, read_routes, _) = tokio::try_join!(
+        client.query_typed_one("SELECT version FROM pg_shard.map_state", &[]),
+        client.query_typed(
             "SELECT node_id, host, port FROM pg_shard.node WHERE state = 'active'",
             &[],
         ),
-        client.query(
+        client.query_typed(
             "SELECT t.table_rel::oid, n.nspname::text, c.relname::text, t.kind, t.dist_column, \
                     t.colocation_id, g.key_encoding, \
                     ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
@@ -67,7 +75,7 @@ pub(super) async fn load(
              JOIN pg_shard.colocation_group g ON g.colocation_id = t.colocation_id",
             &[],
         ),
-        client.query(
+        client.query_typed(
             "SELECT s.table_rel::oid, s.shard_id, s.shard_schema, s.shard_name, \
                     sg.range_start, sg.range_end, p.node_id, p.state, sg.shard_group_id \
              FROM pg_shard.shard s \
@@ -77,12 +85,7 @@ pub(super) async fn load(
              ORDER BY p.state = 'active' DESC",
             &[],
         ),
-        // (A metadata node of an older pg_shard has no read routes.)
-        client.query_one(
-            "SELECT pg_catalog.to_regclass('pg_shard.read_route') IS NOT NULL",
-            &[],
-        ),
-        client.query(
+        client.query_typed(
             "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.relname IN (SELECT t.relname FROM pg_catalog.pg_class t \
@@ -91,20 +94,22 @@ pub(super) async fn load(
                AND c.relkind IN ('r', 'v', 'm', 'f', 'p', 'S')",
             &[],
         ),
+        async {
+            if !has_read_routes {
+                return Ok(Vec::new());
+            }
+            client
+                .query_typed(
+                    "SELECT r.table_rel::oid, r.shard_id, r.shard_schema, r.shard_name, \
+                            r.range_start, r.range_end, r.node_id \
+                     FROM pg_shard.read_route r",
+                    &[],
+                )
+                .await
+        },
+        // (Sent after the queries: it ends their snapshot.)
+        client.batch_execute("COMMIT"),
     )?;
-    let read_routes = if read_route_table.get(0) {
-        client
-            .query(
-                "SELECT r.table_rel::oid, r.shard_id, r.shard_schema, r.shard_name, \
-                        r.range_start, r.range_end, r.node_id \
-                 FROM pg_shard.read_route r",
-                &[],
-            )
-            .await?
-    } else {
-        Vec::new()
-    };
-    client.batch_execute("COMMIT").await?;
     map.version = version.get(0);
     for row in nodes {
         let id: i32 = row.get(0);

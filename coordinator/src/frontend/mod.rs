@@ -95,6 +95,12 @@ use tokio::net::TcpStream;
 /// map before it is tried again anyway.
 const WRONG_SHARD_WAIT: Duration = Duration::from_secs(2);
 
+/// How long such a statement waits for the announcement of a new map
+/// before it asks the metadata node for the version itself (asked at once,
+/// the question would take the map's lock just when the announcement
+/// comes, and a full read would replace the patch).
+const ANNOUNCED_MAP_WAIT: Duration = Duration::from_millis(20);
+
 /// How long a batch that has no side effects (a prepare) waits for the
 /// metadata node to accept connections again after a crash or restart
 /// before the client gets the connection error.

@@ -483,20 +483,32 @@ impl Session {
         }
         // During a shard move's cutover the old owner refuses before the
         // new map is published: wait (a little longer each time) for a
-        // newer map, so that the retry finds the new owner. NOTIFY usually
-        // brings it first: a load (the listener's, or another session's)
-        // ends the wait at once.
+        // newer map, so that the retry finds the new owner. While the
+        // map's listener is connected, the announcement of the new version
+        // brings it (a patch or a load ends the wait at once): the version
+        // is asked only if nothing came for a while. Otherwise it is asked
+        // at once and after each short wait.
         let deadline = Instant::now() + WRONG_SHARD_WAIT;
-        let mut pause = Duration::from_millis(2);
+        let listening = self.map.listening();
+        let mut ask = !listening;
+        let mut pause = if listening {
+            ANNOUNCED_MAP_WAIT
+        } else {
+            Duration::from_millis(2)
+        };
         loop {
             let loaded = self.map.loaded();
-            match self.map.reload_if_newer(map.version).await {
-                Ok(newer) if newer.version > map.version => return,
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "shard map reload failed");
-                    return;
+            if ask {
+                match self.map.reload_if_newer(map.version).await {
+                    Ok(newer) if newer.version > map.version => return,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "shard map reload failed");
+                        return;
+                    }
                 }
+            } else if self.map.current().version > map.version {
+                return;
             }
             if Instant::now() + pause > deadline {
                 return;
@@ -505,6 +517,7 @@ impl Session {
                 _ = tokio::time::sleep(pause) => {}
                 _ = loaded => {}
             }
+            ask = true;
             pause = (pause * 2).min(Duration::from_millis(50));
         }
     }

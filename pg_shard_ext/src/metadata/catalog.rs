@@ -132,11 +132,18 @@ pub(crate) fn current_map_version() -> Result<i64> {
 /// the `pg_shard_map` channel (delivered at commit, so listeners never see a
 /// version that was rolled back).
 pub(crate) fn bump_map_version() -> Result<i64> {
-    // (The foreign servers' options are the extension owner's too.)
-    as_extension_owner(bump_as_owner)
+    bump_map_version_for(&[])
 }
 
-fn bump_as_owner() -> Result<i64> {
+/// [`bump_map_version`] for a change of the shard groups `groups` (a
+/// move, a split or a revert, written before): the announcement carries
+/// their shards as they are now ([`super::map_change`]).
+pub(crate) fn bump_map_version_for(groups: &[i64]) -> Result<i64> {
+    // (The foreign servers' options are the extension owner's too.)
+    as_extension_owner(|| bump_as_owner(groups))
+}
+
+fn bump_as_owner(groups: &[i64]) -> Result<i64> {
     let version = write_returning::<i64>(
         "INSERT INTO pg_shard.map_state AS m (singleton, version) VALUES (true, 1) \
          ON CONFLICT (singleton) DO UPDATE SET version = m.version + 1 \
@@ -146,7 +153,7 @@ fn bump_as_owner() -> Result<i64> {
     .unwrap_or(1);
     crate::spi::run_with_args(
         "SELECT pg_catalog.pg_notify('pg_shard_map', $1)",
-        &[version.to_string().into()],
+        &[super::map_change::notification(version, groups)?.into()],
     )?;
     super::fdw::declare_map_version(version)?;
     Ok(version)

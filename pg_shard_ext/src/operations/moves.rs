@@ -3,11 +3,13 @@
 
 use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
-use super::node_access::{connect, exists_on, run_on, shard_range, value_on, wal_insert_position};
+use super::node_access::{connect, exists_on, run_on, shard_range, value_on};
 use super::pacing;
 use super::pause_clock::{record_publish, PauseClock};
 use super::reads_first;
-use super::replication::{drop_replication, marker_table, replication_name, Link};
+use super::replication::{
+    drop_replication, marker_table, marker_table_script, replication_name, warm_up, Link,
+};
 use super::reverse;
 use super::settings::CUTOVER_LAG;
 use super::snapshot_copy;
@@ -116,10 +118,7 @@ pub(crate) fn finish_rollback(job: &Job, sources: &[GroupShard]) -> Result<Next>
 
 pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
-    let mut script = vec![format!(
-        "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY)",
-        marker_table(job)
-    )];
+    let mut script = vec![marker_table_script(job)];
     for shard in shards {
         let ddl: Vec<String> = value_on::<Vec<String>>(
             &job.source,
@@ -170,10 +169,7 @@ pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     run_on(
         &job.source,
         &mut source,
-        &format!(
-            "CREATE TABLE IF NOT EXISTS {} (job bigint PRIMARY KEY)",
-            marker_table(job)
-        ),
+        &format!("BEGIN;\n{};\nCOMMIT", marker_table_script(job)),
     )?;
     Ok(Next::Phase(Phase::Copy))
 }
@@ -465,7 +461,13 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     // would count in the pause.
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
-    let lock_holder = connect(&job.source)?;
+    let mut lock_holder = connect(&job.source)?;
+    warm_up(
+        &job.source,
+        &mut lock_holder,
+        (&tables, &ids),
+        &format!("INSERT INTO {} (job) VALUES (0);", marker_table(job)),
+    )?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
     forward.drain_unlocked(job, (&mut source, &mut target))?;
@@ -474,15 +476,13 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     reads_first::forget_routes(job)?;
     let version = forward.publish_ahead(job)?;
     let mut pause = PauseClock::start();
-    let lock_holder = forward.freeze_and_drain(
+    let reverse_from = forward.cut_over(
         job,
-        (&tables, &ids),
+        (&tables, &ids, version),
         lock_holder,
         (&mut source, &mut target),
         &mut pause,
     )?;
-    let reverse_from = wal_insert_position(&job.target, &mut target)?;
-    forward.hand_over(lock_holder, (&ids, version), &mut target, &mut pause)?;
     record_publish(job, ("new_version", version), ("cutover_ms", &pause))?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('reverse_from', $2::text) \

@@ -22,14 +22,33 @@ pub(crate) fn run_on(node: &Node, client: &mut Client, sql: &str) -> Result<()> 
         .map_err(|e| remote::remote_error(node, &e))
 }
 
+/// The first column of `sql`'s row, if it has one. One round trip (no
+/// separate prepare): the cutover's pause asks several of these.
 pub(crate) fn value_on<T>(node: &Node, client: &mut Client, sql: &str) -> Result<Option<T>>
 where
     T: for<'a> postgres::types::FromSql<'a>,
 {
     let row = client
-        .query_opt(sql, &[])
+        .query_typed_opt(sql, &[])
         .map_err(|e| remote::remote_error(node, &e))?;
     Ok(row.map(|row| row.get(0)))
+}
+
+/// Runs `sql` (several statements, in one round trip) and returns the
+/// first column of the last row they returned, as text.
+pub(crate) fn batch_value(node: &Node, client: &mut Client, sql: &str) -> Result<Option<String>> {
+    client
+        .simple_query(sql)
+        .map(|messages| last_value(&messages))
+        .map_err(|e| remote::remote_error(node, &e))
+}
+
+/// The first column of the last row among a batch's answers.
+pub(crate) fn last_value(messages: &[postgres::SimpleQueryMessage]) -> Option<String> {
+    messages.iter().rev().find_map(|message| match message {
+        postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_string)),
+        _ => None,
+    })?
 }
 
 /// Whether `catalog` on `node` has a row whose `column` is `name`.

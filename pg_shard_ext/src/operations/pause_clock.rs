@@ -5,10 +5,13 @@
 
 use super::job::Job;
 use crate::error::Result;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub(crate) struct PauseClock {
     started: Instant,
+    /// The start on the wall clock, which a node's clock on this host
+    /// shares.
+    started_wall: SystemTime,
     steps: Vec<(&'static str, f64)>,
 }
 
@@ -16,19 +19,26 @@ impl PauseClock {
     pub(crate) fn start() -> PauseClock {
         PauseClock {
             started: Instant::now(),
+            started_wall: SystemTime::now(),
             steps: Vec::new(),
+        }
+    }
+
+    /// `step` was done at `unix_micros`, a node's clock (nodes on this
+    /// host share it: in one round trip, the lock's moment); ignored when
+    /// the clocks disagree.
+    pub(crate) fn mark_at(&mut self, step: &'static str, unix_micros: Option<i64>) {
+        let Some(micros) = unix_micros else { return };
+        let at = UNIX_EPOCH + std::time::Duration::from_micros(micros.max(0) as u64);
+        if let Ok(since) = at.duration_since(self.started_wall) {
+            let ms = since.as_secs_f64() * 1000.0;
+            self.steps.push((step, (ms * 10.0).round() / 10.0));
         }
     }
 
     /// `step` is done: milliseconds since the start.
     pub(crate) fn mark(&mut self, step: &'static str) {
         let ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        self.steps.push((step, (ms * 10.0).round() / 10.0));
-    }
-
-    /// `step` was done at `at` (on another thread).
-    pub(crate) fn mark_at(&mut self, step: &'static str, at: Instant) {
-        let ms = at.saturating_duration_since(self.started).as_secs_f64() * 1000.0;
         self.steps.push((step, (ms * 10.0).round() / 10.0));
     }
 

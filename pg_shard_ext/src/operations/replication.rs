@@ -5,7 +5,7 @@
 //! cutover.
 
 use super::job::Job;
-use super::node_access::{connect, exists_on, poll_until, run_on, value_on};
+use super::node_access::{connect, exists_on, last_value, run_on, value_on};
 use super::pause_clock::PauseClock;
 use super::settings::FINAL_WAIT;
 use crate::error::{Result, ShardError};
@@ -24,6 +24,23 @@ pub(crate) fn replication_name(job: &Job) -> String {
 /// shard tables in both directions).
 pub(crate) fn marker_table(job: &Job) -> String {
     quote::qualified("pg_shard", &format!("job_{}_marker", job.job_id))
+}
+
+/// The statements that make the job's marker table on a node: marker rows
+/// by number; an activation marker names the shards that its apply
+/// activates on the receiving side, and the map version
+/// (`pg_shard.marker_activation()`, enabled REPLICA: it fires in the
+/// apply, a replica session, and never for the job's own writes of the
+/// marker on the side that sends it).
+pub(crate) fn marker_table_script(job: &Job) -> String {
+    let table = marker_table(job);
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} \
+             (job bigint PRIMARY KEY, activate_version bigint, activate_shards bigint[]);\n\
+         CREATE OR REPLACE TRIGGER pg_shard_activation BEFORE INSERT ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION pg_shard.marker_activation();\n\
+         ALTER TABLE {table} ENABLE REPLICA TRIGGER pg_shard_activation"
+    )
 }
 
 /// One direction of a job's replication: a publication and a `pgoutput`
@@ -211,7 +228,8 @@ impl<'a> Link<'a> {
             self.publisher,
             publisher,
             &format!(
-                "INSERT INTO {} SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint | {} \
+                "INSERT INTO {} (job) \
+                 SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint | {} \
                  RETURNING job",
                 marker_table(job),
                 self.marker_bit
@@ -221,21 +239,52 @@ impl<'a> Link<'a> {
     }
 
     /// Waits (polling every millisecond: this is inside a write pause) for
-    /// the subscriber to have applied marker row `marker`.
-    fn wait_for_marker(&self, job: &Job, subscriber: &mut Client, marker: i64) -> Result<()> {
-        poll_until(
-            self.subscriber,
-            subscriber,
-            &format!(
-                "SELECT EXISTS (SELECT 1 FROM {} WHERE job = {marker})",
-                marker_table(job)
+    /// the subscriber to have applied marker row `marker`; returns the
+    /// subscriber's WAL position when it first saw it. With `activated`
+    /// (the shard ids and version an activation marker names), the
+    /// marker's apply must have activated them: else an error.
+    fn wait_for_marker(
+        &self,
+        job: &Job,
+        subscriber: &mut Client,
+        marker: i64,
+        activated: Option<(&str, i64)>,
+    ) -> Result<String> {
+        let check = match activated {
+            Some((ids, version)) => format!(
+                "NOT EXISTS (SELECT 1 FROM pg_shard.local_shard WHERE shard_id IN ({ids}) \
+                 AND (state <> 'active' OR epoch <> {version}))"
             ),
-            (Duration::from_millis(1), FINAL_WAIT),
-            &format!(
-                "{}:{} did not apply the last writes",
-                self.subscriber.host, self.subscriber.port
-            ),
-        )
+            None => "true".to_string(),
+        };
+        let started = Instant::now();
+        loop {
+            let seen = subscriber
+                .query_typed_opt(
+                    &format!(
+                        "SELECT pg_current_wal_insert_lsn()::text, {check} FROM {} WHERE job = {marker}",
+                        marker_table(job)
+                    ),
+                    &[],
+                )
+                .map_err(|e| crate::transaction::client::remote_error(self.subscriber, &e))?;
+            if let Some(row) = seen {
+                if !row.get::<_, bool>(1) {
+                    return Err(ShardError::Internal(format!(
+                        "{}:{} applied the cutover's marker without activating the shards",
+                        self.subscriber.host, self.subscriber.port
+                    )));
+                }
+                return Ok(row.get(0));
+            }
+            if started.elapsed() > FINAL_WAIT {
+                return Err(ShardError::Timeout(format!(
+                    "{}:{} did not apply the last writes within {FINAL_WAIT:?}",
+                    self.subscriber.host, self.subscriber.port
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Before a cutover's lock: a marker row written and awaited on the
@@ -247,34 +296,115 @@ impl<'a> Link<'a> {
         (publisher, subscriber): (&mut Client, &mut Client),
     ) -> Result<()> {
         let marker = self.insert_marker(job, publisher)?;
-        self.wait_for_marker(job, subscriber, marker)
+        self.wait_for_marker(job, subscriber, marker, None)
+            .map(|_| ())
     }
 
-    /// The first half of a cutover in this direction: the publisher's
-    /// `tables` locked EXCLUSIVE in a transaction of `lock_holder` (a
-    /// connection made before the pause), returned (writers wait, readers
-    /// go on), and its shards `ids` retired in that transaction (it commits
-    /// in [`Link::hand_over`]); a marker row written and awaited on the
-    /// subscriber (every write before the lock is there).
-    pub(crate) fn freeze_and_drain(
+    /// A cutover in this direction, from its lock to the subscriber's
+    /// activation (the runner's commit that follows publishes the map).
+    /// In one round trip over `lock_holder` (a connection made before the
+    /// pause): the publisher's `tables` locked EXCLUSIVE (writers wait,
+    /// readers go on), its shards `ids` retired and an activation marker
+    /// written, committed together (the writers that waited are refused
+    /// with WrongShard and look for the new map). Nothing is written in
+    /// between, so the retire need not wait for the drain. The marker
+    /// names the subscriber's shards and `version`, the map version
+    /// [`Link::publish_ahead`] took: its apply on the subscriber activates
+    /// them, in its own transaction, once every write before the lock is
+    /// there (`pg_shard.marker_activation()`; no router declares the
+    /// version before it is published, and the subscriber refuses older
+    /// ones). The job waits for the marker, and returns the subscriber's
+    /// WAL position then (every later write of its shards is the new
+    /// owner's). A failure after the retire vetoes the activation and makes
+    /// the publisher's shards active again.
+    pub(crate) fn cut_over(
         &self,
         job: &Job,
-        (tables, ids): (&[String], &str),
+        (tables, ids, version): (&[String], &str, i64),
         mut lock_holder: Client,
         (publisher, subscriber): (&mut Client, &mut Client),
         pause: &mut PauseClock,
-    ) -> Result<Client> {
-        lock_for_cutover(job, self.publisher, &mut lock_holder, tables)?;
-        pause.mark("locked");
-        run_on(
+    ) -> Result<String> {
+        let marker = activation_marker() | self.marker_bit;
+        let locked = lock_for_cutover(
+            job,
             self.publisher,
             &mut lock_holder,
-            &format!("UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids})"),
-        )?;
-        let marker = self.insert_marker(job, publisher)?;
-        self.wait_for_marker(job, subscriber, marker)?;
-        pause.mark("drained");
-        Ok(lock_holder)
+            tables,
+            &format!(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint;\n\
+                 UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({ids});\n\
+                 INSERT INTO {} (job, activate_version, activate_shards) \
+                     VALUES ({marker}, {version}, ARRAY[{ids}]::bigint[]);\n\
+                 COMMIT",
+                marker_table(job)
+            ),
+        );
+        match locked {
+            Ok(locked_at) => pause.mark_at("locked", locked_at.and_then(|t| t.parse().ok())),
+            Err(e @ ShardError::CutoverLockBusy { .. }) => return Err(e),
+            // (The commit's outcome is not known: the retire may be in.)
+            Err(e) => return Err(self.give_back(job, (publisher, subscriber), (ids, marker), e)),
+        }
+        pause.mark("retired");
+        match self.wait_for_marker(job, subscriber, marker, Some((ids, version))) {
+            Ok(position) => {
+                pause.mark("activated");
+                pause.mark("published");
+                Ok(position)
+            }
+            Err(e) => Err(self.give_back(job, (publisher, subscriber), (ids, marker), e)),
+        }
+    }
+
+    /// After a cutover failed past its retire (`error`), best effort (the
+    /// step runs again, or the job's rollback activates the publisher's
+    /// shards): the activation by `marker` vetoed on the subscriber, and
+    /// undone if it happened; the publisher's shards `ids` active again,
+    /// so that the group is not left without an owner. Returns `error`.
+    fn give_back(
+        &self,
+        job: &Job,
+        (publisher, subscriber): (&mut Client, &mut Client),
+        (ids, marker): (&str, i64),
+        error: ShardError,
+    ) -> ShardError {
+        let vetoed = run_on(
+            self.subscriber,
+            subscriber,
+            &format!(
+                "BEGIN;\n\
+                 SELECT 1 FROM pg_shard.local_shard WHERE shard_id IN ({ids}) ORDER BY shard_id FOR UPDATE;\n\
+                 INSERT INTO {} (job) VALUES ({}) ON CONFLICT DO NOTHING;\n\
+                 UPDATE pg_shard.local_shard SET {} WHERE shard_id IN ({ids}) AND state = 'active' \
+                     AND epoch = (SELECT activate_version FROM {0} WHERE job = {marker});\n\
+                 COMMIT",
+                marker_table(job),
+                marker | VETO_BIT,
+                self.subscriber_shards_before(),
+            ),
+        );
+        let reactivated = vetoed.and_then(|()| {
+            run_on(
+                self.publisher,
+                publisher,
+                &format!(
+                    "UPDATE pg_shard.local_shard SET state = 'active' \
+                     WHERE shard_id IN ({ids}) AND state = 'retired'"
+                ),
+            )
+        });
+        if let Err(e) = reactivated {
+            // The shards stay retired on both sides until the step runs
+            // again (a node that cannot be reached may still apply the
+            // marker): routers wait.
+            pgrx::log!(
+                "pg_shard: after a failed cutover, {}:{} could not take its shards back: {e}",
+                self.publisher.host,
+                self.publisher.port
+            );
+        }
+        error
     }
 
     /// Before a cutover's lock in this direction: the group's placement
@@ -293,70 +423,7 @@ impl<'a> Link<'a> {
                 self.subscriber.node_id.into(),
             ],
         )?;
-        crate::metadata::catalog::bump_map_version()
-    }
-
-    /// The second half of a cutover in this direction: the lock's
-    /// transaction, which retired the publisher's shards `ids`, commits (the
-    /// writers that waited are refused with WrongShard and look for the new
-    /// map), and at the same time the subscriber's shards are activated at
-    /// `version`, the map version [`Link::publish_ahead`] took (no router
-    /// declares it before it is published: the subscriber refuses older
-    /// ones). The runner's commit that follows publishes the map.
-    pub(crate) fn hand_over(
-        &self,
-        mut lock_holder: Client,
-        (ids, version): (&str, i64),
-        subscriber: &mut Client,
-        pause: &mut PauseClock,
-    ) -> Result<()> {
-        // The retire's commit on its own thread (it only talks to the
-        // node), while this one activates the subscriber's shards.
-        let ((retired, retired_at), activated) = std::thread::scope(|scope| {
-            let retiring = scope.spawn(|| {
-                let retired = run_on(self.publisher, &mut lock_holder, "COMMIT");
-                (retired, Instant::now())
-            });
-            let activated = run_on(
-                self.subscriber,
-                subscriber,
-                &format!(
-                    "UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} \
-                     WHERE shard_id IN ({ids})"
-                ),
-            )
-            .map(|()| Instant::now());
-            let retired = retiring.join().unwrap_or_else(|_| {
-                (
-                    Err(ShardError::JobPanicked(
-                        "the retire's thread panicked".into(),
-                    )),
-                    Instant::now(),
-                )
-            });
-            (retired, activated)
-        });
-        if let Err(e) = retired {
-            // The publisher still owns the shards: the subscriber's go back
-            // to what they were (best effort; a repeated cutover activates
-            // them again).
-            if activated.is_ok() {
-                let _ = run_on(
-                    self.subscriber,
-                    subscriber,
-                    &format!(
-                        "UPDATE pg_shard.local_shard SET {} WHERE shard_id IN ({ids})",
-                        self.subscriber_shards_before()
-                    ),
-                );
-            }
-            return Err(e);
-        }
-        let activated_at = activated?;
-        pause.mark_at("retired", retired_at);
-        pause.mark_at("activated", activated_at);
-        pause.mark("published");
-        Ok(())
+        crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id])
     }
 
     /// Drops the subscription (with its slot), a slot left without one,
@@ -446,7 +513,9 @@ pub(crate) fn flush_wal(node: &Node, client: &mut Client) -> Result<()> {
 }
 
 /// Takes the EXCLUSIVE lock of a cutover on `tables` of `node`, in a
-/// transaction of the returned connection: writers wait, readers go on.
+/// transaction of `lock_holder`: writers wait, readers go on; and runs
+/// `then` (statements, which may commit) in the same round trip. Returns
+/// the first column of the last row `then` returned.
 /// The lock waits at most the job's `pg_shard.cutover_lock_timeout` for
 /// the transactions in flight (writers that come meanwhile queue behind
 /// it): past it, [`ShardError::CutoverLockBusy`] (the runner gives the
@@ -456,20 +525,21 @@ pub(crate) fn lock_for_cutover(
     node: &Node,
     lock_holder: &mut Client,
     tables: &[String],
-) -> Result<()> {
+    then: &str,
+) -> Result<Option<String>> {
     let waited_ms = query_one::<i64>(
         "SELECT (resources->>'lock_wait_ms')::bigint FROM pg_shard.job WHERE job_id = $1",
         &[job.job_id.into()],
     )?
     .filter(|ms| *ms > 0)
     .unwrap_or(DEFAULT_LOCK_WAIT_MS) as u64;
-    let locked = lock_holder.batch_execute(&format!(
+    let locked = lock_holder.simple_query(&format!(
         "BEGIN;\nSET LOCAL lock_timeout = {waited_ms};\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
-         SET LOCAL lock_timeout = 0",
+         SET LOCAL lock_timeout = 0;\n{then}",
         tables.join(", ")
     ));
     match locked {
-        Ok(()) => Ok(()),
+        Ok(messages) => Ok(last_value(&messages)),
         Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
             // (The connection's transaction is aborted: it is dropped.)
             Err(ShardError::CutoverLockBusy {
@@ -479,6 +549,51 @@ pub(crate) fn lock_for_cutover(
         }
         Err(e) => Err(crate::transaction::client::remote_error(node, &e)),
     }
+}
+
+/// The number of a cutover's activation marker: unique (the time in
+/// microseconds; a new one each time, also when a step runs again), chosen
+/// before the marker is written, so that a failure whose outcome is not
+/// known can still veto it. Bit 60 keeps it apart from the numbers made of
+/// WAL positions (below 2^60), [`VETO_BIT`] from its veto.
+fn activation_marker() -> i64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default();
+    (1 << 60) | (micros & ((1 << 60) - 1))
+}
+
+/// A veto of activation marker `m` is the row `m | VETO_BIT` on the
+/// subscriber (`pg_shard.marker_activation()` looks for it).
+const VETO_BIT: i64 = 1 << 61;
+
+/// Before a cutover's pause: `lock_holder` (a new connection) made ready
+/// for its round trips under the lock, `tables` and the ownership records
+/// of `ids` looked up once and `warm` run, in a transaction rolled back. A
+/// new server process reads its caches at first use (relations, triggers,
+/// their functions compiled): measured at 5-15 ms on a busy node, which
+/// writers would otherwise wait for.
+pub(crate) fn warm_up(
+    node: &Node,
+    lock_holder: &mut Client,
+    (tables, ids): (&[String], &str),
+    warm: &str,
+) -> Result<()> {
+    let lookups: Vec<String> = tables
+        .iter()
+        .map(|table| format!("{}::regclass", quote::literal(table)))
+        .collect();
+    run_on(
+        node,
+        lock_holder,
+        &format!(
+            "BEGIN;\nSELECT {};\n\
+             UPDATE pg_shard.local_shard SET state = state WHERE shard_id IN ({ids});\n{warm}\n\
+             ROLLBACK",
+            lookups.join(", ")
+        ),
+    )
 }
 
 /// A job queued before `pg_shard.cutover_lock_timeout` existed: its

@@ -26,7 +26,7 @@ use super::group_shards::{drop_shard_tables, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, run_on, value_on, wal_insert_position};
 use super::pause_clock::{record_publish, PauseClock};
-use super::replication::{drop_markers, marker_table, Link};
+use super::replication::{drop_markers, marker_table, warm_up, Link};
 use super::settings::CUTOVER_LAG;
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -240,18 +240,23 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let reverse = Link::reverse(job);
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
-    let lock_holder = connect(&job.target)?;
+    let mut lock_holder = connect(&job.target)?;
+    warm_up(
+        &job.target,
+        &mut lock_holder,
+        (&tables, &ids),
+        &format!("INSERT INTO {} (job) VALUES (0);", marker_table(job)),
+    )?;
     reverse.drain_unlocked(job, (&mut target, &mut source))?;
     let version = reverse.publish_ahead(job)?;
     let mut pause = PauseClock::start();
-    let lock_holder = reverse.freeze_and_drain(
+    reverse.cut_over(
         job,
-        (&tables, &ids),
+        (&tables, &ids, version),
         lock_holder,
         (&mut target, &mut source),
         &mut pause,
     )?;
-    reverse.hand_over(lock_holder, (&ids, version), &mut source, &mut pause)?;
     record_publish(job, ("reverted_version", version), ("revert_ms", &pause))?;
     Ok(Next::Phase(Phase::RevertCleanup))
 }

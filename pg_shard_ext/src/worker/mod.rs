@@ -1,8 +1,9 @@
 //! The worker side: shard tables guarded against writes outside their range
 //! or map epoch ([`fencing`]), reads of retired shards refused
 //! ([`read_fence`]), and the ownership records behind both
-//! ([`local_shard`]).
+//! ([`local_shard`]); the WAL flushed for a job's cutover ([`wal`]).
 
 pub(crate) mod fencing;
 pub(crate) mod local_shard;
 pub(crate) mod read_fence;
+pub(crate) mod wal;

@@ -9,7 +9,7 @@ use super::tables::{Half, Ranges, SplitTable};
 use crate::error::{Result, ShardError};
 use crate::operations::job::Job;
 use crate::operations::node_access::{connect, run_on, value_on};
-use crate::operations::replication::{flush_wal, marker_table, Link};
+use crate::operations::replication::{marker_table, Link};
 use crate::operations::settings::FINAL_WAIT;
 use crate::quote;
 use crate::spi::query_one;
@@ -35,14 +35,17 @@ pub(crate) fn connection(job: &Job) -> Result<Client> {
 /// Flushes the node's WAL and returns the flushed position: with the
 /// source tables locked, every change to them is before it.
 pub(crate) fn flushed_position(job: &Job, node: &mut Client) -> Result<Lsn> {
-    flush_wal(&job.source, node)?;
-    Ok(value_on::<String>(
-        &job.source,
-        node,
-        "SELECT pg_catalog.pg_current_wal_flush_lsn()::text",
-    )?
-    .and_then(|text| Lsn::parse(&text))
-    .unwrap_or_default())
+    parse_position(value_on::<String>(&job.source, node, FLUSH_WAL)?)
+}
+
+/// The statement that flushes the node's WAL and returns the position.
+pub(crate) const FLUSH_WAL: &str = "SELECT pg_shard.flush_wal()";
+
+/// A WAL position as `pg_shard.flush_wal()` returns it.
+pub(crate) fn parse_position(text: Option<String>) -> Result<Lsn> {
+    text.as_deref()
+        .and_then(Lsn::parse)
+        .ok_or_else(|| ShardError::InvalidArgument("the node returned no WAL position".into()))
 }
 
 /// Brings the point a slot's reads decode from up to now, before a pause
@@ -259,16 +262,6 @@ impl Apply<'_> {
             Direction::Reverse => None,
         };
         let key = self.direction.progress_key(job);
-        let applied = value_on::<String>(
-            &job.source,
-            node,
-            &format!(
-                "SELECT applied::text FROM {} WHERE job = {key}",
-                marker_table(job)
-            ),
-        )?
-        .and_then(|text| Lsn::parse(&text))
-        .unwrap_or_default();
         // Read before the changes: the slot may advance to it only if every
         // transaction committed before it was read. Decoding stops at the
         // flushed end of WAL (the local cluster commits asynchronously), and so
@@ -281,25 +274,35 @@ impl Apply<'_> {
                     .unwrap_or_default()
             }
         };
+        // What the progress row says was applied comes with each change
+        // (one round trip: this runs in the cutover's pause; no change, no
+        // need of it).
         let rows = node
-            .query(
+            .query_typed(
                 &format!(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
-                     'proto_version', '1', 'publication_names', {})",
-                quote::literal(&name),
-                quote::literal(&upto.to_string()),
-                quote::literal(&name),
-            ),
+                    "SELECT (SELECT applied::text FROM {} WHERE job = {key}), data \
+                     FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
+                         'proto_version', '1', 'publication_names', {})",
+                    marker_table(job),
+                    quote::literal(&name),
+                    quote::literal(&upto.to_string()),
+                    quote::literal(&name),
+                ),
                 &[],
             )
             .map_err(|e| remote::remote_error(&job.source, &e))?;
+        let applied = rows
+            .first()
+            .and_then(|row| row.get::<_, Option<String>>(0))
+            .and_then(|text| Lsn::parse(&text))
+            .unwrap_or_default();
         let mut relations: HashMap<u32, pgoutput::Relation> = HashMap::new();
         let mut statements = Vec::new();
         let mut skipping = true;
         let mut last_final = None;
         let mut last_end = None;
         for row in &rows {
-            let data: &[u8] = row.get(0);
+            let data: &[u8] = row.get(1);
             let message = pgoutput::decode(data)
                 .map_err(|e| ShardError::InvalidArgument(format!("reading slot {name}: {e}")))?;
             match message {

@@ -8,15 +8,18 @@ use super::tables::{
     SplitTable,
 };
 use crate::error::{Result, ShardError};
+use crate::operations::group_shards::shard_id_list;
 use crate::operations::group_shards::{drop_shard_tables, frozen_shard_script, GroupShard};
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
-use crate::operations::node_access::wal_insert_position;
+use crate::operations::node_access::batch_value;
 use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::pacing;
 use crate::operations::pause_clock::{record_publish, PauseClock};
 use crate::operations::reads_first;
-use crate::operations::replication::{drop_replication, lock_for_cutover, marker_table, Link};
+use crate::operations::replication::{
+    drop_replication, lock_for_cutover, marker_table, warm_up, Link,
+};
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
@@ -438,6 +441,13 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // rest is applied while writers wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
+    let every_shard = [source_shards(tables), half_shards(tables)].concat();
+    warm_up(
+        &job.source,
+        &mut lock_holder,
+        (&sources, &shard_id_list(&every_shard)),
+        "",
+    )?;
     super::reverse::prepare(job, tables, &mut node)?;
     crate::operations::reverse::skip_ahead(job, &mut node)?;
     // (Before the map's row is taken: it waits for the node's
@@ -452,23 +462,30 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // read routes go, the catalog's two groups for one, the next version.
     reads_first::forget_routes(job)?;
     let upper_group = publish(job, tables, &ranges)?;
-    let version = crate::metadata::catalog::bump_map_version()?;
+    let version =
+        crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id, upper_group])?;
     let mut pause = PauseClock::start();
-    lock_for_cutover(job, &job.source, &mut lock_holder, &sources)?;
+    // Nothing writes the source once it is locked: everything up to the
+    // end of WAL then, flushed in the same round trip, is everything there
+    // is.
+    let last = apply::parse_position(lock_for_cutover(
+        job,
+        &job.source,
+        &mut lock_holder,
+        &sources,
+        apply::FLUSH_WAL,
+    )?)?;
     pause.mark("locked");
-    // Nothing writes the source from here on: everything up to the flushed
-    // end of WAL is everything there is.
-    let last = apply::flushed_position(job, &mut node)?;
     apply.drain(&mut node, last)?;
     pause.mark("drained");
-    // Every write of the halves after this is the new owners': where the
-    // reverse replication starts.
-    let reverse_from = wal_insert_position(&job.source, &mut node)?;
-    run_on(
+    // Every write of the halves after the position taken first is the new
+    // owners': where the reverse replication starts.
+    let reverse_from = batch_value(
         &job.source,
         &mut lock_holder,
         &hand_over_script(&source_shards(tables), &half_shards(tables), version),
-    )?;
+    )?
+    .ok_or_else(|| ShardError::InvalidArgument("the node returned no WAL position".into()))?;
     pause.mark("retired");
     pause.mark("published");
     record_publish(job, ("new_version", version), ("cutover_ms", &pause))?;

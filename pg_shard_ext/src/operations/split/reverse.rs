@@ -34,7 +34,7 @@ use crate::operations::group_shards::{drop_shard_tables, shard_id_list};
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::node_access::{connect, run_on};
 use crate::operations::pause_clock::{record_publish, PauseClock};
-use crate::operations::replication::{lock_for_cutover, marker_table, Link};
+use crate::operations::replication::{lock_for_cutover, marker_table, warm_up, Link};
 use crate::operations::reverse::{after_a_look, forget_failed_revert, requests, reverse_from};
 use crate::quote;
 use crate::spi::query_one;
@@ -125,6 +125,13 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
+    let every_shard = [source_shards(tables), half_shards(tables)].concat();
+    warm_up(
+        &job.source,
+        &mut lock_holder,
+        (&qualified_halves(tables), &shard_id_list(&every_shard)),
+        "",
+    )?;
     apply::refresh_restart_point(job, &mut node);
     for _ in 0..2 {
         let now = apply::flushed_position(job, &mut node)?;
@@ -133,16 +140,16 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // The map as before the split, written just before the lock
     // (published when the runner's transaction commits).
     unpublish(job, tables, &ranges)?;
-    let version = crate::metadata::catalog::bump_map_version()?;
+    let version = crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id])?;
     let mut pause = PauseClock::start();
-    lock_for_cutover(
+    let last = apply::parse_position(lock_for_cutover(
         job,
         &job.source,
         &mut lock_holder,
         &qualified_halves(tables),
-    )?;
+        apply::FLUSH_WAL,
+    )?)?;
     pause.mark("locked");
-    let last = apply::flushed_position(job, &mut node)?;
     apply.drain(&mut node, last)?;
     pause.mark("drained");
     run_on(

@@ -176,8 +176,9 @@ pub(crate) fn source_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
 }
 
 /// The node's side of a split's cutover (and of its revert, the other
-/// way): shards `retire` retired and shards `activate` active at the map
-/// `version`, committing the lock holder's transaction.
+/// way): the node's WAL position first (returned), then shards `retire`
+/// retired and shards `activate` active at the map `version`, committing
+/// the lock holder's transaction.
 pub(crate) fn hand_over_script(
     retire: &[GroupShard],
     activate: &[GroupShard],
@@ -185,7 +186,8 @@ pub(crate) fn hand_over_script(
 ) -> String {
     use crate::operations::group_shards::shard_id_list;
     format!(
-        "UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({});\n\
+        "SELECT pg_current_wal_insert_lsn()::text;\n\
+         UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({});\n\
          UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
          COMMIT",
         shard_id_list(retire),
