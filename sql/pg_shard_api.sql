@@ -66,8 +66,9 @@ $$;
 -- map version: the apply of the row activates them in its own transaction,
 -- right after every change committed before the marker. Unless the job gave
 -- the cutover up and vetoed it first (a row numbered job | 2^61 written on
--- this side): both lock the shards' records first, so a veto and an
--- activation never pass each other.
+-- this side): both lock the shards' records first (the veto by updating
+-- them, so that an apply in REPEATABLE READ fails and is retried rather
+-- than miss it), so a veto and an activation never pass each other.
 CREATE FUNCTION pg_shard.marker_activation() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -81,9 +82,12 @@ BEGIN
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE job = $1)',
                    TG_TABLE_SCHEMA, TG_TABLE_NAME)
         INTO vetoed USING NEW.job | (1::bigint << 61);
+    -- (Shards an earlier try of the cutover activated at another version
+    -- take this one: that version was never published.)
     IF NOT vetoed THEN
         UPDATE pg_shard.local_shard SET state = 'active', epoch = NEW.activate_version
-            WHERE shard_id = ANY (NEW.activate_shards) AND state IN ('frozen', 'retired');
+            WHERE shard_id = ANY (NEW.activate_shards)
+              AND (state <> 'active' OR epoch <> NEW.activate_version);
     END IF;
     RETURN NEW;
 END

@@ -240,7 +240,7 @@ impl<'a> Link<'a> {
 
     /// Waits (polling every millisecond: this is inside a write pause) for
     /// the subscriber to have applied marker row `marker`; returns the
-    /// subscriber's WAL position when it first saw it. With `activated`
+    /// subscriber's WAL position when it first saw it, flushed. With `activated`
     /// (the shard ids and version an activation marker names), the
     /// marker's apply must have activated them: else an error.
     fn wait_for_marker(
@@ -261,8 +261,11 @@ impl<'a> Link<'a> {
         loop {
             let seen = subscriber
                 .query_typed_opt(
+                    // (The apply commits asynchronously: what it did,
+                    // the activation included, is flushed before the map
+                    // names the subscriber.)
                     &format!(
-                        "SELECT pg_current_wal_insert_lsn()::text, {check} FROM {} WHERE job = {marker}",
+                        "SELECT pg_shard.flush_wal(), {check} FROM {} WHERE job = {marker}",
                         marker_table(job)
                     ),
                     &[],
@@ -374,10 +377,9 @@ impl<'a> Link<'a> {
             subscriber,
             &format!(
                 "BEGIN;\n\
-                 SELECT 1 FROM pg_shard.local_shard WHERE shard_id IN ({ids}) ORDER BY shard_id FOR UPDATE;\n\
+                 UPDATE pg_shard.local_shard SET state = state WHERE shard_id IN ({ids});\n\
                  INSERT INTO {} (job) VALUES ({}) ON CONFLICT DO NOTHING;\n\
-                 UPDATE pg_shard.local_shard SET {} WHERE shard_id IN ({ids}) AND state = 'active' \
-                     AND epoch = (SELECT activate_version FROM {0} WHERE job = {marker});\n\
+                 UPDATE pg_shard.local_shard SET {} WHERE shard_id IN ({ids}) AND state = 'active';\n\
                  COMMIT",
                 marker_table(job),
                 marker | VETO_BIT,

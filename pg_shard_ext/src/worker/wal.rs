@@ -4,20 +4,29 @@
 
 use pgrx::prelude::*;
 
-/// `pg_shard.flush_wal()`: the node's WAL flushed up to its insert
-/// position now, which it returns (as `pg_lsn` prints it). Every
-/// transaction committed before the call ends at or before it. Unlike a
-/// synchronous commit of a logical message, it needs no transaction of its
-/// own: it runs inside the cutover lock's, in the same round trip.
+/// `pg_shard.flush_wal()`: the node's WAL flushed up to now; returns the
+/// end of what it flushed (as `pg_lsn` prints it). Every transaction
+/// committed before the call ends at or before it. Unlike a synchronous
+/// commit of a logical message, it needs no transaction of its own: it runs
+/// inside the cutover lock's, in the same round trip.
 #[pg_extern(schema = "pg_shard", volatile, parallel_unsafe)]
 fn flush_wal() -> String {
-    // SAFETY: plain calls into PostgreSQL's WAL module from a backend, in a
-    // transaction; XLogFlush raises an ERROR on a write failure, which the
-    // pg_extern guard turns into the statement's error.
-    let position = unsafe {
-        let position = pg_sys::GetXLogInsertRecPtr();
-        pg_sys::XLogFlush(position);
-        position
-    };
-    format!("{:X}/{:X}", position >> 32, position & 0xFFFF_FFFF)
+    // A record of its own (a non-transactional logical message, which no
+    // subscription and no job's slot reader takes), whose end is an exact
+    // end of WAL: the insert position may point past a page header that is
+    // not written yet, which XLogFlush refuses.
+    let end = crate::spi::query_value::<String>(
+        "SELECT pg_catalog.pg_logical_emit_message(false, 'pg_shard', 'flush')::text",
+    )
+    .ok()
+    .flatten()
+    .and_then(|text| pg_shard_core::pgoutput::Lsn::parse(&text))
+    .unwrap_or_else(|| error!("pg_shard: could not write the WAL record to flush to"));
+    let position = end.0;
+    // SAFETY: a plain call into PostgreSQL's WAL module from a backend, in
+    // a transaction, for a position this backend inserted; XLogFlush raises
+    // an ERROR on a write failure, which the pg_extern guard turns into the
+    // statement's error.
+    unsafe { pg_sys::XLogFlush(position) };
+    end.to_string()
 }
