@@ -8,7 +8,7 @@ use super::pacing;
 use super::pause_clock::{record_publish, PauseClock};
 use super::reads_first;
 use super::replication::{
-    drop_replication, marker_table, marker_table_script, replication_name, warm_up, Link,
+    drop_replication, marker_table, marker_table_script, replication_name, Link,
 };
 use super::reverse;
 use super::settings::CUTOVER_LAG;
@@ -461,13 +461,7 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     // would count in the pause.
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
-    let mut lock_holder = connect(&job.source)?;
-    warm_up(
-        &job.source,
-        &mut lock_holder,
-        (&tables, &ids),
-        &format!("INSERT INTO {} (job) VALUES (0);", marker_table(job)),
-    )?;
+    let lock_holder = forward.lock_holder(job, (&tables, &ids))?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
     forward.drain_unlocked(job, (&mut source, &mut target))?;

@@ -409,6 +409,24 @@ impl<'a> Link<'a> {
         error
     }
 
+    /// The connection a cutover in this direction takes its lock over
+    /// ([`Link::cut_over`]): made before the pause, and warmed up with the
+    /// statements it runs under the lock ([`warm_up`]).
+    pub(crate) fn lock_holder(
+        &self,
+        job: &Job,
+        (tables, ids): (&[String], &str),
+    ) -> Result<Client> {
+        let mut lock_holder = connect(self.publisher)?;
+        warm_up(
+            self.publisher,
+            &mut lock_holder,
+            (tables, ids),
+            &format!("INSERT INTO {} (job) VALUES (0);", marker_table(job)),
+        )?;
+        Ok(lock_holder)
+    }
+
     /// Before a cutover's lock in this direction: the group's placement
     /// moved to the subscriber and the next map version taken, in the
     /// runner's transaction (published when it commits, after

@@ -26,7 +26,7 @@ use super::group_shards::{drop_shard_tables, shard_id_list, GroupShard};
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, run_on, value_on, wal_insert_position};
 use super::pause_clock::{record_publish, PauseClock};
-use super::replication::{drop_markers, marker_table, warm_up, Link};
+use super::replication::{drop_markers, marker_table, Link};
 use super::settings::CUTOVER_LAG;
 use crate::error::{Result, ShardError};
 use crate::quote;
@@ -240,13 +240,7 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let reverse = Link::reverse(job);
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
-    let mut lock_holder = connect(&job.target)?;
-    warm_up(
-        &job.target,
-        &mut lock_holder,
-        (&tables, &ids),
-        &format!("INSERT INTO {} (job) VALUES (0);", marker_table(job)),
-    )?;
+    let lock_holder = reverse.lock_holder(job, (&tables, &ids))?;
     reverse.drain_unlocked(job, (&mut target, &mut source))?;
     let version = reverse.publish_ahead(job)?;
     let mut pause = PauseClock::start();
