@@ -70,5 +70,5 @@ bench-coordinator: install ## pgbench -S through the coordinator vs direct vs pg
 bench-move: install ## shard moves (copy rate limits) and a split under pgbench -N: write pause, latency, duration, MB/s
 	benches/move.sh
 
-bench-pause: install ## many cutovers (moves, splits, reverts) under pgbench -N: the pause's longest transaction against control windows
+bench-pause: install ## many cutovers (moves, splits, reverts) under load (WORKLOAD=N: pgbench -N; update: issue 18's single-row UPDATEs): the pause's longest transaction against control windows
 	benches/pause.sh

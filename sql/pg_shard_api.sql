@@ -82,12 +82,20 @@ BEGIN
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE job = $1)',
                    TG_TABLE_SCHEMA, TG_TABLE_NAME)
         INTO vetoed USING NEW.job | (1::bigint << 61);
+    -- A rehearsal before the cutover's pause (version 0): the same work,
+    -- changing nothing, so that the activation's apply does not start cold.
+    IF NEW.activate_version = 0 THEN
+        UPDATE pg_shard.local_shard SET state = state WHERE shard_id = ANY (NEW.activate_shards);
+        RETURN NEW;
+    END IF;
     -- (Shards an earlier try of the cutover activated at another version
     -- take this one: that version was never published.)
     IF NOT vetoed THEN
         UPDATE pg_shard.local_shard SET state = 'active', epoch = NEW.activate_version
             WHERE shard_id = ANY (NEW.activate_shards)
               AND (state <> 'active' OR epoch <> NEW.activate_version);
+        -- (The job's record of its pause shows when.)
+        NEW.applied_at := clock_timestamp();
     END IF;
     RETURN NEW;
 END
@@ -278,6 +286,8 @@ BEGIN
             jsonb_build_object('drop_delay', current_setting('pg_shard.move_drop_delay'),
                                'lock_wait_ms', (extract(epoch FROM current_setting('pg_shard.cutover_lock_timeout')::interval)
                                                 * 1000)::bigint,
+                               'apply_wait_ms', (extract(epoch FROM current_setting('pg_shard.cutover_apply_timeout')::interval)
+                                                 * 1000)::bigint,
                                'copy_rate', current_setting('pg_shard.copy_rate_limit')::bigint,
                                'max_lag', pg_size_bytes(current_setting('pg_shard.max_replication_lag')),
                                'max_latency_ms', (extract(epoch FROM current_setting('pg_shard.max_source_latency')::interval)

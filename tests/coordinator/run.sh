@@ -263,6 +263,10 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 revert
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split-revert
 run_script "$here/moves.log" "$python" "$repo/tests/moves/cutover_lock.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
+# A cutover whose new side applies too late gives the shard back (the
+# activation vetoed before it came, or undone after).
+run_script "$here/moves.log" "$python" "$repo/tests/moves/veto.py" 28320 "$coordinator" "$PGSHARD_DATABASE" before
+run_script "$here/moves.log" "$python" "$repo/tests/moves/veto.py" 28320 "$coordinator" "$PGSHARD_DATABASE" after
 run_script "$here/moves.log" "$python" "$repo/tests/moves/churn.py" 28320 "$coordinator" "$PGSHARD_DATABASE" split
 # Reads switched before writes: seen through the coordinator and the
 # metadata node, for a move and a split, and rolled back by a cancel.

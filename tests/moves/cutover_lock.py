@@ -7,10 +7,9 @@ held for long meanwhile, and pg_shard.jobs says why the job waits. Once the
 transaction commits, the move ends done with every write there once.
 Usage: cutover_lock.py METADATA_PORT COORDINATOR_PORT DATABASE"""
 import sys
-import threading
 import time
 
-from tap import Checks, connect
+from tap import Checks, Writer, connect
 
 metadata_port, coordinator_port, database = sys.argv[1], sys.argv[2], sys.argv[3]
 dsn = "host=127.0.0.1 port={} dbname=" + database + " user=postgres"
@@ -29,25 +28,7 @@ shard, target, held_id, written_id = meta.execute(
     "FROM pg_shard.shards s WHERE s.table_name = 'cl_items'::regclass ORDER BY s.range_start LIMIT 1").fetchone()
 
 
-stop = threading.Event()
-latencies = []
-errors = []
-
-
-def writer():
-    conn = connect(dsn.format(coordinator_port))
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            conn.execute("UPDATE cl_items SET v = v + 1 WHERE id = %s", (written_id,))
-            latencies.append((started, time.monotonic() - started))
-        except Exception as e:  # noqa: BLE001 — every failure is reported
-            errors.append(str(e).splitlines()[0])
-        time.sleep(0.005)
-
-
-thread = threading.Thread(target=writer, daemon=True)
-thread.start()
+writer = Writer(dsn.format(coordinator_port), "UPDATE cl_items SET v = v + 1 WHERE id = %s", (written_id,))
 # The job held at the start of its cutover (the runner's pause point; the
 # verification before it takes a brief lock of its own), then a
 # transaction left open: its row lock keeps the shard table's RowExclusive
@@ -75,7 +56,7 @@ waiting_from = time.monotonic()
 time.sleep(4)
 phase, state, error = meta.execute("SELECT phase, state, error FROM pg_shard.jobs WHERE job_id = %s",
                                    (job,)).fetchone()
-waiting = [seconds for started, seconds in latencies if started >= waiting_from]
+waiting = [seconds for started, seconds in writer.done if started >= waiting_from]
 longest = max(waiting) if waiting else None
 check(f"an open transaction holds the move at its cutover ({state}, {phase}; {error})",
       state == "running" and phase == "cutover" and "waited more than 100 ms" in (error or ""))
@@ -85,8 +66,7 @@ check(f"other writers of the shard are not held meanwhile: {len(waiting)} writes
 holder.execute("COMMIT")
 state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
 time.sleep(0.5)
-stop.set()
-thread.join(30)
+writer.stop()
 moved = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
 held_v, written_v = meta.execute(
     "SELECT (SELECT v FROM cl_items WHERE id = %s), (SELECT v FROM cl_items WHERE id = %s)",
@@ -94,7 +74,7 @@ held_v, written_v = meta.execute(
 check(f"once it commits the move ends: {state}, on node {moved} (target {target})",
       state == "done" and moved == target)
 check(f"every write there once: the held row {held_v} (100), the written one {written_v} "
-      f"({len(latencies)} acknowledged), errors {errors[:3]}",
-      held_v == 100 and written_v == len(latencies) and not errors)
+      f"({len(writer.done)} acknowledged), errors {writer.errors[:3]}",
+      held_v == 100 and written_v == len(writer.done) and not writer.errors)
 meta.execute("DROP TABLE cl_items")
 sys.exit(1 if check.failures else 0)

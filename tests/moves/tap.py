@@ -1,6 +1,7 @@
 """What the shard-move test scripts share: TAP-style checks (`ok - …` /
 `not ok - …`, counted by tests/coordinator/run.sh) and connections that
 wait for a restarting server."""
+import threading
 import time
 
 import psycopg
@@ -28,6 +29,34 @@ def connect(dsn, tries=100):
         except psycopg.OperationalError:
             time.sleep(0.2)
     raise RuntimeError(f"no connection ({dsn})")
+
+
+class Writer:
+    """Runs one statement over and over, a few milliseconds apart, on a
+    connection of its own in a thread, until stop(): `done` holds (start,
+    seconds) of each acknowledged run, `errors` the first line of each
+    failure."""
+
+    def __init__(self, dsn, sql, params=(), pause=0.005):
+        self.done, self.errors = [], []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(dsn, sql, params, pause), daemon=True)
+        self._thread.start()
+
+    def _run(self, dsn, sql, params, pause):
+        conn = connect(dsn)
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                conn.execute(sql, params)
+                self.done.append((started, time.monotonic() - started))
+            except Exception as e:  # noqa: BLE001 — every failure is reported
+                self.errors.append(str(e).splitlines()[0])
+            time.sleep(pause)
+
+    def stop(self):
+        self._stopping.set()
+        self._thread.join(30)
 
 
 def distributed_counters(conn, table, rows, **options):

@@ -4,6 +4,7 @@
 use super::own_transaction::transaction;
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
+use std::time::Duration;
 
 /// A phase of a job, stored as its name in `pg_shard.job.phase`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,6 +253,19 @@ pub(crate) fn abandon_revert(job: &Job, error: &str) {
 }
 
 impl Job {
+    /// A wait the job recorded in its `resources` when it was queued
+    /// (`key`, in milliseconds, from a setting), or `default` for a job
+    /// queued before that setting existed.
+    pub(crate) fn recorded_wait(&self, key: &str, default: Duration) -> Result<Duration> {
+        let ms = crate::spi::query_one::<i64>(
+            "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
+            &[self.job_id.into(), key.into()],
+        )?;
+        Ok(ms
+            .filter(|ms| *ms > 0)
+            .map_or(default, |ms| Duration::from_millis(ms as u64)))
+    }
+
     /// The job's phase; an error for a name no phase has.
     pub(crate) fn phase(&self) -> Result<Phase> {
         Phase::parse(&self.phase_name).ok_or_else(|| {

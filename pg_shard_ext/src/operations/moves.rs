@@ -464,7 +464,7 @@ pub(crate) fn cutover(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let lock_holder = forward.lock_holder(job, (&tables, &ids))?;
     reverse::prepare(job, shards, &mut target)?;
     reverse::skip_ahead(job, &mut target)?;
-    forward.drain_unlocked(job, (&mut source, &mut target))?;
+    forward.drain_unlocked(job, &ids, (&mut source, &mut target))?;
     // The new map just before the lock (the version's row is held from
     // here to the step's commit); the read routes go with it.
     reads_first::forget_routes(job)?;

@@ -5,9 +5,9 @@
 //! cutover.
 
 use super::job::Job;
-use super::node_access::{connect, exists_on, last_value, run_on, value_on};
+use super::node_access::{batch_value, connect, exists_on, last_value, run_on, value_on};
 use super::pause_clock::PauseClock;
-use super::settings::FINAL_WAIT;
+use super::settings::{APPLY_WAIT, FINAL_WAIT, LOCK_WAIT};
 use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
@@ -36,7 +36,8 @@ pub(crate) fn marker_table_script(job: &Job) -> String {
     let table = marker_table(job);
     format!(
         "CREATE TABLE IF NOT EXISTS {table} \
-             (job bigint PRIMARY KEY, activate_version bigint, activate_shards bigint[]);\n\
+             (job bigint PRIMARY KEY, activate_version bigint, activate_shards bigint[], \
+              applied_at timestamptz);\n\
          CREATE OR REPLACE TRIGGER pg_shard_activation BEFORE INSERT ON {table} \
              FOR EACH ROW EXECUTE FUNCTION pg_shard.marker_activation();\n\
          ALTER TABLE {table} ENABLE REPLICA TRIGGER pg_shard_activation"
@@ -222,40 +223,56 @@ impl<'a> Link<'a> {
     /// Writes a marker row on the publisher, in a transaction of its own,
     /// and returns its number: once the subscriber has it, it has every
     /// change the publisher committed before. (A number of the publisher's
-    /// WAL position: a new one each time, also when a step runs again.)
-    fn insert_marker(&self, job: &Job, publisher: &mut Client) -> Result<i64> {
-        value_on::<i64>(
+    /// WAL position: a new one each time, also when a step runs again.) It is
+    /// also a rehearsal of the activation of the subscriber's shards `ids`
+    /// (activation version 0: its apply does the activation's work and
+    /// changes nothing), committed with a change to the publisher's records
+    /// of them that changes nothing either: the first activation's apply
+    /// and the first decoding of a retire would otherwise start cold
+    /// (functions compiled, catalogs looked up) inside the pause.
+    fn insert_marker(&self, job: &Job, publisher: &mut Client, ids: &str) -> Result<i64> {
+        let marker = batch_value(
             self.publisher,
             publisher,
             &format!(
-                "INSERT INTO {} (job) \
-                 SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint | {} \
+                // (One implicit transaction.)
+                "UPDATE pg_shard.local_shard SET state = state WHERE shard_id IN ({ids});\n\
+                 INSERT INTO {} (job, activate_version, activate_shards) \
+                 SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint | {}, 0, ARRAY[{ids}]::bigint[] \
                  RETURNING job",
                 marker_table(job),
                 self.marker_bit
             ),
-        )?
-        .ok_or_else(|| ShardError::InvalidArgument("the marker row was not written".into()))
+        )?;
+        marker
+            .and_then(|m| m.parse().ok())
+            .ok_or_else(|| ShardError::InvalidArgument("the marker row was not written".into()))
     }
 
     /// Waits (polling every millisecond: this is inside a write pause) for
     /// the subscriber to have applied marker row `marker`; returns the
-    /// subscriber's WAL position when it first saw it, flushed. With `activated`
-    /// (the shard ids and version an activation marker names), the
-    /// marker's apply must have activated them: else an error.
+    /// subscriber's WAL position when it first saw it, flushed, and when its
+    /// apply activated shards (µs since the epoch, the subscriber's clock).
+    /// With `activated` (the shard ids and version an activation marker
+    /// names), the marker's apply must have activated them: else an error.
     fn wait_for_marker(
         &self,
         job: &Job,
         subscriber: &mut Client,
         marker: i64,
         activated: Option<(&str, i64)>,
-    ) -> Result<String> {
+    ) -> Result<(String, Option<i64>)> {
         let check = match activated {
             Some((ids, version)) => format!(
                 "NOT EXISTS (SELECT 1 FROM pg_shard.local_shard WHERE shard_id IN ({ids}) \
                  AND (state <> 'active' OR epoch <> {version}))"
             ),
             None => "true".to_string(),
+        };
+        // (Inside a cutover's pause, the job's setting bounds the wait.)
+        let longest = match activated {
+            Some(_) => job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)?,
+            None => FINAL_WAIT,
         };
         let started = Instant::now();
         loop {
@@ -265,7 +282,8 @@ impl<'a> Link<'a> {
                     // the activation included, is flushed before the map
                     // names the subscriber.)
                     &format!(
-                        "SELECT pg_shard.flush_wal(), {check} FROM {} WHERE job = {marker}",
+                        "SELECT pg_shard.flush_wal(), {check}, \
+                         (extract(epoch FROM applied_at) * 1e6)::bigint FROM {} WHERE job = {marker}",
                         marker_table(job)
                     ),
                     &[],
@@ -278,11 +296,11 @@ impl<'a> Link<'a> {
                         self.subscriber.host, self.subscriber.port
                     )));
                 }
-                return Ok(row.get(0));
+                return Ok((row.get(0), row.get(2)));
             }
-            if started.elapsed() > FINAL_WAIT {
+            if started.elapsed() > longest {
                 return Err(ShardError::Timeout(format!(
-                    "{}:{} did not apply the last writes within {FINAL_WAIT:?}",
+                    "{}:{} did not apply the last writes within {longest:?}",
                     self.subscriber.host, self.subscriber.port
                 )));
             }
@@ -292,13 +310,15 @@ impl<'a> Link<'a> {
 
     /// Before a cutover's lock: a marker row written and awaited on the
     /// subscriber, so that the apply has caught up to a moment ago and the
-    /// drain under the lock only waits for the writes since.
+    /// drain under the lock only waits for the writes since; it rehearses
+    /// the activation of `ids`.
     pub(crate) fn drain_unlocked(
         &self,
         job: &Job,
+        ids: &str,
         (publisher, subscriber): (&mut Client, &mut Client),
     ) -> Result<()> {
-        let marker = self.insert_marker(job, publisher)?;
+        let marker = self.insert_marker(job, publisher, ids)?;
         self.wait_for_marker(job, subscriber, marker, None)
             .map(|_| ())
     }
@@ -351,7 +371,8 @@ impl<'a> Link<'a> {
         }
         pause.mark("retired");
         match self.wait_for_marker(job, subscriber, marker, Some((ids, version))) {
-            Ok(position) => {
+            Ok((position, applied_at)) => {
+                pause.mark_at("applied", applied_at);
                 pause.mark("activated");
                 pause.mark("published");
                 Ok(position)
@@ -547,12 +568,7 @@ pub(crate) fn lock_for_cutover(
     tables: &[String],
     then: &str,
 ) -> Result<Option<String>> {
-    let waited_ms = query_one::<i64>(
-        "SELECT (resources->>'lock_wait_ms')::bigint FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into()],
-    )?
-    .filter(|ms| *ms > 0)
-    .unwrap_or(DEFAULT_LOCK_WAIT_MS) as u64;
+    let waited_ms = job.recorded_wait(LOCK_WAIT.0, LOCK_WAIT.1)?.as_millis() as u64;
     let locked = lock_holder.simple_query(&format!(
         "BEGIN;\nSET LOCAL lock_timeout = {waited_ms};\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
          SET LOCAL lock_timeout = 0;\n{then}",
@@ -615,10 +631,6 @@ pub(crate) fn warm_up(
         ),
     )
 }
-
-/// A job queued before `pg_shard.cutover_lock_timeout` existed: its
-/// default.
-const DEFAULT_LOCK_WAIT_MS: i64 = 100;
 
 /// Drops the job's replication in both directions and its marker tables.
 pub(crate) fn drop_replication(job: &Job) -> Result<()> {

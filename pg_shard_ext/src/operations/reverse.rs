@@ -241,7 +241,7 @@ pub(crate) fn revert(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut target = connect(&job.target)?;
     let lock_holder = reverse.lock_holder(job, (&tables, &ids))?;
-    reverse.drain_unlocked(job, (&mut target, &mut source))?;
+    reverse.drain_unlocked(job, &ids, (&mut target, &mut source))?;
     let version = reverse.publish_ahead(job)?;
     let mut pause = PauseClock::start();
     reverse.cut_over(

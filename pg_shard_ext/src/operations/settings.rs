@@ -22,8 +22,18 @@ pub(crate) const CUTOVER_LAG: i64 = 1024 * 1024;
 /// the job rolls back.
 pub(crate) const TRANSIENT_TRIES: i64 = 5;
 
-/// Longest wait for the target to apply the last frozen write.
+/// Longest wait for the target to apply the writes up to a marker outside
+/// a cutover's pause (the cutover's own wait is the job's
+/// `pg_shard.cutover_apply_timeout`).
 pub(crate) const FINAL_WAIT: Duration = Duration::from_secs(60);
+
+/// The key of `pg_shard.cutover_apply_timeout` in a job's `resources`, and
+/// its default for a job queued before it existed.
+pub(crate) const APPLY_WAIT: (&str, Duration) = ("apply_wait_ms", Duration::from_secs(10));
+
+/// The key of `pg_shard.cutover_lock_timeout` in a job's `resources`, and
+/// its default for a job queued before it existed.
+pub(crate) const LOCK_WAIT: (&str, Duration) = ("lock_wait_ms", Duration::from_millis(100));
 
 /// Key ranges a shard table is compared in before the cutover (a mismatch
 /// names the ranges that differ).
@@ -45,6 +55,10 @@ static SWITCH_WRITES_DELAY: GucSetting<i32> = GucSetting::<i32>::new(300);
 /// `pg_shard.cutover_lock_timeout`: milliseconds a cutover's EXCLUSIVE
 /// lock may wait for the transactions in flight, recorded per job.
 static CUTOVER_LOCK_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(100);
+
+/// `pg_shard.cutover_apply_timeout`: milliseconds a cutover waits, writes
+/// paused, for the new side to have the last writes, recorded per job.
+static CUTOVER_APPLY_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
 /// MB/s the initial copy of a move or split may read (0: no limit),
 /// recorded per job when it is queued.
@@ -89,6 +103,16 @@ pub(crate) fn register_gucs() {
         c"Time a cutover's lock may wait for the transactions in flight on its tables before the cutover is tried again.",
         c"Read when the job is queued; writers that come meanwhile wait behind the lock, so this bounds what a long transaction adds to the write pause.",
         &CUTOVER_LOCK_TIMEOUT,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.cutover_apply_timeout",
+        c"Time a cutover waits, with the shard's writes paused, for the new side to have the last writes before it gives the shard back to the old side.",
+        c"Read when the job is queued; past it the old side takes its writes again and the job rolls back.",
+        &CUTOVER_APPLY_TIMEOUT,
         1,
         i32::MAX,
         GucContext::Userset,

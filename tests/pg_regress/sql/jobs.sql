@@ -59,3 +59,9 @@ SET pg_shard.cutover_lock_timeout = 0;
 SET pg_shard.cutover_lock_timeout = '1s';
 SHOW pg_shard.cutover_lock_timeout;
 RESET pg_shard.cutover_lock_timeout;
+-- pg_shard.cutover_apply_timeout: the same
+SET pg_shard.cutover_apply_timeout = 0;
+SET pg_shard.cutover_apply_timeout = '2s';
+SHOW pg_shard.cutover_apply_timeout;
+RESET pg_shard.cutover_apply_timeout;
+SHOW pg_shard.cutover_apply_timeout;

@@ -10,7 +10,7 @@ use crate::error::{Result, ShardError};
 use crate::operations::job::Job;
 use crate::operations::node_access::{connect, run_on, value_on};
 use crate::operations::replication::{marker_table, Link};
-use crate::operations::settings::FINAL_WAIT;
+use crate::operations::settings::{APPLY_WAIT, FINAL_WAIT};
 use crate::quote;
 use crate::spi::query_one;
 use crate::transaction::client as remote;
@@ -189,6 +189,7 @@ impl Apply<'_> {
     /// skips what the progress row says was applied. One flush and one
     /// decoding of the slot's WAL less in the pause.
     pub(crate) fn drain(&self, node: &mut Client, point: Lsn) -> Result<()> {
+        let longest = self.job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)?;
         let started = Instant::now();
         loop {
             let batch = self.read(node, Some(point))?;
@@ -197,9 +198,9 @@ impl Apply<'_> {
             if last {
                 return Ok(());
             }
-            if started.elapsed() > FINAL_WAIT {
+            if started.elapsed() > longest {
                 return Err(ShardError::Timeout(format!(
-                    "the last writes were not applied within {FINAL_WAIT:?}"
+                    "the last writes were not applied within {longest:?}"
                 )));
             }
         }
