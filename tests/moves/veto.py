@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A cutover that fails after its retire gives the shard back: the new side's
 apply of the activation marker is slowed (a trigger of the test's own on the
-job's marker table of the target sleeps 3 s) past the job's
+job's marker table of the target sleeps 5 s) past the job's
 pg_shard.cutover_apply_timeout (2 s), so the job gives up with the old side
 retired and the marker on its way. The runner vetoes the activation on the
 target and makes the old side active again; the job then rolls back.
@@ -66,7 +66,7 @@ on_target, on_source = node(target), node(source)
 marker = f"pg_shard.job_{job}_marker"
 on_target.execute(f"""
     CREATE OR REPLACE FUNCTION public.veto_test_slow_apply() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$;
+    BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$;
     CREATE TRIGGER {trigger} BEFORE INSERT ON {marker} FOR EACH ROW
         WHEN (NEW.activate_version > 0) EXECUTE FUNCTION public.veto_test_slow_apply();
     ALTER TABLE {marker} ENABLE REPLICA TRIGGER {trigger};
@@ -81,7 +81,7 @@ while time.time() < deadline:
     time.sleep(0.1)
 check(f"the cutover gave up past its apply timeout ({phase}: {error})",
       phase == "rollback" and "did not apply the last writes within 2s" in (error or ""))
-# The slow apply ends (3 s) and commits the marker: its activation did not
+# The slow apply ends (5 s) and commits the marker: its activation did not
 # happen or was undone.
 deadline = time.time() + 30
 applied = 0
@@ -97,6 +97,13 @@ vetoes = [job for job, _ in rows if job > 0 and job & (1 << 61)]
 check(f"the marker was applied late ({applied}) against a veto ({len(vetoes)}); the target's copy is not "
       f"active: {states(on_target)} (marker rows {rows})",
       applied == 1 and len(vetoes) == 1 and states(on_target) == ["frozen"])
+# The trigger notes the time of an activation it made: "before" must have
+# been turned away by the veto, "after" must have activated (and been
+# undone), or the test did not take the path it names.
+activated = on_target.execute(
+    f"SELECT applied_at IS NOT NULL FROM {marker} WHERE activate_version > 0").fetchone()[0]
+check(f"the late apply {'activated, then was undone' if activated else 'did not activate'}",
+      activated == (order == "after"))
 check(f"the source's copy is active again: {states(on_source)}", states(on_source) == ["active"])
 held_from = time.monotonic()
 time.sleep(2)

@@ -255,12 +255,13 @@ impl<'a> Link<'a> {
     /// apply activated shards (µs since the epoch, the subscriber's clock).
     /// With `activated` (the shard ids and version an activation marker
     /// names), the marker's apply must have activated them: else an error.
+    /// At most `longest`.
     fn wait_for_marker(
         &self,
         job: &Job,
         subscriber: &mut Client,
         marker: i64,
-        activated: Option<(&str, i64)>,
+        (activated, longest): (Option<(&str, i64)>, Duration),
     ) -> Result<(String, Option<i64>)> {
         let check = match activated {
             Some((ids, version)) => format!(
@@ -268,11 +269,6 @@ impl<'a> Link<'a> {
                  AND (state <> 'active' OR epoch <> {version}))"
             ),
             None => "true".to_string(),
-        };
-        // (Inside a cutover's pause, the job's setting bounds the wait.)
-        let longest = match activated {
-            Some(_) => job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)?,
-            None => FINAL_WAIT,
         };
         let started = Instant::now();
         loop {
@@ -319,7 +315,7 @@ impl<'a> Link<'a> {
         (publisher, subscriber): (&mut Client, &mut Client),
     ) -> Result<()> {
         let marker = self.insert_marker(job, publisher, ids)?;
-        self.wait_for_marker(job, subscriber, marker, None)
+        self.wait_for_marker(job, subscriber, marker, (None, FINAL_WAIT))
             .map(|_| ())
     }
 
@@ -349,6 +345,8 @@ impl<'a> Link<'a> {
         pause: &mut PauseClock,
     ) -> Result<String> {
         let marker = activation_marker() | self.marker_bit;
+        // (Read before the lock: the wait for the marker is inside the pause.)
+        let longest = job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)?;
         let locked = lock_for_cutover(
             job,
             self.publisher,
@@ -370,7 +368,7 @@ impl<'a> Link<'a> {
             Err(e) => return Err(self.give_back(job, (publisher, subscriber), (ids, marker), e)),
         }
         pause.mark("retired");
-        match self.wait_for_marker(job, subscriber, marker, Some((ids, version))) {
+        match self.wait_for_marker(job, subscriber, marker, (Some((ids, version)), longest)) {
             Ok((position, applied_at)) => {
                 pause.mark_at("applied", applied_at);
                 pause.mark("activated");

@@ -17,7 +17,7 @@ use crate::transaction::client as remote;
 use pg_shard_core::pgoutput::{self, Lsn, Message, SnapshotVisibility, Value};
 use postgres::Client;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Messages read from the slot per round (a change, or a transaction's
 /// begin or commit).
@@ -188,8 +188,9 @@ impl Apply<'_> {
     /// the cutover is published, or reads again from where it stands and
     /// skips what the progress row says was applied. One flush and one
     /// decoding of the slot's WAL less in the pause.
-    pub(crate) fn drain(&self, node: &mut Client, point: Lsn) -> Result<()> {
-        let longest = self.job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)?;
+    /// Within `longest` (the job's `pg_shard.cutover_apply_timeout`, read
+    /// before the lock: [`Apply::drain_limit`]).
+    pub(crate) fn drain(&self, node: &mut Client, point: Lsn, longest: Duration) -> Result<()> {
         let started = Instant::now();
         loop {
             let batch = self.read(node, Some(point))?;
@@ -204,6 +205,12 @@ impl Apply<'_> {
                 )));
             }
         }
+    }
+
+    /// How long [`Apply::drain`] may take: the job's
+    /// `pg_shard.cutover_apply_timeout`.
+    pub(crate) fn drain_limit(&self) -> Result<Duration> {
+        self.job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)
     }
 
     /// Applies a batch in a transaction of its own, then advances the slot

@@ -464,6 +464,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let upper_group = publish(job, tables, &ranges)?;
     let version =
         crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id, upper_group])?;
+    let drain_limit = apply.drain_limit()?;
     let mut pause = PauseClock::start();
     // Nothing writes the source once it is locked: everything up to the
     // end of WAL then, flushed in the same round trip, is everything there
@@ -476,7 +477,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         apply::FLUSH_WAL,
     )?)?;
     pause.mark("locked");
-    apply.drain(&mut node, last)?;
+    apply.drain(&mut node, last, drain_limit)?;
     pause.mark("drained");
     // Every write of the halves after the position taken first is the new
     // owners': where the reverse replication starts.

@@ -141,6 +141,7 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // (published when the runner's transaction commits).
     unpublish(job, tables, &ranges)?;
     let version = crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id])?;
+    let drain_limit = apply.drain_limit()?;
     let mut pause = PauseClock::start();
     let last = apply::parse_position(lock_for_cutover(
         job,
@@ -150,7 +151,7 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         apply::FLUSH_WAL,
     )?)?;
     pause.mark("locked");
-    apply.drain(&mut node, last)?;
+    apply.drain(&mut node, last, drain_limit)?;
     pause.mark("drained");
     run_on(
         &job.source,
