@@ -257,13 +257,19 @@ impl Job {
     /// (`key`, in milliseconds, from a setting), or `default` for a job
     /// queued before that setting existed.
     pub(crate) fn recorded_wait(&self, key: &str, default: Duration) -> Result<Duration> {
-        let ms = crate::spi::query_one::<i64>(
-            "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
-            &[self.job_id.into(), key.into()],
-        )?;
-        Ok(ms
+        Ok(self
+            .recorded(key)?
             .filter(|ms| *ms > 0)
             .map_or(default, |ms| Duration::from_millis(ms as u64)))
+    }
+
+    /// A number the job keeps in its `resources` under `key` (a setting
+    /// recorded when it was queued, or its progress), as it is now.
+    pub(crate) fn recorded(&self, key: &str) -> Result<Option<i64>> {
+        crate::spi::query_one::<i64>(
+            "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
+            &[self.job_id.into(), key.into()],
+        )
     }
 
     /// The job's phase; an error for a name no phase has.

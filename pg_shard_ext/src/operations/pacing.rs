@@ -163,11 +163,7 @@ pub(crate) fn over_limit(job: &Job, source: &mut Client) -> Result<Option<Thrott
 }
 
 fn limit(job: &Job, key: &str) -> Result<i64> {
-    Ok(query_one::<i64>(
-        "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into(), key.into()],
-    )?
-    .unwrap_or(0))
+    Ok(job.recorded(key)?.unwrap_or(0))
 }
 
 /// The source's WAL consumer that lags most, with its lag in bytes.

@@ -12,7 +12,6 @@ use super::job::Job;
 use super::node_access::{connect, run_on, value_on};
 use crate::error::Result;
 use crate::quote;
-use crate::spi::query_one;
 use postgres::Client;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -82,14 +81,6 @@ pub(super) fn release_snapshot() {
     EXPORTED.with(|cell| cell.borrow_mut().take());
 }
 
-/// A number the job recorded in its resources.
-pub(super) fn resource(job: &Job, key: &str) -> Result<Option<i64>> {
-    query_one::<i64>(
-        "SELECT (resources->>$2)::bigint FROM pg_shard.job WHERE job_id = $1",
-        &[job.job_id.into(), key.into()],
-    )
-}
-
 /// Records that the copy starts (over) from the first page.
 pub(super) fn restart_progress(job: &Job) -> Result<()> {
     crate::spi::run_with_args(
@@ -111,9 +102,9 @@ pub(super) fn copy_step(
     source: &mut Client,
     mut copy_pages: impl FnMut(usize, i64, i64, &mut Client) -> Result<i64>,
 ) -> Result<bool> {
-    let rate = resource(job, "copy_rate")?.unwrap_or(0);
-    let mut table = resource(job, "copy_table")?.unwrap_or(0) as usize;
-    let mut page = resource(job, "copy_page")?.unwrap_or(0);
+    let rate = job.recorded("copy_rate")?.unwrap_or(0);
+    let mut table = job.recorded("copy_table")?.unwrap_or(0) as usize;
+    let mut page = job.recorded("copy_page")?.unwrap_or(0);
     // Page ranges sized for about ten per second at the rate.
     let pages_per_batch = if rate > 0 {
         (rate * 1024 * 1024 / PAGE_BYTES / 10).clamp(1, MAX_PAGES_PER_BATCH)
