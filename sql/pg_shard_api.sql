@@ -74,6 +74,9 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     vetoed boolean;
 BEGIN
+    -- The job waits for the marker inside its write pause: woken at the
+    -- apply's commit rather than at its next look.
+    PERFORM pg_notify('pg_shard_marker', NEW.job::text);
     IF NEW.activate_version IS NULL THEN
         RETURN NEW;
     END IF;

@@ -474,17 +474,10 @@ impl TableShape {
             .join(", ")
     }
 
-    /// The statements that create this shape as `schema.shard_name` on a
-    /// worker. Index-backed constraint and index names get the shard id as
-    /// a suffix, since index names are unique per schema.
-    pub(crate) fn shard_table_ddl(&self, shard_name: &str, shard_id: i64) -> Vec<String> {
-        self.ddl_with_suffix(shard_name, &format!("_{shard_id}"))
-    }
-
     /// The statements that recreate this table as it is, names and all (a
     /// shard table copied to another node by a move).
-    pub(crate) fn same_ddl(&self) -> Vec<String> {
-        self.ddl_with_suffix(&self.name, "")
+    pub(crate) fn same_ddl(&self) -> ShardTableDdl {
+        self.ddl_parts(&self.name, "")
     }
 
     /// The statements that create a copy of this shard table (whose index
@@ -495,7 +488,7 @@ impl TableShape {
         shard_name: &str,
         old_shard_id: i64,
         new_shard_id: i64,
-    ) -> Vec<String> {
+    ) -> ShardTableDdl {
         let old_suffix = format!("_{old_shard_id}");
         let mut shape = self.clone();
         let base = |name: &mut String| {
@@ -512,23 +505,14 @@ impl TableShape {
         if let Some(index) = shape.replica_identity_index.as_mut() {
             base(index);
         }
-        shape.shard_table_ddl(shard_name, new_shard_id)
+        shape.shard_table_ddl_parts(shard_name, new_shard_id)
     }
 
-    fn ddl_with_suffix(&self, shard_name: &str, suffix: &str) -> Vec<String> {
-        let ShardTableDdl {
-            mut table,
-            indexes,
-            ownership,
-        } = self.ddl_parts(shard_name, suffix);
-        table.extend(indexes);
-        table.extend(ownership);
-        table
-    }
-
-    /// [`TableShape::shard_table_ddl`] in two parts: the table, and what is
-    /// better built once its rows are in (a sorted index build instead of
-    /// one insertion per row).
+    /// The statements that create this shape as `schema.shard_name` on a
+    /// worker, in two parts: the table, and what is better built once its
+    /// rows are in (a sorted index build instead of one insertion per row).
+    /// Index-backed constraint and index names get the shard id as a
+    /// suffix, since index names are unique per schema.
     pub(crate) fn shard_table_ddl_parts(&self, shard_name: &str, shard_id: i64) -> ShardTableDdl {
         self.ddl_parts(shard_name, &format!("_{shard_id}"))
     }
@@ -595,6 +579,30 @@ pub(crate) struct ShardTableDdl {
     pub(crate) ownership: Vec<String>,
 }
 
+impl ShardTableDdl {
+    /// One part of the DDL by name: `table` (the table with its owner,
+    /// grants and comments) or `indexes` (what is built once the rows are
+    /// in).
+    pub(crate) fn part(self, part: &str) -> Result<Vec<String>> {
+        let ShardTableDdl {
+            mut table,
+            indexes,
+            ownership,
+        } = self;
+        match part {
+            "table" => {
+                table.extend(ownership);
+                Ok(table)
+            }
+            "indexes" => Ok(indexes),
+            other => Err(ShardError::InvalidArgument(format!(
+                "unknown part of a shard table's DDL: {} (expected table or indexes)",
+                quote::literal(other)
+            ))),
+        }
+    }
+}
+
 /// Name of the shard table for `table_name` with `shard_id`.
 pub(crate) fn shard_table_name(table_name: &str, shard_id: i64) -> String {
     quote::name_with_suffix(table_name, &format!("_{shard_id}"))
@@ -610,4 +618,43 @@ pub(crate) fn create_schema_if_missing(schema: &str) -> String {
         quote::ident(schema)
     );
     format!("DO {}", quote::literal(&body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShardTableDdl;
+
+    fn ddl() -> ShardTableDdl {
+        ShardTableDdl {
+            table: vec!["CREATE TABLE t ()".into()],
+            indexes: vec!["CREATE INDEX i ON t (a)".into()],
+            ownership: vec!["ALTER TABLE t OWNER TO o".into()],
+        }
+    }
+
+    #[test]
+    fn the_table_part_has_the_owner_and_no_index() {
+        assert_eq!(
+            ddl().part("table").ok(),
+            Some(vec![
+                "CREATE TABLE t ()".to_string(),
+                "ALTER TABLE t OWNER TO o".to_string()
+            ])
+        );
+        assert_eq!(
+            ddl().part("indexes").ok(),
+            Some(vec!["CREATE INDEX i ON t (a)".to_string()])
+        );
+    }
+
+    #[test]
+    fn an_unknown_part_is_refused() {
+        let error = ddl().part("all; DROP TABLE t").err().map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("expected table or indexes")),
+            "{error:?}"
+        );
+    }
 }

@@ -167,6 +167,41 @@ for phase in phases:
           f"map and shards agree, nothing left ({leftovers})",
           runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
+# The runner killed when a copy has just finished its tables (indexes, row
+# guards and foreign keys built, the step not yet recorded): the copy starts
+# over on tables that have them, and they are not built twice.
+holder, job = start_move(meta, "copied")
+reached = wait_phase(meta, job, "copy")
+target_port = meta.execute(
+    "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.target_node "
+    "WHERE j.job_id = %s", (job,)).fetchone()[0]
+new_tables = "SELECT shard_rel FROM pg_shard.local_shard WHERE state = 'frozen'"
+deadline = time.time() + 60
+before = (0, 0)
+while time.time() < deadline and before[0] == 0:
+    time.sleep(0.1)
+    with connect(target_port) as target:
+        before = target.execute(
+            f"SELECT (SELECT count(*) FROM pg_index WHERE indrelid IN ({new_tables})), "
+            f"(SELECT count(*) FROM pg_trigger WHERE tgrelid IN ({new_tables}))").fetchone()
+runner, meta = kill_runner()
+state, last = wait_job(meta, job, "2 minutes")
+owner_port = meta.execute(
+    "SELECT n.port FROM pg_shard.shards s JOIN pg_shard.node n USING (node_id) "
+    "WHERE s.table_name = 'crash_items'::regclass ORDER BY s.range_start LIMIT 1").fetchone()[0]
+with connect(owner_port) as owner:
+    per_table = owner.execute(
+        "SELECT min(i), max(i), min(t), max(t) FROM (SELECT "
+        "(SELECT count(*) FROM pg_index WHERE indrelid = shard_rel) i, "
+        "(SELECT count(*) FROM pg_trigger WHERE tgrelid = shard_rel) t FROM pg_shard.local_shard "
+        "WHERE state = 'active' AND shard_rel::regclass::text LIKE 'crash_items%') c").fetchone()
+rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+check(f"runner killed once the copy finished its tables ({reached}, {before} indexes and triggers, "
+      f"pid {runner}): job {state} ({last}), one primary key and three guards per shard table "
+      f"({per_table}), rows intact, map and shards agree, nothing left ({leftovers})",
+      runner is not None and before[0] > 0 and state == "done" and per_table == (1, 1, 3, 3)
+      and rows_ok and owners_ok and not leftovers)
+
 # Reads first: the runner killed while the job waits with its reads
 # switched; it resumes waiting (the routes published once), and
 # switch_writes ends it.

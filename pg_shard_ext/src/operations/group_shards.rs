@@ -55,7 +55,7 @@ pub(crate) fn shard_id_list(shards: &[GroupShard]) -> String {
 }
 
 /// The statements that (re)create a shard table of a job from its DDL, with
-/// its guard triggers and ownership record: frozen at epoch 0 until the job
+/// its statement guard and ownership record: frozen at epoch 0 until the job
 /// publishes it, so nothing writes it but the job (whose sessions fire no
 /// trigger), and readable for the verification. A leftover of an
 /// interrupted attempt goes first.
@@ -75,12 +75,8 @@ pub(crate) fn frozen_shard_script(
         format!("DROP TABLE IF EXISTS {qualified} CASCADE"),
     ];
     script.extend(ddl);
-    script.extend(crate::worker::fencing::guard_trigger_ddl(
-        &qualified,
-        shard.dist_column.as_deref(),
-        range_start,
-        range_end,
-    ));
+    // The guards of the rows come with the indexes ([`row_guard_script`]).
+    script.push(crate::worker::fencing::statement_guard_ddl(&qualified));
     script.push(format!(
         "INSERT INTO pg_shard.local_shard \
          (shard_rel, shard_id, dist_column, range_start, range_end, state, epoch) \
@@ -93,6 +89,25 @@ pub(crate) fn frozen_shard_script(
             .map_or_else(|| "NULL".to_string(), quote::literal),
     ));
     script
+}
+
+/// The guard triggers that check the rows written to a shard table of a job
+/// against its range, made once the copy has filled it. Until then the
+/// table is frozen, which the statement guard enforces, and the job's own
+/// sessions fire no trigger; the transition table of the inserted rows'
+/// guard would still collect every copied row (a fifth of the target's
+/// COPY time).
+pub(crate) fn row_guard_script(shard: &GroupShard, range: (i64, i64)) -> Vec<String> {
+    let (range_start, range_end) = range;
+    match shard.dist_column.as_deref() {
+        Some(column) => crate::worker::fencing::column_guard_ddl(
+            &shard.qualified(),
+            column,
+            range_start,
+            range_end,
+        ),
+        None => Vec::new(),
+    }
 }
 
 /// Drops the group's shard tables on `node` and their ownership records

@@ -288,6 +288,18 @@ impl Job {
     }
 }
 
+/// A pause point for tests and operators: a session holding the advisory
+/// lock (hashtext('pg_shard job phase'), hashtext(`name`)) holds every job
+/// there: at the start of the phase `name`, or at `copied` (a copy's tables
+/// finished, before the step that finished them is recorded).
+pub(crate) fn pause_point(name: &str) -> Result<()> {
+    crate::spi::run_with_args(
+        "SELECT pg_advisory_xact_lock_shared(hashtext('pg_shard job phase'), hashtext($1))",
+        &[name.into()],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::Phase;

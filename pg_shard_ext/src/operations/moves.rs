@@ -1,7 +1,9 @@
 //! The phases of a shard move, from the plan to the drop of the old shard
 //! tables (the order is in [`super`]'s overview).
 
-use super::group_shards::{drop_shard_tables, frozen_shard_script, shard_id_list, GroupShard};
+use super::group_shards::{
+    drop_shard_tables, frozen_shard_script, row_guard_script, shard_id_list, GroupShard,
+};
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, run_on, shard_range, value_on};
 use super::pacing;
@@ -120,32 +122,9 @@ pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
     let mut source = connect(&job.source)?;
     let mut script = vec![marker_table_script(job)];
     for shard in shards {
-        let ddl: Vec<String> = value_on::<Vec<String>>(
-            &job.source,
-            &mut source,
-            &format!(
-                "SELECT pg_shard.shard_table_ddl({}::regclass)",
-                quote::literal(&shard.qualified())
-            ),
-        )?
-        .unwrap_or_default();
+        let ddl = group_table_ddl(job, shard, &mut source, "table")?;
         let range = shard_range(&job.source, &mut source, shard.shard_id)?;
         script.extend(frozen_shard_script(shard, ddl, range));
-    }
-    // Foreign keys once every table of the group exists (the copy and the
-    // apply run as replication sessions, which do not check them).
-    for shard in shards {
-        let foreign_keys = value_on::<Vec<String>>(
-            &job.source,
-            &mut source,
-            &format!(
-                "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, '{{}}', '{{}}')",
-                quote::literal(&shard.qualified()),
-                quote::literal(&shard.name)
-            ),
-        )?
-        .unwrap_or_default();
-        script.extend(foreign_keys);
     }
     // On the target the marker's apply stops at a verification point
     // while the job takes its snapshot (operations/verification.rs); the
@@ -215,8 +194,61 @@ pub(crate) fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         return Ok(Next::Again);
     }
     snapshot_copy::release_snapshot();
+    snapshot_copy::finish(
+        job,
+        &job.target,
+        &mut target,
+        &sources,
+        &after_copy_script(job, shards, &mut source)?,
+    )?;
     Link::forward(job).subscribe(&mut target)?;
     Ok(Next::Phase(Phase::CatchUp))
+}
+
+/// The `part` (`table` or `indexes`) of the DDL of a shard of the group as
+/// it is on the source.
+fn group_table_ddl(
+    job: &Job,
+    shard: &GroupShard,
+    source: &mut Client,
+    part: &str,
+) -> Result<Vec<String>> {
+    Ok(value_on::<Vec<String>>(
+        &job.source,
+        source,
+        &format!(
+            "SELECT pg_shard.shard_table_ddl({}::regclass, {})",
+            quote::literal(&shard.qualified()),
+            quote::literal(part)
+        ),
+    )?
+    .unwrap_or_default())
+}
+
+/// What the group's tables on the target get once the copy is in
+/// ([`snapshot_copy::finish`]): their indexes and row guards, then their
+/// foreign keys, which need the indexes they reference.
+fn after_copy_script(job: &Job, shards: &[GroupShard], source: &mut Client) -> Result<Vec<String>> {
+    let mut script = Vec::new();
+    for shard in shards {
+        script.extend(group_table_ddl(job, shard, source, "indexes")?);
+        let range = shard_range(&job.source, source, shard.shard_id)?;
+        script.extend(row_guard_script(shard, range));
+    }
+    for shard in shards {
+        let foreign_keys = value_on::<Vec<String>>(
+            &job.source,
+            source,
+            &format!(
+                "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, '{{}}', '{{}}')",
+                quote::literal(&shard.qualified()),
+                quote::literal(&shard.name)
+            ),
+        )?
+        .unwrap_or_default();
+        script.extend(foreign_keys);
+    }
+    Ok(script)
 }
 
 /// Starts (or starts over) the copy: empties the target tables, makes sure

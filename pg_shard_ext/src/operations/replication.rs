@@ -12,6 +12,7 @@ use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
 use crate::spi::query_one;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 use std::time::{Duration, Instant};
 
@@ -249,8 +250,10 @@ impl<'a> Link<'a> {
             .ok_or_else(|| ShardError::InvalidArgument("the marker row was not written".into()))
     }
 
-    /// Waits (polling every millisecond: this is inside a write pause) for
-    /// the subscriber to have applied marker row `marker`; returns the
+    /// Waits (inside a write pause: woken by the marker's apply, which
+    /// notifies `pg_shard_marker` at its commit when [`Link::drain_unlocked`]
+    /// listens on `subscriber`, and looking every few milliseconds in any
+    /// case) for the subscriber to have applied marker row `marker`; returns the
     /// subscriber's WAL position when it first saw it, flushed, and when its
     /// apply activated shards (µs since the epoch, the subscriber's clock).
     /// With `activated` (the shard ids and version an activation marker
@@ -300,7 +303,10 @@ impl<'a> Link<'a> {
                     self.subscriber.host, self.subscriber.port
                 )));
             }
-            std::thread::sleep(Duration::from_millis(1));
+            // Any marker's apply wakes this: the query above tells.
+            let mut notifications = subscriber.notifications();
+            let woken = notifications.timeout_iter(MARKER_LOOK).next().map(|_| ());
+            woken.map_err(|e| crate::transaction::client::remote_error(self.subscriber, &e))?;
         }
     }
 
@@ -314,6 +320,7 @@ impl<'a> Link<'a> {
         ids: &str,
         (publisher, subscriber): (&mut Client, &mut Client),
     ) -> Result<()> {
+        run_on(self.subscriber, subscriber, "LISTEN pg_shard_marker")?;
         let marker = self.insert_marker(job, publisher, ids)?;
         self.wait_for_marker(job, subscriber, marker, (None, FINAL_WAIT))
             .map(|_| ())
@@ -597,6 +604,10 @@ fn activation_marker() -> i64 {
         .unwrap_or_default();
     (1 << 60) | (micros & ((1 << 60) - 1))
 }
+
+/// How long the wait for a marker goes without a look at the subscriber
+/// when no notification wakes it.
+const MARKER_LOOK: Duration = Duration::from_millis(5);
 
 /// A veto of activation marker `m` is the row `m | VETO_BIT` on the
 /// subscriber (`pg_shard.marker_activation()` looks for it).

@@ -3,7 +3,9 @@
 //! which takes the jobs in order and runs each one step at a time.
 
 use super::group_shards::group_shards;
-use super::job::{abandon_revert, next_job, record, record_error, write_state, Job, Next, Phase};
+use super::job::{
+    abandon_revert, next_job, pause_point, record, record_error, write_state, Job, Next, Phase,
+};
 use super::own_transaction::transaction;
 use super::settings::{IDLE_EXIT, LAUNCHER_DATABASE, POLL, RECOVERY_INTERVAL, TRANSIENT_TRIES};
 use super::{moves, split};
@@ -215,19 +217,17 @@ fn run_step(job: Job) {
         Ok(next)
     });
     match outcome {
-        // The cleanup that follows a cutover brings the foreign partitions
-        // up to the published map: it runs without the usual pause.
-        Ok(Next::Phase(Phase::Cleanup)) => {
+        // A new phase starts at once (the cleanup that follows a cutover
+        // brings the foreign partitions up to the published map; a copy's
+        // time counts from its phase's start), and a copy that went on for
+        // its step goes on at once (its own rate limit and pacing decide its
+        // speed). Only a step that waits for something (Stay) waits for the
+        // runner's poll.
+        Ok(Next::Phase(_)) | Ok(Next::Again) => {
             // SAFETY: sets this process's own latch.
             unsafe { pgrx::pg_sys::SetLatch(pgrx::pg_sys::MyLatch) };
         }
-        // A copy that went on for its step goes on at once (its own rate
-        // limit and pacing decide its speed, not the runner's poll).
-        Ok(Next::Again) => {
-            // SAFETY: sets this process's own latch.
-            unsafe { pgrx::pg_sys::SetLatch(pgrx::pg_sys::MyLatch) };
-        }
-        Ok(Next::Phase(_)) | Ok(Next::Stay) => {}
+        Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase_name, error.as_deref()),
         Ok(Next::Done(last_phase)) => record(&job, "done", last_phase, None),
         // A cutover's lock that waited too long for the transactions in
@@ -273,13 +273,7 @@ fn step(job: &Job) -> Result<Next> {
     if job.cancel_requested && job.before_publish() {
         return Ok(Next::Phase(Phase::Rollback));
     }
-    // A pause point for tests and operators: a session holding the
-    // advisory lock (hashtext('pg_shard job phase'), hashtext(<phase>))
-    // holds every job at the start of that phase.
-    crate::spi::run_with_args(
-        "SELECT pg_advisory_xact_lock_shared(hashtext('pg_shard job phase'), hashtext($1))",
-        &[job.phase_name.as_str().into()],
-    )?;
+    pause_point(&job.phase_name)?;
     let shards = group_shards(job.shard_group_id)?;
     if job.kind == "split" {
         return split::step(job, &shards);

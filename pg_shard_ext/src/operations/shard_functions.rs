@@ -6,12 +6,13 @@ use crate::quote;
 use pgrx::prelude::*;
 
 /// The statements that recreate a shard table of this node as it is (for
-/// a move to another node).
+/// a move to another node); `part`: `table` or `indexes` (built once the
+/// copy is in), see [`crate::shard_ddl::ShardTableDdl::part`].
 #[pg_extern(schema = "pg_shard", volatile)]
-fn shard_table_ddl(shard_rel: pg_sys::Oid) -> Vec<String> {
+fn shard_table_ddl(shard_rel: pg_sys::Oid, part: &str) -> Vec<String> {
     use crate::error::OrReport;
     crate::shard_ddl::TableShape::load(shard_rel)
-        .map(|shape| shape.same_ddl())
+        .and_then(|shape| shape.same_ddl().part(part))
         .or_report()
 }
 
@@ -55,16 +56,22 @@ fn shard_foreign_key_ddl(
 }
 
 /// The statements that create a copy of a shard table of this node under
-/// another name and shard id (a half of a split).
+/// another name and shard id (a half of a split); `part` as for
+/// `shard_table_ddl`.
 #[pg_extern(schema = "pg_shard", volatile)]
 fn shard_table_ddl_as(
     shard_rel: pg_sys::Oid,
     shard_name: &str,
     old_shard_id: i64,
     new_shard_id: i64,
+    part: &str,
 ) -> Vec<String> {
     use crate::error::OrReport;
     crate::shard_ddl::TableShape::load(shard_rel)
-        .map(|shape| shape.renamed_shard_ddl(shard_name, old_shard_id, new_shard_id))
+        .and_then(|shape| {
+            shape
+                .renamed_shard_ddl(shard_name, old_shard_id, new_shard_id)
+                .part(part)
+        })
         .or_report()
 }

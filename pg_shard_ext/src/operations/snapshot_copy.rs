@@ -11,7 +11,9 @@
 use super::job::Job;
 use super::node_access::{connect, run_on, value_on};
 use crate::error::Result;
+use crate::metadata::Node;
 use crate::quote;
+use crate::worker::fencing::COLUMN_GUARD_TRIGGERS;
 use postgres::Client;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -154,7 +156,6 @@ pub(super) fn copy_step(
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
              resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
-                 || CASE WHEN $6 THEN jsonb_build_object('copied_at', clock_timestamp()) ELSE '{}' END \
          WHERE job_id = $1",
         &[
             job.job_id.into(),
@@ -162,8 +163,60 @@ pub(super) fn copy_step(
             bytes.into(),
             (table as i64).into(),
             page.into(),
-            finished.into(),
         ],
     )?;
     Ok(finished)
+}
+
+/// Ends the copy into `tables` on `target`: runs `script`, their indexes,
+/// row guards and foreign keys, and records when the copy ended
+/// (`copied_at`).
+///
+/// The new tables are made without them and get them here, one sorted
+/// build per index, because maintaining them row by row made the target's
+/// COPY the copy's bound (about half its time). A copy that starts over
+/// after this ran (its runner restarted before the next phase) refills
+/// finished tables, and this does not run again: the script is one
+/// transaction, so any index, row guard or foreign key on the tables means
+/// all of it is there.
+pub(super) fn finish(
+    job: &Job,
+    target: &Node,
+    client: &mut Client,
+    tables: &[String],
+    script: &[String],
+) -> Result<()> {
+    let table_list = tables
+        .iter()
+        .map(|t| format!("{}::regclass", quote::literal(t)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let built = value_on::<bool>(
+        target,
+        client,
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid IN ({table_list})) \
+                 OR EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid IN ({table_list}) AND contype = 'f') \
+                 OR EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid IN ({table_list}) AND tgname IN ({guards}))",
+            guards = COLUMN_GUARD_TRIGGERS
+                .iter()
+                .map(|name| quote::literal(name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )?
+    .unwrap_or(false);
+    if !built && !script.is_empty() {
+        run_on(
+            target,
+            client,
+            &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
+        )?;
+    }
+    crate::spi::run_with_args(
+        "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copied_at', clock_timestamp()) \
+         WHERE job_id = $1",
+        &[job.job_id.into()],
+    )?;
+    super::job::pause_point("copied")
 }

@@ -87,44 +87,57 @@ pub(crate) fn guard_trigger_ddl(
     range_start: i64,
     range_end: i64,
 ) -> Vec<String> {
-    let mut ddl = vec![format!(
-        "CREATE TRIGGER pg_shard_guard_statement \
-         BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {qualified_shard} \
-         FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_statement()"
-    )];
+    let mut ddl = vec![statement_guard_ddl(qualified_shard)];
     if let Some(column) = dist_column {
-        let arguments = format!(
-            "{}, {}, {}",
-            quote::literal(column),
-            quote::literal(&range_start.to_string()),
-            quote::literal(&range_end.to_string()),
-        );
-        ddl.push(format!(
-            "CREATE TRIGGER pg_shard_guard_row BEFORE UPDATE ON {qualified_shard} \
-             FOR EACH ROW EXECUTE FUNCTION pg_shard.shard_guard_row({arguments})"
-        ));
-        ddl.push(format!(
-            "CREATE TRIGGER pg_shard_guard_inserted AFTER INSERT ON {qualified_shard} \
-             REFERENCING NEW TABLE AS pg_shard_inserted_rows \
-             FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_inserted({arguments})"
+        ddl.extend(column_guard_ddl(
+            qualified_shard,
+            column,
+            range_start,
+            range_end,
         ));
     }
     ddl
 }
 
-/// Whether `statement` (one of [`guard_trigger_ddl`]'s) creates a trigger
-/// that names the distribution column.
-pub(crate) fn names_distribution_column(statement: &str) -> bool {
-    COLUMN_GUARD_TRIGGERS.iter().any(|trigger| {
-        statement
-            .strip_prefix("CREATE TRIGGER ")
-            .and_then(|rest| rest.strip_prefix(trigger))
-            .is_some_and(|rest| rest.starts_with(' '))
-    })
+/// SQL that installs the guard that checks the shard's state and map
+/// version once per statement.
+pub(crate) fn statement_guard_ddl(qualified_shard: &str) -> String {
+    format!(
+        "CREATE TRIGGER pg_shard_guard_statement \
+         BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {qualified_shard} \
+         FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_statement()"
+    )
 }
 
-/// The triggers that name the distribution column, to drop before
-/// [`guard_trigger_ddl`]'s are made again for a renamed column.
+/// SQL that installs the guards that check the rows a statement writes
+/// against the shard's range (named in [`COLUMN_GUARD_TRIGGERS`]).
+pub(crate) fn column_guard_ddl(
+    qualified_shard: &str,
+    dist_column: &str,
+    range_start: i64,
+    range_end: i64,
+) -> Vec<String> {
+    let arguments = format!(
+        "{}, {}, {}",
+        quote::literal(dist_column),
+        quote::literal(&range_start.to_string()),
+        quote::literal(&range_end.to_string()),
+    );
+    vec![
+        format!(
+            "CREATE TRIGGER pg_shard_guard_row BEFORE UPDATE ON {qualified_shard} \
+             FOR EACH ROW EXECUTE FUNCTION pg_shard.shard_guard_row({arguments})"
+        ),
+        format!(
+            "CREATE TRIGGER pg_shard_guard_inserted AFTER INSERT ON {qualified_shard} \
+             REFERENCING NEW TABLE AS pg_shard_inserted_rows \
+             FOR EACH STATEMENT EXECUTE FUNCTION pg_shard.shard_guard_inserted({arguments})"
+        ),
+    ]
+}
+
+/// The triggers that name the distribution column ([`column_guard_ddl`]'s),
+/// to drop before they are made again for a renamed column.
 pub(crate) const COLUMN_GUARD_TRIGGERS: [&str; 2] =
     ["pg_shard_guard_row", "pg_shard_guard_inserted"];
 

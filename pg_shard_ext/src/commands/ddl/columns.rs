@@ -221,16 +221,12 @@ fn rename_distribution_column(
             for trigger in crate::worker::fencing::COLUMN_GUARD_TRIGGERS {
                 sql.push(format!("DROP TRIGGER {trigger} ON {}", shard.qualified));
             }
-            sql.extend(
-                crate::worker::fencing::guard_trigger_ddl(
-                    &shard.qualified,
-                    Some(&new_name),
-                    range_start,
-                    range_end,
-                )
-                .into_iter()
-                .filter(|s| crate::worker::fencing::names_distribution_column(s)),
-            );
+            sql.extend(crate::worker::fencing::column_guard_ddl(
+                &shard.qualified,
+                &new_name,
+                range_start,
+                range_end,
+            ));
             // (As the table's owner: see crate::worker::local_shard.)
             sql.push(format!(
                 "SELECT pg_shard.record_local_shard(shard_rel, shard_id, {}, range_start, \

@@ -4,12 +4,14 @@
 use super::apply::{self, Apply, Direction};
 use super::reverse;
 use super::tables::{
-    half_shards, hand_over_script, qualified_halves, source_shards, split_tables, Ranges,
+    half_shards, hand_over_script, qualified_halves, source_shards, split_tables, Half, Ranges,
     SplitTable,
 };
 use crate::error::{Result, ShardError};
 use crate::operations::group_shards::shard_id_list;
-use crate::operations::group_shards::{drop_shard_tables, frozen_shard_script, GroupShard};
+use crate::operations::group_shards::{
+    drop_shard_tables, frozen_shard_script, row_guard_script, GroupShard,
+};
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
 use crate::operations::node_access::batch_value;
@@ -157,19 +159,7 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
             (&table.lower, ranges.range_start, ranges.split_at - 1),
             (&table.upper, ranges.split_at, ranges.range_end),
         ] {
-            let ddl = value_on::<Vec<String>>(
-                &job.source,
-                &mut node,
-                &format!(
-                    "SELECT pg_shard.shard_table_ddl_as({}::regclass, {}, {}, {})",
-                    quote::literal(&table.source.qualified()),
-                    quote::literal(&half.name),
-                    table.source.shard_id,
-                    half.shard_id
-                ),
-            )?
-            .unwrap_or_default();
-            let ddl = ddl
+            let ddl = half_ddl(job, table, half, &mut node, "table")?
                 .into_iter()
                 .filter(|s| *s != crate::shard_ddl::create_schema_if_missing(&table.source.schema))
                 .collect();
@@ -178,43 +168,6 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
                 ddl,
                 (start, end),
             ));
-        }
-    }
-    // Foreign keys once every half exists; a half references the same
-    // half of a co-located table.
-    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    let sql_array = |names: &[String]| {
-        format!(
-            "ARRAY[{}]::text[]",
-            names
-                .iter()
-                .map(|n| quote::literal(n))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
-    for half_of in [
-        |t: &SplitTable| t.lower.name.clone(),
-        |t: &SplitTable| t.upper.name.clone(),
-    ] {
-        let halves: Vec<String> = tables
-            .iter()
-            .map(|t| quote::qualified(&t.source.schema, &half_of(t)))
-            .collect();
-        for table in tables {
-            let foreign_keys = value_on::<Vec<String>>(
-                &job.source,
-                &mut node,
-                &format!(
-                    "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {})",
-                    quote::literal(&table.source.qualified()),
-                    quote::literal(&half_of(table)),
-                    sql_array(&sources),
-                    sql_array(&halves)
-                ),
-            )?
-            .unwrap_or_default();
-            script.extend(foreign_keys);
         }
     }
     run_on(
@@ -239,9 +192,99 @@ fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         })?;
     if finished {
         release_snapshot();
+        let script = after_copy_script(job, &ranges, tables, &mut node)?;
+        snapshot_copy::finish(
+            job,
+            &job.source,
+            &mut node,
+            &qualified_halves(tables),
+            &script,
+        )?;
         return Ok(Next::Phase(Phase::CatchUp));
     }
     Ok(Next::Again)
+}
+
+/// The `part` (`table` or `indexes`) of the DDL of a half of a table of the
+/// group.
+fn half_ddl(
+    job: &Job,
+    table: &SplitTable,
+    half: &Half,
+    node: &mut Client,
+    part: &str,
+) -> Result<Vec<String>> {
+    Ok(value_on::<Vec<String>>(
+        &job.source,
+        node,
+        &format!(
+            "SELECT pg_shard.shard_table_ddl_as({}::regclass, {}, {}, {}, {})",
+            quote::literal(&table.source.qualified()),
+            quote::literal(&half.name),
+            table.source.shard_id,
+            half.shard_id,
+            quote::literal(part)
+        ),
+    )?
+    .unwrap_or_default())
+}
+
+/// What the halves get once the copy is in ([`snapshot_copy::finish`]):
+/// their indexes and row guards, then their foreign keys, which need the
+/// indexes they reference; a half references the same half of a co-located
+/// table.
+fn after_copy_script(
+    job: &Job,
+    ranges: &Ranges,
+    tables: &[SplitTable],
+    node: &mut Client,
+) -> Result<Vec<String>> {
+    let mut script = Vec::new();
+    for table in tables {
+        for (half, range) in [
+            (&table.lower, (ranges.range_start, ranges.split_at - 1)),
+            (&table.upper, (ranges.split_at, ranges.range_end)),
+        ] {
+            script.extend(half_ddl(job, table, half, node, "indexes")?);
+            script.extend(row_guard_script(&table.half_shard(half), range));
+        }
+    }
+    let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
+    let sql_array = |names: &[String]| {
+        format!(
+            "ARRAY[{}]::text[]",
+            names
+                .iter()
+                .map(|n| quote::literal(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    for half_of in [
+        |t: &SplitTable| t.lower.name.clone(),
+        |t: &SplitTable| t.upper.name.clone(),
+    ] {
+        let halves: Vec<String> = tables
+            .iter()
+            .map(|t| quote::qualified(&t.source.schema, &half_of(t)))
+            .collect();
+        for table in tables {
+            let foreign_keys = value_on::<Vec<String>>(
+                &job.source,
+                node,
+                &format!(
+                    "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {})",
+                    quote::literal(&table.source.qualified()),
+                    quote::literal(&half_of(table)),
+                    sql_array(&sources),
+                    sql_array(&halves)
+                ),
+            )?
+            .unwrap_or_default();
+            script.extend(foreign_keys);
+        }
+    }
+    Ok(script)
 }
 
 /// Starts (or starts over) the copy: empties the halves, makes sure the
