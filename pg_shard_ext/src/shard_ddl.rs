@@ -350,17 +350,19 @@ impl TableShape {
         self.columns.iter().find(|c| c.name == name)
     }
 
-    /// The statements that give `target` this table's foreign keys, with
-    /// each referenced table's name passed through `referenced` (the halves
-    /// of a split reference each other's halves). Run once every table they
-    /// reference exists.
+    /// The statements that give `target` this table's foreign keys whose
+    /// definitions `keep` accepts, with each referenced table's name passed
+    /// through `referenced` (the halves of a split reference each other's
+    /// halves). Run once every table they reference exists.
     pub(crate) fn foreign_key_ddl(
         &self,
         target: &str,
+        keep: &dyn Fn(&str) -> bool,
         referenced: &dyn Fn(&str) -> String,
     ) -> Vec<String> {
         self.foreign_key_definitions
             .iter()
+            .filter(|(_, definition)| keep(definition))
             .map(|(name, definition)| {
                 format!(
                     "ALTER TABLE {target} ADD CONSTRAINT {} {}",

@@ -170,6 +170,11 @@ for phase in phases:
 # The runner killed when a copy has just finished its tables (indexes, row
 # guards and foreign keys built, the step not yet recorded): the copy starts
 # over on tables that have them, and they are not built twice.
+frozen_before = 0
+for (port,) in meta.execute("SELECT port FROM pg_shard.node").fetchall():
+    with connect(port) as worker:
+        frozen_before += worker.execute(
+            "SELECT count(*) FROM pg_shard.local_shard WHERE state = 'frozen'").fetchone()[0]
 holder, job = start_move(meta, "copied")
 reached = wait_phase(meta, job, "copy")
 target_port = meta.execute(
@@ -196,10 +201,12 @@ with connect(owner_port) as owner:
         "(SELECT count(*) FROM pg_trigger WHERE tgrelid = shard_rel) t FROM pg_shard.local_shard "
         "WHERE state = 'active' AND shard_rel::regclass::text LIKE 'crash_items%') c").fetchone()
 rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
-check(f"runner killed once the copy finished its tables ({reached}, {before} indexes and triggers, "
+check(f"runner killed once the copy finished its tables ({reached}, {before} indexes and triggers "
+      f"on the job's new tables, {frozen_before} other frozen tables before, "
       f"pid {runner}): job {state} ({last}), one primary key and three guards per shard table "
       f"({per_table}), rows intact, map and shards agree, nothing left ({leftovers})",
-      runner is not None and before[0] > 0 and state == "done" and per_table == (1, 1, 3, 3)
+      runner is not None and frozen_before == 0 and before[0] > 0 and state == "done"
+      and per_table == (1, 1, 3, 3)
       and rows_ok and owners_ok and not leftovers)
 
 # Reads first: the runner killed while the job waits with its reads

@@ -460,9 +460,11 @@ pub(crate) fn replicate_reference_tables(node: &Node) -> Result<usize> {
         finish_shards(std::slice::from_ref(&shard))?;
         // Foreign keys among reference tables once every copy has its rows.
         let copies = crate::commands::ddl::copy_names()?;
-        foreign_keys.extend(shape.foreign_key_ddl(&copy, &|definition: &str| {
-            crate::commands::ddl::references_copies(definition, &copies)
-        }));
+        foreign_keys.extend(
+            shape.foreign_key_ddl(&copy, &|_| true, &|definition: &str| {
+                crate::commands::ddl::references_copies(definition, &copies)
+            }),
+        );
     }
     if !foreign_keys.is_empty() {
         let script = foreign_keys.join(";\n");

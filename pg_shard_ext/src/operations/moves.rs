@@ -126,6 +126,9 @@ pub(crate) fn create_target(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         let range = shard_range(&job.source, &mut source, shard.shard_id)?;
         script.extend(frozen_shard_script(shard, ddl, range));
     }
+    // Foreign keys to reference tables while the tables are empty (those
+    // among the group's tables come after the copy, with the indexes).
+    script.extend(group_foreign_keys(job, shards, &mut source, false)?);
     // On the target the marker's apply stops at a verification point
     // while the job takes its snapshot (operations/verification.rs); the
     // apply runs as a replica session, hence ALWAYS.
@@ -170,6 +173,19 @@ pub(crate) fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
         return Ok(Next::Phase(Phase::CatchUp));
     }
     let mut source = connect(&job.source)?;
+    let sources: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
+    if snapshot_copy::pages_copied(job, sources.len())? {
+        snapshot_copy::release_snapshot();
+        snapshot_copy::finish(
+            job,
+            &job.target,
+            &mut target,
+            &sources,
+            &after_copy_script(job, shards, &mut source)?,
+        )?;
+        Link::forward(job).subscribe(&mut target)?;
+        return Ok(Next::Phase(Phase::CatchUp));
+    }
     let snapshot = match snapshot_copy::exported_snapshot(job) {
         Some(snapshot) => snapshot,
         None => match start_copy(job, shards, &mut source, &mut target)? {
@@ -178,31 +194,17 @@ pub(crate) fn copy(job: &Job, shards: &[GroupShard]) -> Result<Next> {
             None => return Ok(Next::Stay),
         },
     };
-    let sources: Vec<String> = shards.iter().map(GroupShard::qualified).collect();
-    let finished =
-        snapshot_copy::copy_step(job, &sources, &mut source, |index, start, end, source| {
-            copy_pages(
-                job,
-                &shards[index],
-                &snapshot,
-                (start, end),
-                source,
-                &mut target,
-            )
-        })?;
-    if !finished {
-        return Ok(Next::Again);
-    }
-    snapshot_copy::release_snapshot();
-    snapshot_copy::finish(
-        job,
-        &job.target,
-        &mut target,
-        &sources,
-        &after_copy_script(job, shards, &mut source)?,
-    )?;
-    Link::forward(job).subscribe(&mut target)?;
-    Ok(Next::Phase(Phase::CatchUp))
+    snapshot_copy::copy_step(job, &sources, &mut source, |index, start, end, source| {
+        copy_pages(
+            job,
+            &shards[index],
+            &snapshot,
+            (start, end),
+            source,
+            &mut target,
+        )
+    })?;
+    Ok(Next::Again)
 }
 
 /// The `part` (`table` or `indexes`) of the DDL of a shard of the group as
@@ -227,7 +229,7 @@ fn group_table_ddl(
 
 /// What the group's tables on the target get once the copy is in
 /// ([`snapshot_copy::finish`]): their indexes and row guards, then their
-/// foreign keys, which need the indexes they reference.
+/// foreign keys among them, which need the indexes they reference.
 fn after_copy_script(job: &Job, shards: &[GroupShard], source: &mut Client) -> Result<Vec<String>> {
     let mut script = Vec::new();
     for shard in shards {
@@ -235,12 +237,33 @@ fn after_copy_script(job: &Job, shards: &[GroupShard], source: &mut Client) -> R
         let range = shard_range(&job.source, source, shard.shard_id)?;
         script.extend(row_guard_script(shard, range));
     }
+    script.extend(group_foreign_keys(job, shards, source, true)?);
+    Ok(script)
+}
+
+/// The foreign keys of the group's tables that reference one of them
+/// (`within`), or the others (those that reference reference tables).
+fn group_foreign_keys(
+    job: &Job,
+    shards: &[GroupShard],
+    source: &mut Client,
+    within: bool,
+) -> Result<Vec<String>> {
+    let group = format!(
+        "ARRAY[{}]::text[]",
+        shards
+            .iter()
+            .map(|s| quote::literal(&s.qualified()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut script = Vec::new();
     for shard in shards {
         let foreign_keys = value_on::<Vec<String>>(
             &job.source,
             source,
             &format!(
-                "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, '{{}}', '{{}}')",
+                "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {group}, {group}, {within})",
                 quote::literal(&shard.qualified()),
                 quote::literal(&shard.name)
             ),

@@ -19,13 +19,18 @@ fn shard_table_ddl(shard_rel: pg_sys::Oid, part: &str) -> Vec<String> {
 /// The statements that give a copy of a shard table of this node, named
 /// `shard_name` (in the same schema), the foreign keys the shard table has;
 /// a referenced table named in `old_names` is replaced by the same place in
-/// `new_names` (the halves of a split reference each other).
+/// `new_names` (the halves of a split reference each other). With
+/// `within_old_names`, only the keys that reference one of `old_names` (the
+/// group's tables: added once their rows and indexes are in), else only
+/// the others (reference tables: added while the copy is empty, since the
+/// rows of the copy's snapshot may reference rows deleted since).
 #[pg_extern(schema = "pg_shard", volatile)]
 fn shard_foreign_key_ddl(
     shard_rel: pg_sys::Oid,
     shard_name: &str,
     old_names: Vec<String>,
     new_names: Vec<String>,
+    within_old_names: bool,
 ) -> Vec<String> {
     use crate::error::OrReport;
     // The old names as pg_get_constraintdef prints them.
@@ -40,17 +45,24 @@ fn shard_foreign_key_ddl(
         .and_then(|old_names| Ok((old_names, crate::shard_ddl::TableShape::load(shard_rel)?)))
         .map(|(old_names, shape)| {
             let target = quote::qualified(&shape.schema, shard_name);
-            shape.foreign_key_ddl(&target, &|definition: &str| {
-                old_names.iter().zip(&new_names).fold(
-                    definition.to_string(),
-                    |definition, (old, new)| {
-                        definition.replace(
-                            &format!(" REFERENCES {old}("),
-                            &format!(" REFERENCES {new}("),
-                        )
-                    },
-                )
-            })
+            let reference = |name: &str| format!(" REFERENCES {name}(");
+            shape.foreign_key_ddl(
+                &target,
+                &|definition: &str| {
+                    old_names
+                        .iter()
+                        .any(|old| definition.contains(&reference(old)))
+                        == within_old_names
+                },
+                &|definition: &str| {
+                    old_names.iter().zip(&new_names).fold(
+                        definition.to_string(),
+                        |definition, (old, new)| {
+                            definition.replace(&reference(old), &reference(new))
+                        },
+                    )
+                },
+            )
         })
         .or_report()
 }

@@ -97,13 +97,13 @@ pub(super) fn restart_progress(job: &Job) -> Result<()> {
 /// Copies page ranges of the `sources` (qualified names, on the node
 /// `source` is connected to) for about a second, with `copy_pages(table
 /// index, first page, end page, source)` returning the rows it copied;
-/// records the progress and returns whether the copy is complete.
+/// records the progress (complete: [`pages_copied`]).
 pub(super) fn copy_step(
     job: &Job,
     sources: &[String],
     source: &mut Client,
     mut copy_pages: impl FnMut(usize, i64, i64, &mut Client) -> Result<i64>,
-) -> Result<bool> {
+) -> Result<()> {
     let rate = job.recorded("copy_rate")?.unwrap_or(0);
     let mut table = job.recorded("copy_table")?.unwrap_or(0) as usize;
     let mut page = job.recorded("copy_page")?.unwrap_or(0);
@@ -115,10 +115,8 @@ pub(super) fn copy_step(
     };
     let started = Instant::now();
     let (mut rows, mut bytes) = (0i64, 0i64);
-    let mut finished = false;
     while started.elapsed() < STEP_TIME {
         let Some(name) = sources.get(table) else {
-            finished = true;
             break;
         };
         // Pages added after the snapshot hold no row it sees.
@@ -165,7 +163,7 @@ pub(super) fn copy_step(
             page.into(),
         ],
     )?;
-    Ok(finished)
+    Ok(())
 }
 
 /// Ends the copy into `tables` on `target`: runs `script`, their indexes,
@@ -177,8 +175,11 @@ pub(super) fn copy_step(
 /// COPY the copy's bound (about half its time). A copy that starts over
 /// after this ran (its runner restarted before the next phase) refills
 /// finished tables, and this does not run again: the script is one
-/// transaction, so any index, row guard or foreign key on the tables means
-/// all of it is there.
+/// transaction, so any index or row guard on the tables means all of it is
+/// there (a foreign key among them needs an index; those to reference
+/// tables are made with the tables). Called in a step of its own
+/// ([`pages_copied`]): the step holds no lock on the job's row while the
+/// indexes are built, so that a cancel need not wait for them.
 pub(super) fn finish(
     job: &Job,
     target: &Node,
@@ -196,7 +197,6 @@ pub(super) fn finish(
         client,
         &format!(
             "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid IN ({table_list})) \
-                 OR EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid IN ({table_list}) AND contype = 'f') \
                  OR EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid IN ({table_list}) AND tgname IN ({guards}))",
             guards = COLUMN_GUARD_TRIGGERS
                 .iter()
@@ -213,10 +213,17 @@ pub(super) fn finish(
             &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
         )?;
     }
+    super::job::pause_point("copied")?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copied_at', clock_timestamp()) \
          WHERE job_id = $1",
         &[job.job_id.into()],
     )?;
-    super::job::pause_point("copied")
+    Ok(())
+}
+
+/// Whether an earlier step copied the last page of the `tables` sources
+/// (then [`finish`] comes next).
+pub(super) fn pages_copied(job: &Job, tables: usize) -> Result<bool> {
+    Ok(job.recorded("copy_table")?.unwrap_or(0) >= tables as i64)
 }

@@ -170,6 +170,9 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
             ));
         }
     }
+    // Foreign keys to reference tables while the halves are empty (those
+    // among the halves come after the copy, with the indexes).
+    script.extend(half_foreign_keys(job, tables, &mut node, false)?);
     run_on(
         &job.source,
         &mut node,
@@ -181,16 +184,8 @@ fn create_target(job: &Job, tables: &[SplitTable]) -> Result<Next> {
 fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let ranges = Ranges::load(job)?;
     let mut node = connect(&job.source)?;
-    let snapshot = match exported_snapshot(job) {
-        Some(snapshot) => snapshot,
-        None => start_copy(job, tables, &mut node)?,
-    };
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    let finished =
-        snapshot_copy::copy_step(job, &sources, &mut node, |index, start, end, node| {
-            copy_pages(job, &ranges, &tables[index], &snapshot, start, end, node)
-        })?;
-    if finished {
+    if snapshot_copy::pages_copied(job, sources.len())? {
         release_snapshot();
         let script = after_copy_script(job, &ranges, tables, &mut node)?;
         snapshot_copy::finish(
@@ -202,6 +197,13 @@ fn copy(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         )?;
         return Ok(Next::Phase(Phase::CatchUp));
     }
+    let snapshot = match exported_snapshot(job) {
+        Some(snapshot) => snapshot,
+        None => start_copy(job, tables, &mut node)?,
+    };
+    snapshot_copy::copy_step(job, &sources, &mut node, |index, start, end, node| {
+        copy_pages(job, &ranges, &tables[index], &snapshot, start, end, node)
+    })?;
     Ok(Next::Again)
 }
 
@@ -230,9 +232,8 @@ fn half_ddl(
 }
 
 /// What the halves get once the copy is in ([`snapshot_copy::finish`]):
-/// their indexes and row guards, then their foreign keys, which need the
-/// indexes they reference; a half references the same half of a co-located
-/// table.
+/// their indexes and row guards, then their foreign keys among them, which
+/// need the indexes they reference.
 fn after_copy_script(
     job: &Job,
     ranges: &Ranges,
@@ -249,6 +250,19 @@ fn after_copy_script(
             script.extend(row_guard_script(&table.half_shard(half), range));
         }
     }
+    script.extend(half_foreign_keys(job, tables, node, true)?);
+    Ok(script)
+}
+
+/// The foreign keys of the halves that reference the group's tables
+/// (`within`: a half references the same half of a co-located table), or
+/// the others (those that reference reference tables).
+fn half_foreign_keys(
+    job: &Job,
+    tables: &[SplitTable],
+    node: &mut Client,
+    within: bool,
+) -> Result<Vec<String>> {
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
     let sql_array = |names: &[String]| {
         format!(
@@ -260,6 +274,7 @@ fn after_copy_script(
                 .join(", ")
         )
     };
+    let mut script = Vec::new();
     for half_of in [
         |t: &SplitTable| t.lower.name.clone(),
         |t: &SplitTable| t.upper.name.clone(),
@@ -273,7 +288,7 @@ fn after_copy_script(
                 &job.source,
                 node,
                 &format!(
-                    "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {})",
+                    "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {}, {within})",
                     quote::literal(&table.source.qualified()),
                     quote::literal(&half_of(table)),
                     sql_array(&sources),
