@@ -168,8 +168,8 @@ for phase in phases:
           runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
 # The runner killed when a copy has just finished its tables (indexes, row
-# guards and foreign keys built, the step not yet recorded): the copy starts
-# over on tables that have them, and they are not built twice.
+# guards and foreign keys built, the step not yet recorded): the step runs
+# again, finds them built, and does not build them twice.
 frozen_before = 0
 for (port,) in meta.execute("SELECT port FROM pg_shard.node").fetchall():
     with connect(port) as worker:

@@ -143,6 +143,12 @@ pub(super) fn copy_step(
         rows += copy_pages(table, page, end, source)?;
         bytes += (end - page) * PAGE_BYTES;
         page = end;
+        // (The last page of the last table is recorded as the end of the
+        // copy by this step, not the next.)
+        if page >= pages {
+            table += 1;
+            page = 0;
+        }
         if rate > 0 {
             // Stay under the rate: sleep until this step's bytes are due.
             let due = Duration::from_secs_f64(bytes as f64 / (rate as f64 * 1024.0 * 1024.0));
@@ -172,14 +178,15 @@ pub(super) fn copy_step(
 ///
 /// The new tables are made without them and get them here, one sorted
 /// build per index, because maintaining them row by row made the target's
-/// COPY the copy's bound (about half its time). A copy that starts over
-/// after this ran (its runner restarted before the next phase) refills
-/// finished tables, and this does not run again: the script is one
-/// transaction, so any index or row guard on the tables means all of it is
-/// there (a foreign key among them needs an index; those to reference
-/// tables are made with the tables). Called in a step of its own
-/// ([`pages_copied`]): the step holds no lock on the job's row while the
-/// indexes are built, so that a cancel need not wait for them.
+/// COPY the copy's bound (about half its time). Called in a step of its
+/// own ([`pages_copied`]): the step holds no lock on the job's row while
+/// the indexes are built, so that a cancel need not wait for them. A step
+/// that runs again (its runner restarted before it recorded the next
+/// phase) finds them built and builds nothing: the script runs in one
+/// transaction that first locks the tables (so it also waits for a build
+/// still running for a runner that is gone), and any index or row guard
+/// on the tables means all of it is there (a foreign key among them needs
+/// an index; those to reference tables are made with the tables).
 pub(super) fn finish(
     job: &Job,
     target: &Node,
@@ -192,6 +199,14 @@ pub(super) fn finish(
         .map(|t| format!("{}::regclass", quote::literal(t)))
         .collect::<Vec<_>>()
         .join(", ");
+    run_on(
+        target,
+        client,
+        &format!(
+            "BEGIN;\nLOCK TABLE {} IN ACCESS EXCLUSIVE MODE",
+            tables.join(", ")
+        ),
+    )?;
     let built = value_on::<bool>(
         target,
         client,
@@ -206,13 +221,9 @@ pub(super) fn finish(
         ),
     )?
     .unwrap_or(false);
-    if !built && !script.is_empty() {
-        run_on(
-            target,
-            client,
-            &format!("BEGIN;\n{};\nCOMMIT", script.join(";\n")),
-        )?;
-    }
+    let mut statements = if built { Vec::new() } else { script.to_vec() };
+    statements.push("COMMIT".to_string());
+    run_on(target, client, &statements.join(";\n"))?;
     super::job::pause_point("copied")?;
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET resources = resources || jsonb_build_object('copied_at', clock_timestamp()) \
