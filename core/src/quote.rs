@@ -23,6 +23,12 @@ pub fn literal(value: &str) -> String {
     }
 }
 
+/// `ARRAY['…', …]::text[]`, each value a [`literal`].
+pub fn text_array(values: &[String]) -> String {
+    let items: Vec<String> = values.iter().map(|v| literal(v)).collect();
+    format!("ARRAY[{}]::text[]", items.join(", "))
+}
+
 /// `base` followed by `suffix` within PostgreSQL's 63-byte identifier
 /// limit. When `base` must be cut (on a character boundary), a hash of the
 /// whole of it goes before the suffix: names that share their first bytes
@@ -188,6 +194,15 @@ fn is_identifier_byte(b: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn text_array_quotes_each_value() {
+        assert_eq!(
+            super::text_array(&["a".to_string(), "it's".to_string()]),
+            "ARRAY['a', 'it''s']::text[]"
+        );
+        assert_eq!(super::text_array(&[]), "ARRAY[]::text[]");
+    }
+
     use super::*;
 
     #[test]

@@ -249,14 +249,7 @@ fn group_foreign_keys(
     source: &mut Client,
     within: bool,
 ) -> Result<Vec<String>> {
-    let group = format!(
-        "ARRAY[{}]::text[]",
-        shards
-            .iter()
-            .map(|s| quote::literal(&s.qualified()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let group = quote::text_array(&shards.iter().map(GroupShard::qualified).collect::<Vec<_>>());
     let mut script = Vec::new();
     for shard in shards {
         let foreign_keys = value_on::<Vec<String>>(

@@ -264,16 +264,6 @@ fn half_foreign_keys(
     within: bool,
 ) -> Result<Vec<String>> {
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
-    let sql_array = |names: &[String]| {
-        format!(
-            "ARRAY[{}]::text[]",
-            names
-                .iter()
-                .map(|n| quote::literal(n))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
     let mut script = Vec::new();
     for half_of in [
         |t: &SplitTable| t.lower.name.clone(),
@@ -291,8 +281,8 @@ fn half_foreign_keys(
                     "SELECT pg_shard.shard_foreign_key_ddl({}::regclass, {}, {}, {}, {within})",
                     quote::literal(&table.source.qualified()),
                     quote::literal(&half_of(table)),
-                    sql_array(&sources),
-                    sql_array(&halves)
+                    quote::text_array(&sources),
+                    quote::text_array(&halves)
                 ),
             )?
             .unwrap_or_default();
