@@ -817,6 +817,9 @@ REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 -- sessions' prepared transactions.
 REVOKE ALL ON FUNCTION pg_shard.start_job_runner() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.recover_prepared_transactions() FROM PUBLIC;
+-- A job's own wait inside its cutover (it holds a backend for up to its
+-- timeout).
+REVOKE ALL ON FUNCTION pg_shard.await_marker(oid, bigint, bigint[], bigint, integer) FROM PUBLIC;
 
 -- Stands for the workers' rows in the final query of a pushed-down
 -- statement (pg_shard_ext/src/executor/pushdown_scan.rs) and for

@@ -18,7 +18,7 @@
 //!   ([`transaction::fan_out`])
 //! * [`planner`]    – metadata-node planner hook: keyspace conditions for shard pruning
 //! * [`worker`]     – worker-side ownership and epoch triggers (WrongShard), read
-//!   fence, ownership records
+//!   fence, ownership records, a job's wait for its marker
 //! * [`operations`] – shard moves and splits run by background workers over
 //!   logical replication; the copy of existing rows into shard tables
 //! * [`keyspace`]   – `pg_shard.keyspace_id(anyelement)`: SQL values to keyspace ids
@@ -26,6 +26,7 @@
 //! * [`shard_ddl`]  – the DDL that recreates a table's shape as a shard table
 //! * [`settings`]   – fixed settings for catalog text and value text shipped to workers
 //! * [`guc`]        – GUC nest levels: settings made for a piece of work, put back after it
+//! * [`latch`]      – sleeping on the backend's latch, woken by signals
 //! * [`spi`]        – every query pg_shard runs, under a safe search_path; the caller's names
 //! * [`error`]      – the errors reported, each with its SQLSTATE
 //! * [`quote`]      – quoting for generated SQL (shared with the coordinator)
@@ -43,6 +44,7 @@ mod error;
 mod executor;
 mod guc;
 mod keyspace;
+mod latch;
 mod metadata;
 mod operations;
 mod parse_tree;

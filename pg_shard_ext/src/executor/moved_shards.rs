@@ -174,25 +174,9 @@ pub(crate) fn wait_for_newer_map(seen: i64) -> Result<Option<i64>> {
         if left.is_zero() {
             return Ok(None);
         }
-        sleep(pause.min(left));
+        crate::latch::sleep(pause.min(left));
         pause = (pause * 2).min(Duration::from_millis(50));
     }
-}
-
-/// Sleeps on the backend's latch, serving interrupts.
-fn sleep(pause: Duration) {
-    let flags = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
-    // SAFETY: MyLatch is the backend's own latch.
-    unsafe {
-        pg_sys::WaitLatch(
-            pg_sys::MyLatch,
-            flags as std::ffi::c_int,
-            pause.as_millis().max(1) as std::ffi::c_long,
-            pg_sys::PG_WAIT_EXTENSION,
-        );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
-    }
-    pgrx::check_for_interrupts!();
 }
 
 /// What a pushdown or multi-shard DML plan keeps to find its shard groups

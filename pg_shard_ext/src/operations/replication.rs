@@ -12,7 +12,6 @@ use crate::error::{Result, ShardError};
 use crate::metadata::Node;
 use crate::quote;
 use crate::spi::query_one;
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 use std::time::{Duration, Instant};
 
@@ -250,15 +249,15 @@ impl<'a> Link<'a> {
             .ok_or_else(|| ShardError::InvalidArgument("the marker row was not written".into()))
     }
 
-    /// Waits (inside a write pause: woken by the marker's apply, which
-    /// notifies `pg_shard_marker` at its commit when [`Link::drain_unlocked`]
-    /// listens on `subscriber`, and looking every few milliseconds in any
-    /// case) for the subscriber to have applied marker row `marker`; returns the
-    /// subscriber's WAL position when it first saw it, flushed, and when its
-    /// apply activated shards (µs since the epoch, the subscriber's clock).
-    /// With `activated` (the shard ids and version an activation marker
-    /// names), the marker's apply must have activated them: else an error.
-    /// At most `longest`.
+    /// Waits for the subscriber to have applied marker row `marker`, at
+    /// most `longest`: one call on the subscriber, which answers as soon as
+    /// it sees the row (`pg_shard.await_marker`, woken by the apply's
+    /// notification on `pg_shard_marker` when the session LISTENs:
+    /// [`Link::drain_unlocked`]). Returns the subscriber's WAL position then,
+    /// flushed, and when its apply activated shards (µs since the epoch, the
+    /// subscriber's clock). With `activated` (the shard ids and version an
+    /// activation marker names), the marker's apply must have activated
+    /// them: else an error.
     fn wait_for_marker(
         &self,
         job: &Job,
@@ -266,47 +265,31 @@ impl<'a> Link<'a> {
         marker: i64,
         (activated, longest): (Option<(&str, i64)>, Duration),
     ) -> Result<(String, Option<i64>)> {
-        let check = match activated {
-            Some((ids, version)) => format!(
-                "NOT EXISTS (SELECT 1 FROM pg_shard.local_shard WHERE shard_id IN ({ids}) \
-                 AND (state <> 'active' OR epoch <> {version}))"
-            ),
-            None => "true".to_string(),
+        let (ids, version) = match activated {
+            Some((ids, version)) => (format!("ARRAY[{ids}]::bigint[]"), version.to_string()),
+            None => ("NULL".to_string(), "NULL".to_string()),
         };
-        let started = Instant::now();
-        loop {
-            let seen = subscriber
-                .query_typed_opt(
-                    // (The apply commits asynchronously: what it did,
-                    // the activation included, is flushed before the map
-                    // names the subscriber.)
-                    &format!(
-                        "SELECT pg_shard.flush_wal(), {check}, \
-                         (extract(epoch FROM applied_at) * 1e6)::bigint FROM {} WHERE job = {marker}",
-                        marker_table(job)
-                    ),
-                    &[],
-                )
-                .map_err(|e| crate::transaction::client::remote_error(self.subscriber, &e))?;
-            if let Some(row) = seen {
-                if !row.get::<_, bool>(1) {
-                    return Err(ShardError::Internal(format!(
-                        "{}:{} applied the cutover's marker without activating the shards",
-                        self.subscriber.host, self.subscriber.port
-                    )));
-                }
-                return Ok((row.get(0), row.get(2)));
-            }
-            if started.elapsed() > longest {
-                return Err(ShardError::Timeout(format!(
-                    "{}:{} did not apply the last writes within {longest:?}",
-                    self.subscriber.host, self.subscriber.port
-                )));
-            }
-            // Any marker's apply wakes this: the query above tells.
-            let mut notifications = subscriber.notifications();
-            let woken = notifications.timeout_iter(MARKER_LOOK).next().map(|_| ());
-            woken.map_err(|e| crate::transaction::client::remote_error(self.subscriber, &e))?;
+        let timeout_ms = i32::try_from(longest.as_millis()).unwrap_or(i32::MAX);
+        let seen = subscriber
+            .query_typed_opt(
+                &format!(
+                    "SELECT flushed_to, activated, applied_at FROM pg_shard.await_marker(\
+                     {}::regclass, {marker}, {ids}, {version}, {timeout_ms})",
+                    quote::literal(&marker_table(job))
+                ),
+                &[],
+            )
+            .map_err(|e| crate::transaction::client::remote_error(self.subscriber, &e))?;
+        match seen {
+            Some(row) if row.get::<_, bool>(1) => Ok((row.get(0), row.get(2))),
+            Some(_) => Err(ShardError::Internal(format!(
+                "{}:{} applied the cutover's marker without activating the shards",
+                self.subscriber.host, self.subscriber.port
+            ))),
+            None => Err(ShardError::Timeout(format!(
+                "{}:{} did not apply the last writes within {longest:?}",
+                self.subscriber.host, self.subscriber.port
+            ))),
         }
     }
 
@@ -604,10 +587,6 @@ fn activation_marker() -> i64 {
         .unwrap_or_default();
     (1 << 60) | (micros & ((1 << 60) - 1))
 }
-
-/// How long the wait for a marker goes without a look at the subscriber
-/// when no notification wakes it.
-const MARKER_LOOK: Duration = Duration::from_millis(5);
 
 /// A veto of activation marker `m` is the row `m | VETO_BIT` on the
 /// subscriber (`pg_shard.marker_activation()` looks for it).

@@ -1,9 +1,11 @@
 //! The worker side: shard tables guarded against writes outside their range
 //! or map epoch ([`fencing`]), reads of retired shards refused
 //! ([`read_fence`]), and the ownership records behind both
-//! ([`local_shard`]); the WAL flushed for a job's cutover ([`wal`]).
+//! ([`local_shard`]); the WAL flushed for a job's cutover ([`wal`]), and
+//! its wait for the marker the apply brings ([`marker_wait`]).
 
 pub(crate) mod fencing;
 pub(crate) mod local_shard;
+pub(crate) mod marker_wait;
 pub(crate) mod read_fence;
 pub(crate) mod wal;

@@ -10,7 +10,7 @@ use pgrx::prelude::*;
 /// commit of a logical message, it needs no transaction of its own: it runs
 /// inside the cutover lock's, in the same round trip.
 #[pg_extern(schema = "pg_shard", volatile, parallel_unsafe)]
-fn flush_wal() -> String {
+pub(super) fn flush_wal() -> String {
     // A record of its own (a non-transactional logical message, which no
     // subscription and no job's slot reader takes), whose end is an exact
     // end of WAL: the insert position may point past a page header that is

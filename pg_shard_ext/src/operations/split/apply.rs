@@ -144,6 +144,15 @@ impl Batch {
             self.statements.join(";\n")
         )
     }
+
+    /// The statements as the start of a transaction's script (each ended by
+    /// `;`), or nothing when there are none.
+    fn last_writes(&self) -> String {
+        if self.statements.is_empty() {
+            return String::new();
+        }
+        format!("{};\n", self.statements_as_replication())
+    }
 }
 
 /// One direction of a split's apply.
@@ -175,30 +184,31 @@ impl Apply<'_> {
     /// and advances the slot; returns the number of messages read.
     pub(crate) fn round(&self, node: &mut Client, upto: Option<Lsn>) -> Result<i64> {
         let batch = self.read(node, upto)?;
-        self.write(node, &batch, false)?;
+        self.write(node, &batch)?;
         Ok(batch.read)
     }
 
     /// Under a cutover's lock: applies everything committed before `point`
     /// as [`Apply::up_to`] does, except the last round (the one that reads
-    /// less than a round's worth), whose commit does not wait for its WAL
-    /// to be flushed and which does not advance the slot. The cutover's
-    /// synchronous commit on the node, next, flushes that WAL too (a crash
-    /// before it loses both: the cutover runs again); the slot goes once
+    /// less than a round's worth): its statements are returned, to be run
+    /// in the lock holder's transaction with the hand-over
+    /// ([`super::tables::hand_over_script`]), which commits them (its
+    /// synchronous commit flushes them) with the shards' new states in one
+    /// round trip; and the slot is not advanced past them. A crash before
+    /// that commit loses both (the cutover runs again); the slot goes once
     /// the cutover is published, or reads again from where it stands and
-    /// skips what the progress row says was applied. One flush and one
-    /// decoding of the slot's WAL less in the pause.
+    /// skips what the progress row says was applied. One round trip, one
+    /// flush and one decoding of the slot's WAL less in the pause.
     /// Within `longest` (the job's `pg_shard.cutover_apply_timeout`, read
     /// before the lock: [`Apply::drain_limit`]).
-    pub(crate) fn drain(&self, node: &mut Client, point: Lsn, longest: Duration) -> Result<()> {
+    pub(crate) fn drain(&self, node: &mut Client, point: Lsn, longest: Duration) -> Result<String> {
         let started = Instant::now();
         loop {
             let batch = self.read(node, Some(point))?;
-            let last = batch.read < CHANGES_PER_ROUND;
-            self.write(node, &batch, last)?;
-            if last {
-                return Ok(());
+            if batch.read < CHANGES_PER_ROUND {
+                return Ok(batch.last_writes());
             }
+            self.write(node, &batch)?;
             if started.elapsed() > longest {
                 return Err(ShardError::Timeout(format!(
                     "the last writes were not applied within {longest:?}"
@@ -214,27 +224,15 @@ impl Apply<'_> {
     }
 
     /// Applies a batch in a transaction of its own, then advances the slot
-    /// past it; `last`: the last batch under a cutover's lock
-    /// ([`Apply::drain`]).
-    fn write(&self, node: &mut Client, batch: &Batch, last: bool) -> Result<()> {
+    /// past it.
+    fn write(&self, node: &mut Client, batch: &Batch) -> Result<()> {
         let job = self.job;
         if !batch.statements.is_empty() {
-            let flush = if last {
-                "SET LOCAL synchronous_commit = off;\n"
-            } else {
-                ""
-            };
             run_on(
                 &job.source,
                 node,
-                &format!(
-                    "BEGIN;\n{flush}{};\nCOMMIT",
-                    batch.statements_as_replication()
-                ),
+                &format!("BEGIN;\n{};\nCOMMIT", batch.statements_as_replication()),
             )?;
-        }
-        if last {
-            return Ok(());
         }
         run_on(
             &job.source,

@@ -525,14 +525,20 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         apply::FLUSH_WAL,
     )?)?;
     pause.mark("locked");
-    apply.drain(&mut node, last, drain_limit)?;
+    let last_writes = apply.drain(&mut node, last, drain_limit)?;
     pause.mark("drained");
-    // Every write of the halves after the position taken first is the new
-    // owners': where the reverse replication starts.
+    // The last writes, the retire and the activation, committed together;
+    // every write of the halves after the position returned then is the
+    // new owners': where the reverse replication starts.
     let reverse_from = batch_value(
         &job.source,
         &mut lock_holder,
-        &hand_over_script(&source_shards(tables), &half_shards(tables), version),
+        &hand_over_script(
+            &last_writes,
+            &source_shards(tables),
+            &half_shards(tables),
+            version,
+        ),
     )?
     .ok_or_else(|| ShardError::InvalidArgument("the node returned no WAL position".into()))?;
     pause.mark("retired");

@@ -151,12 +151,17 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         apply::FLUSH_WAL,
     )?)?;
     pause.mark("locked");
-    apply.drain(&mut node, last, drain_limit)?;
+    let last_writes = apply.drain(&mut node, last, drain_limit)?;
     pause.mark("drained");
     run_on(
         &job.source,
         &mut lock_holder,
-        &hand_over_script(&half_shards(tables), &source_shards(tables), version),
+        &hand_over_script(
+            &last_writes,
+            &half_shards(tables),
+            &source_shards(tables),
+            version,
+        ),
     )?;
     pause.mark("retired");
     pause.mark("published");

@@ -176,20 +176,26 @@ pub(crate) fn source_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
 }
 
 /// The node's side of a split's cutover (and of its revert, the other
-/// way): the node's WAL position first (returned), then shards `retire`
-/// retired and shards `activate` active at the map `version`, committing
-/// the lock holder's transaction.
+/// way), committing the lock holder's transaction: `last_writes` (the
+/// drain's last changes, [`super::apply::Apply::drain`]; may be empty),
+/// shards `retire` retired and shards `activate` active at the map
+/// `version`; then the node's WAL position, returned. Every write of
+/// `activate` committed after it is the new owners': the last writes
+/// commit before it, and nothing else writes those shards before the map
+/// that names them is published.
 pub(crate) fn hand_over_script(
+    last_writes: &str,
     retire: &[GroupShard],
     activate: &[GroupShard],
     version: i64,
 ) -> String {
     use crate::operations::group_shards::shard_id_list;
     format!(
-        "SELECT pg_current_wal_insert_lsn()::text;\n\
+        "{last_writes}\
          UPDATE pg_shard.local_shard SET state = 'retired' WHERE shard_id IN ({});\n\
          UPDATE pg_shard.local_shard SET state = 'active', epoch = {version} WHERE shard_id IN ({});\n\
-         COMMIT",
+         COMMIT;\n\
+         SELECT pg_current_wal_insert_lsn()::text",
         shard_id_list(retire),
         shard_id_list(activate),
     )
