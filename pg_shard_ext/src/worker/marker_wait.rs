@@ -59,10 +59,15 @@ fn wait(
     limit: Duration,
 ) -> Result<Option<(bool, Option<i64>)>> {
     let table = crate::spi::query_one::<String>(
-        "SELECT $1::pg_catalog.regclass::pg_catalog.text",
+        "SELECT oid::pg_catalog.regclass::pg_catalog.text FROM pg_catalog.pg_class WHERE oid = $1",
         &[marker_table.into()],
     )?
-    .ok_or_else(|| ShardError::InvalidArgument(format!("no relation {marker_table:?}")))?;
+    .ok_or_else(|| {
+        ShardError::InvalidArgument(format!(
+            "there is no relation with OID {}",
+            marker_table.to_u32()
+        ))
+    })?;
     let look = format!(
         "SELECT $2::pg_catalog.int8[] IS NULL OR NOT EXISTS (SELECT 1 FROM pg_shard.local_shard \
              WHERE shard_id = ANY ($2) AND (state <> 'active' OR epoch IS DISTINCT FROM $3)), \

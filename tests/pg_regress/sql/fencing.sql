@@ -103,4 +103,27 @@ RESET ROLE;
 DELETE FROM orders_100000 WHERE order_id = 900010;
 REVOKE ALL ON orders_100000 FROM shard_writer;
 DROP ROLE shard_writer;
+
+-- a job's wait for its marker row (pg_shard.await_marker, run in a cutover's
+-- pause): a row that is there is answered at once, with the WAL flushed and
+-- the activation of the named shards at the named version checked
+CREATE TABLE pg_shard.job_0_marker (job bigint PRIMARY KEY, activate_version bigint,
+    activate_shards bigint[], applied_at timestamptz);
+INSERT INTO pg_shard.job_0_marker (job, applied_at) VALUES (7, '2026-01-01 00:00:00.5+00');
+SELECT flushed_to::pg_lsn <= pg_current_wal_flush_lsn() AS flushed, activated, applied_at
+  FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 7, NULL, NULL, 1000);
+SELECT activated FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 7, ARRAY[100000],
+    (SELECT epoch FROM pg_shard.local_shard WHERE shard_id = 100000), 1000);
+SELECT activated AS at_another_version FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass,
+    7, ARRAY[100000], -1, 1000);
+-- a marker that does not come: no row once the time is up
+SELECT count(*) AS timed_out FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 8, NULL, NULL, 20);
+-- bad input: a relation that does not exist; and not for ordinary roles
+SELECT * FROM pg_shard.await_marker(0, 7, NULL, NULL, 20);
+CREATE ROLE marker_waiter;
+SET ROLE marker_waiter;
+SELECT * FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 7, NULL, NULL, 20);
+RESET ROLE;
+DROP ROLE marker_waiter;
+DROP TABLE pg_shard.job_0_marker;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
