@@ -167,6 +167,24 @@ pub(crate) fn update_one<T: FromDatum + IntoDatum>(
     })
 }
 
+/// `work`'s reads see what committed up to now, not the statement's (or
+/// a REPEATABLE READ transaction's) snapshot: for waits that look again
+/// and again (a statement waiting for a shard move to publish its map, a
+/// job waiting for its marker). Read-only queries in `work` take no
+/// transaction id.
+pub(crate) fn with_latest_snapshot<T, E>(
+    work: impl FnOnce() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    // SAFETY: a fresh snapshot, pushed here and popped below whatever
+    // `work` returns (an error raised inside unwinds past both, and the
+    // transaction's abort pops it).
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let result = work();
+    // SAFETY: the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    result
+}
+
 /// Runs `work` under the safe search_path: for raw SPI (the shard guard's
 /// kept plan) and anything else that plans a query.
 pub(crate) fn under_safe_path<T>(work: impl FnOnce() -> T) -> T {

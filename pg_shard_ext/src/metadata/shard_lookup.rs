@@ -198,7 +198,9 @@ pub(crate) fn shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)
 /// split published its map. The foreign partitions, which the move
 /// replaces after it publishes, may be missing then (`InvalidOid`).
 pub(crate) fn latest_shard_ranges(relid: pg_sys::Oid) -> Result<Option<Vec<(i64, Shard)>>> {
-    Ok(tiled(with_latest_snapshot(|| active_shards(relid))?))
+    Ok(tiled(crate::spi::with_latest_snapshot(|| {
+        active_shards(relid)
+    })?))
 }
 
 /// The ranges in keyspace order, if they tile the keyspace with one
@@ -345,23 +347,9 @@ pub(crate) fn forget() {
     CACHE.with(|cache| *cache.borrow_mut() = RouterCache::default());
 }
 
-/// `work`'s catalog reads see what committed up to now, not the
-/// statement's snapshot (a statement waiting for a shard move to publish
-/// its map reads it while it runs).
-fn with_latest_snapshot<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
-    // SAFETY: a fresh snapshot, pushed here and popped below whatever
-    // `work` returns (an error raised inside unwinds past both, and the
-    // transaction's abort pops it).
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-    let result = work();
-    // SAFETY: the snapshot pushed above.
-    unsafe { pg_sys::PopActiveSnapshot() };
-    result
-}
-
 /// The map version committed now.
 pub(crate) fn latest_map_version() -> Result<i64> {
-    with_latest_snapshot(crate::metadata::catalog::current_map_version)
+    crate::spi::with_latest_snapshot(crate::metadata::catalog::current_map_version)
 }
 
 /// Where the shard of `relid` holding `keyspace_id` is now, as committed:
@@ -369,7 +357,7 @@ pub(crate) fn latest_map_version() -> Result<i64> {
 /// placement holds it. Uncached, and without the foreign partition (which
 /// a move or split replaces after it publishes the new map).
 pub(crate) fn latest_owner(relid: pg_sys::Oid, keyspace_id: i64) -> Result<Option<(Node, String)>> {
-    with_latest_snapshot(|| {
+    crate::spi::with_latest_snapshot(|| {
         crate::spi::connect(|client| {
             let rows = client.select(
                 "SELECT n.node_id, n.host, n.port, \

@@ -545,6 +545,9 @@ pub(crate) fn flush_wal(node: &Node, client: &mut Client) -> Result<()> {
 /// transaction of `lock_holder`: writers wait, readers go on; and runs
 /// `then` (statements, which may commit) in the same round trip. Returns
 /// the first column of the last row `then` returned.
+/// READ COMMITTED whatever the node's default: `then` must see what the
+/// job's other connections committed before it (a split's last writes
+/// update the progress row its drain rounds wrote).
 /// The lock waits at most the job's `pg_shard.cutover_lock_timeout` for
 /// the transactions in flight (writers that come meanwhile queue behind
 /// it): past it, [`ShardError::CutoverLockBusy`] (the runner gives the
@@ -558,7 +561,8 @@ pub(crate) fn lock_for_cutover(
 ) -> Result<Option<String>> {
     let waited_ms = job.recorded_wait(LOCK_WAIT.0, LOCK_WAIT.1)?.as_millis() as u64;
     let locked = lock_holder.simple_query(&format!(
-        "BEGIN;\nSET LOCAL lock_timeout = {waited_ms};\nLOCK TABLE {} IN EXCLUSIVE MODE;\n\
+        "BEGIN ISOLATION LEVEL READ COMMITTED;\nSET LOCAL lock_timeout = {waited_ms};\n\
+         LOCK TABLE {} IN EXCLUSIVE MODE;\n\
          SET LOCAL lock_timeout = 0;\n{then}",
         tables.join(", ")
     ));

@@ -49,9 +49,7 @@ fn await_marker(
     )
 }
 
-/// Looks for the marker until it is there or `limit` has passed: each look
-/// a statement with a snapshot of its own, so a commit since the last one
-/// is seen.
+/// Looks for the marker until it is there or `limit` has passed.
 fn wait(
     marker_table: pg_sys::Oid,
     marker: i64,
@@ -76,20 +74,24 @@ fn wait(
     );
     let started = Instant::now();
     loop {
-        let seen = crate::spi::connect_mut(|client| -> Result<Option<(bool, Option<i64>)>> {
-            // Not read-only: SPI then takes a new snapshot for the statement.
-            let mut rows = client.update(
-                &look,
-                Some(1),
-                &[marker.into(), shard_ids.clone().into(), version.into()],
-            )?;
-            match rows.next() {
-                None => Ok(None),
-                Some(row) => Ok(Some((
-                    row.get::<bool>(1)?.unwrap_or(false),
-                    row.get::<i64>(2)?,
-                ))),
-            }
+        // The latest snapshot (a commit since the last look is seen, at any
+        // isolation level); read-only: the wait takes no transaction id, so
+        // its commit writes and flushes no record of its own.
+        let seen = crate::spi::with_latest_snapshot(|| {
+            crate::spi::connect(|client| -> Result<Option<(bool, Option<i64>)>> {
+                let mut rows = client.select(
+                    &look,
+                    Some(1),
+                    &[marker.into(), shard_ids.clone().into(), version.into()],
+                )?;
+                match rows.next() {
+                    None => Ok(None),
+                    Some(row) => Ok(Some((
+                        row.get::<bool>(1)?.unwrap_or(false),
+                        row.get::<i64>(2)?,
+                    ))),
+                }
+            })
         })?;
         if seen.is_some() {
             return Ok(seen);

@@ -116,6 +116,11 @@ SELECT activated FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 7
     (SELECT epoch FROM pg_shard.local_shard WHERE shard_id = 100000), 1000);
 SELECT activated AS at_another_version FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass,
     7, ARRAY[100000], -1, 1000);
+-- the wait takes no transaction id (its commit writes no record of its own)
+BEGIN;
+SELECT activated FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 7, NULL, NULL, 1000);
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_transaction_id;
+COMMIT;
 -- a marker that does not come: no row once the time is up
 SELECT count(*) AS timed_out FROM pg_shard.await_marker('pg_shard.job_0_marker'::regclass, 8, NULL, NULL, 20);
 -- bad input: a relation that does not exist; and not for ordinary roles
