@@ -172,9 +172,7 @@ pub(crate) fn update_one<T: FromDatum + IntoDatum>(
 /// and again (a statement waiting for a shard move to publish its map, a
 /// job waiting for its marker). Read-only queries in `work` take no
 /// transaction id.
-pub(crate) fn with_latest_snapshot<T, E>(
-    work: impl FnOnce() -> std::result::Result<T, E>,
-) -> std::result::Result<T, E> {
+pub(crate) fn with_latest_snapshot<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     // SAFETY: a fresh snapshot, pushed here and popped below whatever
     // `work` returns (an error raised inside unwinds past both, and the
     // transaction's abort pops it).
