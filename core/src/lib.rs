@@ -9,6 +9,7 @@ pub mod keyspace;
 pub mod pgoutput;
 pub mod quote;
 pub mod range;
+pub mod replication_stream;
 pub mod shard_map;
 pub mod union_find;
 

@@ -96,7 +96,16 @@ pub enum Message {
     Truncate {
         relids: Vec<u32>,
     },
-    /// Origin, type and logical messages: nothing a split applies.
+    /// A message of `pg_logical_emit_message` (sent when the slot is read
+    /// with `messages 'true'`): a split's reader emits one to know it has
+    /// read everything written before it.
+    Logical {
+        transactional: bool,
+        lsn: Lsn,
+        prefix: String,
+        content: Vec<u8>,
+    },
+    /// Origin and type messages: nothing a split applies.
     Other(u8),
 }
 
@@ -190,6 +199,20 @@ pub fn decode(data: &[u8]) -> Result<Message, DecodeError> {
                 relids.push(reader.u32("relation id")?);
             }
             Message::Truncate { relids }
+        }
+        b'M' => {
+            // (A transaction id comes first only when transactions are
+            // streamed in progress, which the split's reads never ask.)
+            let flags = reader.u8("message flags")?;
+            let lsn = Lsn(reader.u64("message lsn")?);
+            let prefix = reader.string("message prefix")?;
+            let length = reader.u32("message length")? as usize;
+            Message::Logical {
+                transactional: flags & 1 != 0,
+                lsn,
+                prefix,
+                content: reader.bytes(length, "message content")?.to_vec(),
+            }
         }
         other => Message::Other(other),
     };
@@ -472,6 +495,30 @@ mod tests {
         assert_eq!(
             decode(&truncate),
             Ok(Message::Truncate { relids: vec![5, 6] })
+        );
+    }
+
+    #[test]
+    fn logical_message() {
+        let mut message = vec![b'M', 0];
+        message.extend(0x30u64.to_be_bytes());
+        message.extend(b"pg_shard\0");
+        message.extend(3u32.to_be_bytes());
+        message.extend(b"a\0b");
+        assert_eq!(
+            decode(&message),
+            Ok(Message::Logical {
+                transactional: false,
+                lsn: Lsn(0x30),
+                prefix: "pg_shard".into(),
+                content: b"a\0b".to_vec(),
+            })
+        );
+        message[1] = 1;
+        message.truncate(message.len() - 1);
+        assert_eq!(
+            decode(&message),
+            Err(DecodeError::Truncated("message content"))
         );
     }
 

@@ -167,6 +167,32 @@ for phase in phases:
           f"map and shards agree, nothing left ({leftovers})",
           runner is not None and state in ("done", "failed") and rows_ok and owners_ok and not leftovers)
 
+# A split's runner killed while its cutover reads the slot over a
+# replication stream (held just after the stream caught up): the stream's
+# walsender goes with the connection, and the job, run again, reads the
+# slot once the walsender has let it go.
+if kind == "split":
+    holder, job = start_move(meta, "streaming")
+    reached = wait_phase(meta, job, "cutover")
+    source_port = meta.execute(
+        "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.source_node "
+        "WHERE j.job_id = %s", (job,)).fetchone()[0]
+    streaming = 0
+    deadline = time.time() + 60
+    while time.time() < deadline and not streaming:
+        with connect(source_port) as source:
+            streaming = source.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE active AND active_pid IN "
+                "(SELECT pid FROM pg_stat_replication)").fetchone()[0]
+        time.sleep(0.1)
+    runner, meta = kill_runner()
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+    check(f"runner killed with the cutover's stream open ({reached}, {streaming} walsender, pid {runner}): "
+          f"job {state}, rows intact, map and shards agree, nothing left ({leftovers})",
+          streaming == 1 and runner is not None and state == "done" and rows_ok and owners_ok
+          and not leftovers)
+
 # The runner killed when a copy has just finished its tables (indexes, row
 # guards and foreign keys built, the step not yet recorded): the step runs
 # again, finds them built, and does not build them twice.

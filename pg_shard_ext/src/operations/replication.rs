@@ -493,7 +493,10 @@ impl<'a> Link<'a> {
             self.publisher,
             &mut publisher,
             &format!(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                // (Waiting for it to end: the slot is its until then. A
+                // split's own stream of its slot ends with the runner's
+                // connection, a moment after the cutover.)
+                "SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots \
                  WHERE slot_name = {} AND active_pid IS NOT NULL",
                 quote::literal(&self.name)
             ),

@@ -123,11 +123,21 @@ pub(crate) struct NodeConnection {
     local_planning: Option<Planning>,
     /// Made on the first wait once connected, freed on drop.
     pub(super) wait_set: std::cell::Cell<Option<super::node_wait::WaitSet>>,
+    /// Whether a statement still running when the connection is dropped is
+    /// cancelled first (a replication stream just goes: its walsender ends
+    /// when the connection does).
+    pub(super) cancel_on_drop: bool,
 }
 
 impl NodeConnection {
     /// Connect to `node`, in the current database, as the acting role.
     pub(crate) fn open(node: &Node) -> Result<NodeConnection> {
+        Self::open_as(node, &[])
+    }
+
+    /// [`NodeConnection::open`] with more connection settings (a
+    /// replication connection's `replication`).
+    pub(super) fn open_as(node: &Node, more: &[(&str, &str)]) -> Result<NodeConnection> {
         let unreachable = |cause: String| ShardError::Unreachable {
             host: node.host.clone(),
             port: node.port,
@@ -150,8 +160,9 @@ impl NodeConnection {
             ("keepalives_idle", "30".to_string()),
             ("tcp_user_timeout", "60000".to_string()),
         ];
+        let more = more.iter().map(|(key, value)| (*key, value.to_string()));
         let mut owned = Vec::with_capacity(settings.len() * 2);
-        for (key, value) in settings {
+        for (key, value) in settings.into_iter().chain(more) {
             let value =
                 CString::new(value).map_err(|_| unreachable("a setting contains a NUL".into()))?;
             owned.push((CString::new(key).unwrap_or_default(), value));
@@ -176,6 +187,7 @@ impl NodeConnection {
             session_planning: Planning::Own,
             local_planning: None,
             wait_set: std::cell::Cell::new(None),
+            cancel_on_drop: true,
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         loop {
@@ -690,7 +702,7 @@ impl Drop for NodeConnection {
         // rows arrived) is cancelled rather than left to run to its end.
         // SAFETY: the connection is valid until PQfinish, called once.
         unsafe {
-            if PQtransactionStatus(self.conn) == PQTRANS_ACTIVE {
+            if self.cancel_on_drop && PQtransactionStatus(self.conn) == PQTRANS_ACTIVE {
                 self.cancel();
             }
             PQfinish(self.conn);

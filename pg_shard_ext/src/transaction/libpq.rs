@@ -39,6 +39,7 @@ pub(super) const PGRES_COMMAND_OK: c_int = 1;
 pub(super) const PGRES_TUPLES_OK: c_int = 2;
 pub(super) const PGRES_COPY_OUT: c_int = 3;
 pub(super) const PGRES_COPY_IN: c_int = 4;
+pub(super) const PGRES_COPY_BOTH: c_int = 8;
 pub(super) const PGRES_SINGLE_TUPLE: c_int = 9;
 
 pub(super) const PQTRANS_IDLE: c_int = 0;
@@ -124,6 +125,12 @@ unsafe extern "C" {
 
     pub(super) fn PQputCopyData(conn: *mut PGconn, buffer: *const c_char, nbytes: c_int) -> c_int;
     pub(super) fn PQputCopyEnd(conn: *mut PGconn, errormsg: *const c_char) -> c_int;
+    pub(super) fn PQgetCopyData(
+        conn: *mut PGconn,
+        buffer: *mut *mut c_char,
+        async_: c_int,
+    ) -> c_int;
+    pub(super) fn PQfreemem(ptr: *mut c_void);
 
     pub(super) fn PQgetCancel(conn: *mut PGconn) -> *mut PGcancel;
     pub(super) fn PQcancel(cancel: *mut PGcancel, errbuf: *mut c_char, errbufsize: c_int) -> c_int;

@@ -16,5 +16,6 @@ mod node_wait;
 pub(crate) mod paths;
 pub(crate) mod records;
 pub(crate) mod remote;
+pub(crate) mod replication_stream;
 mod result_rows;
 pub(crate) mod shard_copy;

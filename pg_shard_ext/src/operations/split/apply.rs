@@ -19,6 +19,10 @@ use postgres::Client;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// How long a read of the slot waits for another process (the walsender
+/// of a stream that ended) to let the slot go.
+const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(10);
+
 /// Messages read from the slot per round (a change, or a transaction's
 /// begin or commit).
 pub(crate) const CHANGES_PER_ROUND: i64 = 10_000;
@@ -109,7 +113,7 @@ pub(crate) enum Direction {
 
 impl Direction {
     /// The slot (and publication) read.
-    fn slot(self, job: &Job) -> String {
+    pub(super) fn slot(self, job: &Job) -> String {
         match self {
             Direction::Forward => Link::forward(job).name,
             Direction::Reverse => Link::reverse(job).name,
@@ -134,24 +138,91 @@ struct Batch {
     end: Lsn,
 }
 
-impl Batch {
-    /// The statements, after the setting that lets them write frozen or
-    /// retired shard tables as replication does (no guard triggers, no read
-    /// fence) for the rest of the transaction.
-    fn statements_as_replication(&self) -> String {
-        format!(
-            "SET LOCAL session_replication_role = replica;\n{}",
-            self.statements.join(";\n")
-        )
+/// `statements` after the setting that lets them write frozen or retired
+/// shard tables as replication does (no guard triggers, no read fence) for
+/// the rest of the transaction.
+fn as_replication(statements: &[String]) -> String {
+    format!(
+        "SET LOCAL session_replication_role = replica;\n{}",
+        statements.join(";\n")
+    )
+}
+
+/// `statements` as the start of a transaction's script (each ended by
+/// `;`), or nothing when there are none.
+pub(super) fn last_writes(statements: &[String]) -> String {
+    if statements.is_empty() {
+        return String::new();
+    }
+    format!("{};\n", as_replication(statements))
+}
+
+/// What a run of the slot's messages asks of the tables: the statements
+/// of the changes not applied yet (those of a transaction at or before
+/// what the progress row says was applied are skipped, and forward those
+/// of the transactions the copy's snapshot saw), read in order.
+pub(super) struct Changes {
+    applied: Lsn,
+    seen_by_copy: Option<SnapshotVisibility>,
+    relations: HashMap<u32, pgoutput::Relation>,
+    skipping: bool,
+    /// The last transaction read: its commit record, and just past it.
+    last_final: Option<Lsn>,
+    pub(super) last_end: Option<Lsn>,
+    statements: Vec<String>,
+}
+
+impl Changes {
+    pub(super) fn new(apply: &Apply, applied: Lsn) -> Result<Changes> {
+        Ok(Changes {
+            applied,
+            seen_by_copy: apply.seen_by_copy()?,
+            relations: HashMap::new(),
+            skipping: true,
+            last_final: None,
+            last_end: None,
+            statements: Vec::new(),
+        })
     }
 
-    /// The statements as the start of a transaction's script (each ended by
-    /// `;`), or nothing when there are none.
-    fn last_writes(&self) -> String {
-        if self.statements.is_empty() {
-            return String::new();
+    /// Takes the next message.
+    pub(super) fn take(&mut self, apply: &Apply, message: Message) -> Result<()> {
+        match message {
+            Message::Begin { final_lsn, xid } => {
+                self.skipping = final_lsn <= self.applied
+                    || self
+                        .seen_by_copy
+                        .as_ref()
+                        .is_some_and(|seen| seen.sees(xid));
+                self.last_final = Some(final_lsn);
+            }
+            Message::Commit { end_lsn, .. } => self.last_end = Some(end_lsn),
+            Message::Relation(relation) => {
+                self.relations.insert(relation.relid, relation);
+            }
+            change if !self.skipping => self
+                .statements
+                .extend(apply.change_statements(&change, &self.relations)?),
+            _ => {}
         }
-        format!("{};\n", self.statements_as_replication())
+        Ok(())
+    }
+
+    /// How many statements are waiting.
+    pub(super) fn waiting(&self) -> usize {
+        self.statements.len()
+    }
+
+    /// The statements taken so far, with the progress row's update to the
+    /// last transaction read (none when there are none); what comes next
+    /// is applied after them.
+    pub(super) fn statements(&mut self, apply: &Apply) -> Vec<String> {
+        let mut statements = std::mem::take(&mut self.statements);
+        if let Some(final_lsn) = self.last_final.filter(|lsn| *lsn > self.applied) {
+            statements.push(apply.progress_update(final_lsn));
+            self.applied = final_lsn;
+        }
+        statements
     }
 }
 
@@ -188,52 +259,30 @@ impl Apply<'_> {
         Ok(batch.read)
     }
 
-    /// Under a cutover's lock: applies everything committed before `point`
-    /// as [`Apply::up_to`] does, except the last round (the one that reads
-    /// less than a round's worth): its statements are returned, to be run
-    /// in the lock holder's transaction with the hand-over
-    /// ([`super::tables::hand_over_script`]), which commits them (its
-    /// synchronous commit flushes them) with the shards' new states in one
-    /// round trip; and the slot is not advanced past them. A crash before
-    /// that commit loses both (the cutover runs again); the slot goes once
-    /// the cutover is published, or reads again from where it stands and
-    /// skips what the progress row says was applied. One round trip, one
-    /// flush and one decoding of the slot's WAL less in the pause.
-    /// Within `longest` (the job's `pg_shard.cutover_apply_timeout`, read
-    /// before the lock: [`Apply::drain_limit`]).
-    pub(crate) fn drain(&self, node: &mut Client, point: Lsn, longest: Duration) -> Result<String> {
-        let started = Instant::now();
-        loop {
-            let batch = self.read(node, Some(point))?;
-            if batch.read < CHANGES_PER_ROUND {
-                return Ok(batch.last_writes());
-            }
-            self.write(node, &batch)?;
-            if started.elapsed() > longest {
-                return Err(ShardError::Timeout(format!(
-                    "the last writes were not applied within {longest:?}"
-                )));
-            }
-        }
-    }
-
-    /// How long [`Apply::drain`] may take: the job's
+    /// How long the cutover's last reads may take (under its lock,
+    /// [`super::stream::Streamed::until_mark`]): the job's
     /// `pg_shard.cutover_apply_timeout`.
     pub(crate) fn drain_limit(&self) -> Result<Duration> {
         self.job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)
+    }
+
+    /// Runs `statements` in a transaction of their own.
+    pub(super) fn apply(&self, node: &mut Client, statements: &[String]) -> Result<()> {
+        if statements.is_empty() {
+            return Ok(());
+        }
+        run_on(
+            &self.job.source,
+            node,
+            &format!("BEGIN;\n{};\nCOMMIT", as_replication(statements)),
+        )
     }
 
     /// Applies a batch in a transaction of its own, then advances the slot
     /// past it.
     fn write(&self, node: &mut Client, batch: &Batch) -> Result<()> {
         let job = self.job;
-        if !batch.statements.is_empty() {
-            run_on(
-                &job.source,
-                node,
-                &format!("BEGIN;\n{};\nCOMMIT", batch.statements_as_replication()),
-            )?;
-        }
+        self.apply(node, &batch.statements)?;
         run_on(
             &job.source,
             node,
@@ -252,21 +301,6 @@ impl Apply<'_> {
     fn read(&self, node: &mut Client, upto: Option<Lsn>) -> Result<Batch> {
         let job = self.job;
         let name = self.direction.slot(job);
-        // Forward, the copy's snapshot has the transactions it saw; in reverse
-        // every transaction after the cutover's position is the new owners'.
-        let visibility = match self.direction {
-            Direction::Forward => Some(
-                query_one::<String>(
-                    "SELECT resources->>'copy_snapshot' FROM pg_shard.job WHERE job_id = $1",
-                    &[job.job_id.into()],
-                )?
-                .and_then(|text| SnapshotVisibility::parse(&text))
-                .ok_or_else(|| {
-                    ShardError::InvalidArgument(format!("job {} has no copy snapshot", job.job_id))
-                })?,
-            ),
-            Direction::Reverse => None,
-        };
         let key = self.direction.progress_key(job);
         // Read before the changes: the slot may advance to it only if every
         // transaction committed before it was read. Decoding stops at the
@@ -283,69 +317,86 @@ impl Apply<'_> {
         // What the progress row says was applied comes with each change
         // (one round trip: this runs in the cutover's pause; no change, no
         // need of it).
-        let rows = node
-            .query_typed(
-                &format!(
-                    "SELECT (SELECT applied::text FROM {} WHERE job = {key}), data \
-                     FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
-                         'proto_version', '1', 'publication_names', {})",
-                    marker_table(job),
-                    quote::literal(&name),
-                    quote::literal(&upto.to_string()),
-                    quote::literal(&name),
-                ),
-                &[],
-            )
-            .map_err(|e| remote::remote_error(&job.source, &e))?;
+        let peek = format!(
+            "SELECT (SELECT applied::text FROM {} WHERE job = {key}), data \
+             FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
+                 'proto_version', '1', 'publication_names', {})",
+            marker_table(job),
+            quote::literal(&name),
+            quote::literal(&upto.to_string()),
+            quote::literal(&name),
+        );
+        // A cutover's stream of the slot ([`super::stream`]) holds it until
+        // its walsender has gone, a moment after the connection closed (or
+        // after the runner that had it died).
+        let mut slot_busy_since = None;
+        let rows = loop {
+            match node.query_typed(&peek, &[]) {
+                Ok(rows) => break rows,
+                Err(e)
+                    if e.code() == Some(&postgres::error::SqlState::OBJECT_IN_USE)
+                        && slot_busy_since.get_or_insert_with(Instant::now).elapsed()
+                            < SLOT_RELEASE_WAIT =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(remote::remote_error(&job.source, &e)),
+            }
+        };
         let applied = rows
             .first()
             .and_then(|row| row.get::<_, Option<String>>(0))
             .and_then(|text| Lsn::parse(&text))
             .unwrap_or_default();
-        let mut relations: HashMap<u32, pgoutput::Relation> = HashMap::new();
-        let mut statements = Vec::new();
-        let mut skipping = true;
-        let mut last_final = None;
-        let mut last_end = None;
+        let mut changes = Changes::new(self, applied)?;
         for row in &rows {
             let data: &[u8] = row.get(1);
             let message = pgoutput::decode(data)
                 .map_err(|e| ShardError::InvalidArgument(format!("reading slot {name}: {e}")))?;
-            match message {
-                Message::Begin { final_lsn, xid } => {
-                    skipping = final_lsn <= applied
-                        || visibility.as_ref().is_some_and(|seen| seen.sees(xid));
-                    last_final = Some(final_lsn);
-                }
-                Message::Commit { end_lsn, .. } => last_end = Some(end_lsn),
-                Message::Relation(relation) => {
-                    relations.insert(relation.relid, relation);
-                }
-                change if !skipping => {
-                    statements.extend(self.change_statements(&change, &relations)?)
-                }
-                _ => {}
-            }
+            changes.take(self, message)?;
         }
         // A full round may have stopped early: the slot goes to the end of
         // what was read, else to `upto` (nothing published committed before it
         // that was not read).
         let complete = (rows.len() as i64) < CHANGES_PER_ROUND;
-        let end = match last_end {
+        let end = match changes.last_end {
             Some(end) if !complete => end,
             _ => upto,
         };
-        if let Some(final_lsn) = last_final.filter(|lsn| *lsn > applied) {
-            statements.push(format!(
-                "UPDATE {} SET applied = '{final_lsn}' WHERE job = {key}",
-                marker_table(job),
-            ));
-        }
         Ok(Batch {
             read: rows.len() as i64,
-            statements,
+            statements: changes.statements(self),
             end,
         })
+    }
+
+    /// Forward, the transactions the copy's snapshot saw (the copy has
+    /// their changes); in reverse none: every transaction after the
+    /// cutover's position is the new owners'.
+    fn seen_by_copy(&self) -> Result<Option<SnapshotVisibility>> {
+        let job = self.job;
+        match self.direction {
+            Direction::Forward => Ok(Some(
+                query_one::<String>(
+                    "SELECT resources->>'copy_snapshot' FROM pg_shard.job WHERE job_id = $1",
+                    &[job.job_id.into()],
+                )?
+                .and_then(|text| SnapshotVisibility::parse(&text))
+                .ok_or_else(|| {
+                    ShardError::InvalidArgument(format!("job {} has no copy snapshot", job.job_id))
+                })?,
+            )),
+            Direction::Reverse => Ok(None),
+        }
+    }
+
+    /// The progress row's `UPDATE` to `position`.
+    fn progress_update(&self, position: Lsn) -> String {
+        format!(
+            "UPDATE {} SET applied = '{position}' WHERE job = {}",
+            marker_table(self.job),
+            self.direction.progress_key(self.job),
+        )
     }
 
     /// The statements applying one change: forward, of a source table to

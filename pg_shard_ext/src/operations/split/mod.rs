@@ -19,7 +19,8 @@
 //!   snapshot saw are skipped; each batch records the position it applied in
 //!   the progress table in the same transaction, then the slot advances, so
 //!   a crash never applies a transaction twice or skips one.
-//! * cutover: as for a move, with the last changes applied by the job itself;
+//! * cutover: as for a move, with the last changes applied by the job itself,
+//!   read over a replication stream opened before the lock ([`stream`]);
 //!   then the metadata node's catalog gets two shard groups for one.
 //! * cleanup: the halves' foreign partitions, the forward slot dropped,
 //!   the reverse apply started; reverse_replicating, reverting and
@@ -31,6 +32,7 @@
 mod apply;
 mod phases;
 mod reverse;
+mod stream;
 mod tables;
 mod verify;
 

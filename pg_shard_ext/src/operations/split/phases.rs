@@ -3,6 +3,7 @@
 
 use super::apply::{self, Apply, Direction};
 use super::reverse;
+use super::stream::Streamed;
 use super::tables::{
     half_shards, hand_over_script, qualified_halves, source_shards, split_tables, Half, Ranges,
     SplitTable,
@@ -22,6 +23,7 @@ use crate::operations::reads_first;
 use crate::operations::replication::{
     drop_replication, lock_for_cutover, marker_table, warm_up, Link,
 };
+use crate::operations::settings::FINAL_WAIT;
 use crate::operations::snapshot_copy::{self, exported_snapshot, hold_snapshot, release_snapshot};
 use crate::quote;
 use crate::spi::query_one;
@@ -501,10 +503,9 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     // (Before the map's row is taken: it waits for the node's
     // transactions.)
     apply::refresh_restart_point(job, &mut node);
-    for _ in 0..2 {
-        let now = apply::flushed_position(job, &mut node)?;
-        apply.up_to(&mut node, now, "the writes before the cutover were")?;
-    }
+    let now = apply::flushed_position(job, &mut node)?;
+    apply.up_to(&mut node, now, "the writes before the cutover were")?;
+    let mut stream = Streamed::open(&apply, &mut node, FINAL_WAIT)?;
     // The new map, written just before the lock in this step's transaction
     // (published when it commits; nothing in it depends on the drain): the
     // read routes go, the catalog's two groups for one, the next version.
@@ -514,18 +515,13 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id, upper_group])?;
     let drain_limit = apply.drain_limit()?;
     let mut pause = PauseClock::start();
-    // Nothing writes the source once it is locked: everything up to the
-    // end of WAL then, flushed in the same round trip, is everything there
-    // is.
-    let last = apply::parse_position(lock_for_cutover(
-        job,
-        &job.source,
-        &mut lock_holder,
-        &sources,
-        apply::FLUSH_WAL,
-    )?)?;
+    // Nothing writes the source once it is locked: everything before the
+    // mark written then (and flushed, in the same round trip) is
+    // everything there is.
+    let mark = stream.next_mark();
+    lock_for_cutover(job, &job.source, &mut lock_holder, &sources, &mark)?;
     pause.mark("locked");
-    let last_writes = apply.drain(&mut node, last, drain_limit)?;
+    let last_writes = apply::last_writes(&stream.until_mark(&mut node, drain_limit)?);
     pause.mark("drained");
     // The last writes, the retire and the activation, committed together;
     // every write of the halves after the position returned then is the

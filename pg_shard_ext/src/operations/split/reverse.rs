@@ -26,6 +26,7 @@
 
 use super::apply::{self, Apply, Direction};
 use super::phases::apply_for_a_step;
+use super::stream::Streamed;
 use super::tables::{
     half_shards, hand_over_script, qualified_halves, source_shards, Ranges, SplitTable,
 };
@@ -36,6 +37,7 @@ use crate::operations::node_access::{connect, run_on};
 use crate::operations::pause_clock::{record_publish, PauseClock};
 use crate::operations::replication::{lock_for_cutover, marker_table, warm_up, Link};
 use crate::operations::reverse::{after_a_look, forget_failed_revert, requests, reverse_from};
+use crate::operations::settings::FINAL_WAIT;
 use crate::quote;
 use crate::spi::query_one;
 use postgres::Client;
@@ -133,25 +135,25 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         "",
     )?;
     apply::refresh_restart_point(job, &mut node);
-    for _ in 0..2 {
-        let now = apply::flushed_position(job, &mut node)?;
-        apply.up_to(&mut node, now, "the writes before the revert were")?;
-    }
+    let now = apply::flushed_position(job, &mut node)?;
+    apply.up_to(&mut node, now, "the writes before the revert were")?;
+    let mut stream = Streamed::open(&apply, &mut node, FINAL_WAIT)?;
     // The map as before the split, written just before the lock
     // (published when the runner's transaction commits).
     unpublish(job, tables, &ranges)?;
     let version = crate::metadata::catalog::bump_map_version_for(&[job.shard_group_id])?;
     let drain_limit = apply.drain_limit()?;
     let mut pause = PauseClock::start();
-    let last = apply::parse_position(lock_for_cutover(
+    let mark = stream.next_mark();
+    lock_for_cutover(
         job,
         &job.source,
         &mut lock_holder,
         &qualified_halves(tables),
-        apply::FLUSH_WAL,
-    )?)?;
+        &mark,
+    )?;
     pause.mark("locked");
-    let last_writes = apply.drain(&mut node, last, drain_limit)?;
+    let last_writes = apply::last_writes(&stream.until_mark(&mut node, drain_limit)?);
     pause.mark("drained");
     run_on(
         &job.source,
