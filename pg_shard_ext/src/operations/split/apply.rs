@@ -168,7 +168,7 @@ pub(super) struct Changes {
     skipping: bool,
     /// The last transaction read: its commit record, and just past it.
     last_final: Option<Lsn>,
-    pub(super) last_end: Option<Lsn>,
+    last_end: Option<Lsn>,
     statements: Vec<String>,
 }
 
@@ -260,7 +260,7 @@ impl Apply<'_> {
     }
 
     /// How long the cutover's last reads may take (under its lock,
-    /// [`super::stream::Streamed::until_mark`]): the job's
+    /// [`super::stream::Streamed::finish`]): the job's
     /// `pg_shard.cutover_apply_timeout`.
     pub(crate) fn drain_limit(&self) -> Result<Duration> {
         self.job.recorded_wait(APPLY_WAIT.0, APPLY_WAIT.1)
@@ -315,8 +315,7 @@ impl Apply<'_> {
             }
         };
         // What the progress row says was applied comes with each change
-        // (one round trip: this runs in the cutover's pause; no change, no
-        // need of it).
+        // (one round trip; no change, no need of it).
         let peek = format!(
             "SELECT (SELECT applied::text FROM {} WHERE job = {key}), data \
              FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \

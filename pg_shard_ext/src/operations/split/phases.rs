@@ -521,7 +521,7 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     let mark = stream.next_mark();
     lock_for_cutover(job, &job.source, &mut lock_holder, &sources, &mark)?;
     pause.mark("locked");
-    let last_writes = apply::last_writes(&stream.until_mark(&mut node, drain_limit)?);
+    let last_writes = apply::last_writes(&stream.finish(&mut node, drain_limit)?);
     pause.mark("drained");
     // The last writes, the retire and the activation, committed together;
     // every write of the halves after the position returned then is the

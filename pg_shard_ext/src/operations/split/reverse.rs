@@ -153,7 +153,7 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         &mark,
     )?;
     pause.mark("locked");
-    let last_writes = apply::last_writes(&stream.until_mark(&mut node, drain_limit)?);
+    let last_writes = apply::last_writes(&stream.finish(&mut node, drain_limit)?);
     pause.mark("drained");
     run_on(
         &job.source,

@@ -99,6 +99,15 @@ impl<'a> Streamed<'a> {
         )
     }
 
+    /// Under the cutover's lock: reads up to the mark written in the lock's
+    /// round trip, within `longest`, and closes the stream; returns the
+    /// statements of the last writes. Closed at once: its walsender would
+    /// otherwise go on decoding the node's other writes, on cores the
+    /// hand-over needs.
+    pub(crate) fn finish(mut self, node: &mut Client, longest: Duration) -> Result<Vec<String>> {
+        self.until_mark(node, longest)
+    }
+
     /// Reads up to the last mark, within `longest`; returns the statements
     /// of the changes read that are not applied yet (a long run's earlier
     /// transactions are applied over `node` on the way).

@@ -177,7 +177,7 @@ pub(crate) fn source_shards(tables: &[SplitTable]) -> Vec<GroupShard> {
 
 /// The node's side of a split's cutover (and of its revert, the other
 /// way), committing the lock holder's transaction: `last_writes` (the
-/// last changes, [`super::stream::Streamed::until_mark`]; may be empty),
+/// last changes, [`super::stream::Streamed::finish`]; may be empty),
 /// shards `retire` retired and shards `activate` active at the map
 /// `version`; then the node's WAL position, returned. Every write of
 /// `activate` committed after it is the new owners': the last writes
