@@ -193,6 +193,41 @@ if kind == "split":
           streaming == 1 and runner is not None and state == "done" and rows_ok and owners_ok
           and not leftovers)
 
+# Something else holding a split's slot when the job reads it (as a
+# cutover's stream whose walsender has not ended yet would): the job ends
+# that walsender and goes on.
+if kind == "split":
+    holder, job = start_move(meta, "catch_up")
+    reached = wait_phase(meta, job, "catch_up")
+    source_port = meta.execute(
+        "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.source_node "
+        "WHERE j.job_id = %s", (job,)).fetchone()[0]
+    slot = f"pg_shard_job_{job}"
+    reader = subprocess.Popen(
+        [f"{bindir}/pg_recvlogical", "-h", "127.0.0.1", "-p", str(source_port), "-U", "postgres",
+         "-d", database, "-S", slot, "--start", "--no-loop", "-f", "/dev/null",
+         "-o", "proto_version=1", "-o", f"publication_names={slot}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    held = False
+    deadline = time.time() + 30
+    while time.time() < deadline and not held and reader.poll() is None:
+        with connect(source_port) as source:
+            held = source.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                                  (slot,)).fetchone()[0]
+        time.sleep(0.1)
+    holder.close()
+    state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
+    try:
+        reader_status = reader.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        reader.kill()
+        reader_status = "still running"
+    rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
+    check(f"the slot held by another reader at {reached} (held: {held}): job {state}, the reader "
+          f"ended ({reader_status}), rows intact, map and shards agree, nothing left ({leftovers})",
+          held and state == "done" and reader_status != "still running" and rows_ok and owners_ok
+          and not leftovers)
+
 # The runner killed when a copy has just finished its tables (indexes, row
 # guards and foreign keys built, the step not yet recorded): the step runs
 # again, finds them built, and does not build them twice.

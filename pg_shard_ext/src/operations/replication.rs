@@ -494,8 +494,9 @@ impl<'a> Link<'a> {
             &mut publisher,
             &format!(
                 // (Waiting for it to end: the slot is its until then. A
-                // split's own stream of its slot ends with the runner's
-                // connection, a moment after the cutover.)
+                // split's stream of its slot is closed in the cutover; its
+                // walsender may still be ending, or be left by a runner
+                // that died.)
                 "SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots \
                  WHERE slot_name = {} AND active_pid IS NOT NULL",
                 quote::literal(&self.name)
@@ -588,11 +589,16 @@ pub(crate) fn lock_for_cutover(
 /// known can still veto it. Bit 60 keeps it apart from the numbers made of
 /// WAL positions (below 2^60), [`VETO_BIT`] from its veto.
 fn activation_marker() -> i64 {
-    let micros = std::time::SystemTime::now()
+    (1 << 60) | (unix_micros() & ((1 << 60) - 1))
+}
+
+/// Microseconds since the Unix epoch, for numbers and marks that must not
+/// repeat.
+pub(crate) fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
-        .unwrap_or_default();
-    (1 << 60) | (micros & ((1 << 60) - 1))
+        .unwrap_or_default()
 }
 
 /// A veto of activation marker `m` is the row `m | VETO_BIT` on the

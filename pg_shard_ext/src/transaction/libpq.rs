@@ -39,6 +39,7 @@ pub(super) const PGRES_COMMAND_OK: c_int = 1;
 pub(super) const PGRES_TUPLES_OK: c_int = 2;
 pub(super) const PGRES_COPY_OUT: c_int = 3;
 pub(super) const PGRES_COPY_IN: c_int = 4;
+pub(super) const PGRES_FATAL_ERROR: c_int = 7;
 pub(super) const PGRES_COPY_BOTH: c_int = 8;
 pub(super) const PGRES_SINGLE_TUPLE: c_int = 9;
 

@@ -14,6 +14,9 @@ use pgrx::pg_sys;
 use std::ffi::c_char;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// The bytes before a WAL data frame's message ('w', start, end, time).
+const WAL_DATA_HEADER: usize = 25;
+
 /// Seconds from the Unix epoch to PostgreSQL's (2000-01-01).
 const POSTGRES_EPOCH_SECONDS: u64 = 946_684_800;
 
@@ -45,21 +48,26 @@ impl ReplicationStream {
         Ok(ReplicationStream { connection })
     }
 
-    /// The next output plugin message with the WAL position it was decoded
-    /// at, waiting until `deadline` (None when it passed). Keepalives that
-    /// ask for an answer get one, confirming nothing: the reader records
-    /// what it applied itself, and the slot is advanced apart.
-    pub(crate) fn next(&mut self, deadline: Instant) -> Result<Option<(Lsn, Vec<u8>)>> {
+    /// The next output plugin message, waiting until `deadline` (None when
+    /// it passed). Keepalives that ask for an answer get one, confirming
+    /// nothing: the reader records what it applied itself, and the slot is
+    /// advanced apart.
+    pub(crate) fn next(&mut self, deadline: Instant) -> Result<Option<Vec<u8>>> {
         loop {
-            let Some(frame) = self.frame(deadline)? else {
+            let Some(frame_bytes) = self.frame(deadline)? else {
                 return Ok(None);
             };
-            let frame = decode_frame(&frame).map_err(|e| {
+            let frame = decode_frame(&frame_bytes).map_err(|e| {
                 self.connection
                     .failure(format!("reading the replication stream: {e}"))
             })?;
             match frame {
-                Frame::WalData { start, data } => return Ok(Some((start, data.to_vec()))),
+                Frame::WalData { .. } => {
+                    // (The message, without the frame's 25-byte header.)
+                    let mut message = frame_bytes;
+                    message.drain(..WAL_DATA_HEADER);
+                    return Ok(Some(message));
+                }
                 Frame::Keepalive { reply: true, .. } => self.answer()?,
                 Frame::Keepalive { .. } => {}
             }
@@ -92,7 +100,9 @@ impl ReplicationStream {
         let conn = self.connection.conn;
         loop {
             let mut buffer: *mut c_char = std::ptr::null_mut();
-            // SAFETY: a connection in COPY BOTH mode; asynchronous, so it
+            // SAFETY: a connection in COPY BOTH mode and a valid out-pointer,
+            // which libpq sets to a buffer of its own (freed below with
+            // PQfreemem) only when it returns a length; asynchronous, so it
             // returns 0 rather than block when no whole message is there.
             let length = unsafe { PQgetCopyData(conn, &mut buffer, 1) };
             if length > 0 {
@@ -107,10 +117,16 @@ impl ReplicationStream {
                 return Ok(Some(bytes));
             }
             if length < 0 {
-                // The stream ended: the walsender's error is the result.
+                // The stream ended: with the walsender's error, or (it
+                // stopped) without one.
                 let ended = match self.connection.next_result()? {
-                    Some(result) => self.connection.result_error(&result),
-                    None => self.connection.failure(self.connection.error_message()),
+                    // SAFETY: a live result.
+                    Some(result) if unsafe { PQresultStatus(result.0) } == PGRES_FATAL_ERROR => {
+                        self.connection.result_error(&result)
+                    }
+                    _ => self
+                        .connection
+                        .failure("the node ended the replication stream".into()),
                 };
                 return Err(ended);
             }

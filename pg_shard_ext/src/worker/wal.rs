@@ -12,7 +12,7 @@ use pgrx::prelude::*;
 #[pg_extern(schema = "pg_shard", volatile, parallel_unsafe)]
 pub(super) fn flush_wal() -> String {
     // A record of its own (a non-transactional logical message, which no
-    // subscription and no job's slot reader takes), whose end is an exact
+    // subscription takes and a split's stream passes over), whose end is an exact
     // end of WAL: the insert position may point past a page header that is
     // not written yet, which XLogFlush refuses.
     let end = crate::spi::query_value::<String>(

@@ -19,8 +19,8 @@ use postgres::Client;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long a read of the slot waits for another process (the walsender
-/// of a stream that ended) to let the slot go.
+/// How long a read of the slot waits for the walsender of a stream that
+/// holds the slot to end once told to.
 const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 /// Messages read from the slot per round (a change, or a transaction's
@@ -301,7 +301,6 @@ impl Apply<'_> {
     fn read(&self, node: &mut Client, upto: Option<Lsn>) -> Result<Batch> {
         let job = self.job;
         let name = self.direction.slot(job);
-        let key = self.direction.progress_key(job);
         // Read before the changes: the slot may advance to it only if every
         // transaction committed before it was read. Decoding stops at the
         // flushed end of WAL (the local cluster commits asynchronously), and so
@@ -317,31 +316,38 @@ impl Apply<'_> {
         // What the progress row says was applied comes with each change
         // (one round trip; no change, no need of it).
         let peek = format!(
-            "SELECT (SELECT applied::text FROM {} WHERE job = {key}), data \
+            "SELECT ({}), data \
              FROM pg_logical_slot_peek_binary_changes({}, {}, {CHANGES_PER_ROUND}, \
                  'proto_version', '1', 'publication_names', {})",
-            marker_table(job),
+            self.applied_query(),
             quote::literal(&name),
             quote::literal(&upto.to_string()),
             quote::literal(&name),
         );
         // A cutover's stream of the slot ([`super::stream`]) holds it until
-        // its walsender has gone, a moment after the connection closed (or
-        // after the runner that had it died).
-        let mut slot_busy_since = None;
-        let rows = loop {
-            match node.query_typed(&peek, &[]) {
-                Ok(rows) => break rows,
-                Err(e)
-                    if e.code() == Some(&postgres::error::SqlState::OBJECT_IN_USE)
-                        && slot_busy_since.get_or_insert_with(Instant::now).elapsed()
-                            < SLOT_RELEASE_WAIT =>
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => return Err(remote::remote_error(&job.source, &e)),
+        // its walsender has gone: a moment after the stream closed, or
+        // longer when its runner died (the walsender may be decoding a
+        // large transaction, or not notice for a while). Only the job reads
+        // its slot: whoever holds it is ended, waited for, and the read
+        // tried again (once).
+        let rows = match node.query_typed(&peek, &[]) {
+            Err(e) if e.code() == Some(&postgres::error::SqlState::OBJECT_IN_USE) => {
+                run_on(
+                    &job.source,
+                    node,
+                    &format!(
+                        "SELECT pg_catalog.pg_terminate_backend(active_pid, {}) \
+                         FROM pg_catalog.pg_replication_slots \
+                         WHERE slot_name = {} AND active_pid IS NOT NULL",
+                        SLOT_RELEASE_WAIT.as_millis(),
+                        quote::literal(&name)
+                    ),
+                )?;
+                node.query_typed(&peek, &[])
             }
-        };
+            rows => rows,
+        }
+        .map_err(|e| remote::remote_error(&job.source, &e))?;
         let applied = rows
             .first()
             .and_then(|row| row.get::<_, Option<String>>(0))
@@ -387,6 +393,16 @@ impl Apply<'_> {
             )),
             Direction::Reverse => Ok(None),
         }
+    }
+
+    /// The progress row's `applied` position, as text (no row: nothing
+    /// was applied).
+    pub(super) fn applied_query(&self) -> String {
+        format!(
+            "SELECT applied::text FROM {} WHERE job = {}",
+            marker_table(self.job),
+            self.direction.progress_key(self.job),
+        )
     }
 
     /// The progress row's `UPDATE` to `position`.

@@ -486,9 +486,9 @@ fn cutover(job: &Job, tables: &[SplitTable]) -> Result<Next> {
     };
     let sources: Vec<String> = tables.iter().map(|t| t.source.qualified()).collect();
     // The connections first: a new one would count in the pause. And what
-    // was written since the last step is applied before the lock, twice
-    // (the second round only what came in during the first): only the
-    // rest is applied while writers wait.
+    // was written since the last step is applied before the lock (a round
+    // through SQL, then over the stream up to a mark): only the rest is
+    // applied while writers wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
     let every_shard = [source_shards(tables), half_shards(tables)].concat();

@@ -123,8 +123,8 @@ pub(super) fn revert(job: &Job, tables: &[SplitTable]) -> Result<Next> {
         direction: Direction::Reverse,
     };
     // Connections first, and what came in since the last look applied
-    // before the lock (twice): only the rest is applied while writers
-    // wait.
+    // before the lock (a round through SQL, then over the stream up to a
+    // mark): only the rest is applied while writers wait.
     let mut node = apply::connection(job)?;
     let mut lock_holder = connect(&job.source)?;
     let every_shard = [source_shards(tables), half_shards(tables)].concat();

@@ -21,7 +21,7 @@
 use super::apply::{Apply, Changes, FLUSH_WAL};
 use crate::error::{Result, ShardError};
 use crate::operations::node_access::{run_on, value_on};
-use crate::operations::replication::marker_table;
+use crate::operations::replication::unix_micros;
 use crate::quote;
 use crate::transaction::replication_stream::ReplicationStream;
 use pg_shard_core::pgoutput::{self, Lsn, Message};
@@ -53,17 +53,9 @@ impl<'a> Streamed<'a> {
         longest: Duration,
     ) -> Result<Streamed<'a>> {
         let job = apply.job;
-        let applied = value_on::<String>(
-            &job.source,
-            node,
-            &format!(
-                "SELECT applied::text FROM {} WHERE job = {}",
-                marker_table(job),
-                apply.direction.progress_key(job)
-            ),
-        )?
-        .and_then(|text| Lsn::parse(&text))
-        .unwrap_or_default();
+        let applied = value_on::<String>(&job.source, node, &apply.applied_query())?
+            .and_then(|text| Lsn::parse(&text))
+            .unwrap_or_default();
         let slot = apply.direction.slot(job);
         let stream = ReplicationStream::start(&job.source, &slot, &slot)?;
         let mut streamed = Streamed {
@@ -85,13 +77,9 @@ impl<'a> Streamed<'a> {
     /// flushes the WAL (the walsender sends only flushed WAL); its last
     /// value is the flushed position.
     pub(crate) fn next_mark(&mut self) -> String {
-        let micros = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros())
-            .unwrap_or_default();
         // Unique: a mark of an earlier attempt still in the slot is not
         // taken for this one.
-        self.mark = format!("job {} at {micros}", self.apply.job.job_id);
+        self.mark = format!("job {} at {}", self.apply.job.job_id, unix_micros());
         format!(
             "SELECT pg_catalog.pg_logical_emit_message(false, {}, {});\n{FLUSH_WAL}",
             quote::literal(MARK_PREFIX),
@@ -118,7 +106,7 @@ impl<'a> Streamed<'a> {
     ) -> Result<Vec<String>> {
         let deadline = Instant::now() + longest;
         loop {
-            let Some((_, data)) = self.stream.next(deadline)? else {
+            let Some(data) = self.stream.next(deadline)? else {
                 return Err(ShardError::Timeout(format!(
                     "the writes before the split's mark were not read within {longest:?}"
                 )));
