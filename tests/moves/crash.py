@@ -171,20 +171,30 @@ for phase in phases:
 # replication stream (held just after the stream caught up): the stream's
 # walsender goes with the connection, and the job, run again, reads the
 # slot once the walsender has let it go.
+def source_port_of(job):
+    return meta.execute(
+        "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.source_node "
+        "WHERE j.job_id = %s", (job,)).fetchone()[0]
+
+
+def poll_node(port, sql, params=(), give_up=lambda: False, timeout=60):
+    """The first column of `sql` on the node at `port`, asked until it is
+    true (or `give_up()`, or the time is over)."""
+    value = None
+    deadline = time.time() + timeout
+    while time.time() < deadline and not value and not give_up():
+        with connect(port) as node:
+            value = node.execute(sql, params).fetchone()[0]
+        time.sleep(0.1)
+    return value
+
+
 if kind == "split":
     holder, job = start_move(meta, "streaming")
     reached = wait_phase(meta, job, "cutover")
-    source_port = meta.execute(
-        "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.source_node "
-        "WHERE j.job_id = %s", (job,)).fetchone()[0]
-    streaming = 0
-    deadline = time.time() + 60
-    while time.time() < deadline and not streaming:
-        with connect(source_port) as source:
-            streaming = source.execute(
-                "SELECT count(*) FROM pg_replication_slots WHERE active AND active_pid IN "
-                "(SELECT pid FROM pg_stat_replication)").fetchone()[0]
-        time.sleep(0.1)
+    streaming = poll_node(source_port_of(job),
+                          "SELECT count(*) FROM pg_replication_slots WHERE active AND active_pid IN "
+                          "(SELECT pid FROM pg_stat_replication)")
     runner, meta = kill_runner()
     state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
     rows_ok, owners_ok, leftovers = consistent(meta, rows, total)
@@ -199,22 +209,15 @@ if kind == "split":
 if kind == "split":
     holder, job = start_move(meta, "catch_up")
     reached = wait_phase(meta, job, "catch_up")
-    source_port = meta.execute(
-        "SELECT n.port FROM pg_shard.job j JOIN pg_shard.node n ON n.node_id = j.source_node "
-        "WHERE j.job_id = %s", (job,)).fetchone()[0]
+    source_port = source_port_of(job)
     slot = f"pg_shard_job_{job}"
     reader = subprocess.Popen(
         [f"{bindir}/pg_recvlogical", "-h", "127.0.0.1", "-p", str(source_port), "-U", "postgres",
          "-d", database, "-S", slot, "--start", "--no-loop", "-f", "/dev/null",
          "-o", "proto_version=1", "-o", f"publication_names={slot}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    held = False
-    deadline = time.time() + 30
-    while time.time() < deadline and not held and reader.poll() is None:
-        with connect(source_port) as source:
-            held = source.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
-                                  (slot,)).fetchone()[0]
-        time.sleep(0.1)
+    held = poll_node(source_port, "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                     (slot,), give_up=lambda: reader.poll() is not None, timeout=30)
     holder.close()
     state = meta.execute("SELECT pg_shard.wait_job(%s, '2 minutes')", (job,)).fetchone()[0]
     try:
