@@ -99,11 +99,7 @@ impl<'a> Streamed<'a> {
     /// Reads up to the last mark, within `longest`; returns the statements
     /// of the changes read that are not applied yet (a long run's earlier
     /// transactions are applied over `node` on the way).
-    pub(crate) fn until_mark(
-        &mut self,
-        node: &mut Client,
-        longest: Duration,
-    ) -> Result<Vec<String>> {
+    fn until_mark(&mut self, node: &mut Client, longest: Duration) -> Result<Vec<String>> {
         let deadline = Instant::now() + longest;
         loop {
             let Some(data) = self.stream.next(deadline)? else {
