@@ -466,6 +466,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', complete_job.job_id USING ERRCODE = 'undefined_object';
     END IF;
+    -- Asked to revert, whether or not the runner has begun it yet.
+    IF j.state = 'running'
+       AND (j.resources->>'requested' = 'revert' OR j.phase IN ('reverting', 'revert_cleanup')) THEN
+        RAISE EXCEPTION 'job % is being reverted', j.job_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
     IF j.state <> 'running' OR j.phase NOT IN ('cleanup', 'reverse_replicating', 'drop_old') THEN
         IF j.state IN ('queued', 'running') AND j.phase NOT IN ('reverting', 'revert_cleanup') THEN
             RAISE EXCEPTION 'job % has not published its new map yet (phase %)', j.job_id, j.phase
@@ -474,10 +480,6 @@ BEGIN
         END IF;
         RAISE NOTICE 'job % has nothing left to complete (%, %)', j.job_id, j.state, j.phase;
         RETURN false;
-    END IF;
-    IF j.resources->>'requested' = 'revert' THEN
-        RAISE EXCEPTION 'job % is being reverted', j.job_id
-            USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     UPDATE pg_shard.job
        SET resources = resources || jsonb_build_object('requested', 'complete', 'drop_after', now())
