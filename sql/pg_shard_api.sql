@@ -125,6 +125,8 @@ REVOKE ALL ON FUNCTION pg_shard.invalidate_shard_state(oid) FROM PUBLIC;
 -- The guards run as whichever role writes to a shard table.
 GRANT USAGE ON SCHEMA pg_shard TO PUBLIC;
 GRANT SELECT ON pg_shard.local_shard TO PUBLIC;
+-- pg_shard.next_id reads the node's generator number as any role.
+GRANT SELECT ON pg_shard.local_node TO PUBLIC;
 -- The catalog is readable by everyone, like pg_class: schema changes
 -- (ProcessUtility hook) and queries of any role look up whether a table is
 -- distributed. Only pg_shard's functions change it.
@@ -207,6 +209,7 @@ DECLARE
     target record;
     other bigint;
     new_job bigint;
+    routed text;
 BEGIN
     IF requested_shard IS NULL THEN
         RAISE EXCEPTION 'shard_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -242,7 +245,23 @@ BEGIN
             RAISE EXCEPTION 'shard % holds a single keyspace id and cannot be split', requested_shard
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        IF requested_split_at IS NULL THEN
+        SELECT string_agg(table_rel::text, ', ' ORDER BY table_rel::text) INTO routed
+          FROM pg_shard.logical_table
+         WHERE colocation_id = shard.colocation_id AND routing_attnum IS NOT NULL;
+        IF requested_split_at IS NULL AND routed IS NOT NULL THEN
+            -- the middle, rounded to a prefix boundary (2^54) inside the range
+            requested_split_at := round((shard.range_start::numeric + shard.range_end::numeric + 1) / 2
+                                        / 18014398509481984) * 18014398509481984;
+            IF requested_split_at <= shard.range_start THEN
+                requested_split_at := requested_split_at + 18014398509481984;
+            END IF;
+            IF requested_split_at > shard.range_end THEN
+                RAISE EXCEPTION 'shard % cannot be split: its range holds one routing-id prefix', requested_shard
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          DETAIL = format('%s route by ids whose prefix names 1/1024th of the keyspace; '
+                                          'shard boundaries stay at multiples of 2^54.', routed);
+            END IF;
+        ELSIF requested_split_at IS NULL THEN
             -- the middle: the upper half starts one past it
             requested_split_at := floor((shard.range_start::numeric + shard.range_end::numeric) / 2)::bigint + 1;
         ELSIF requested_split_at <= shard.range_start OR requested_split_at > shard.range_end THEN
@@ -250,6 +269,14 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = format('The range is [%s, %s]; split_at is the first keyspace id of the upper half, so it must be in (%s, %s].',
                                       shard.range_start, shard.range_end, shard.range_start, shard.range_end);
+        END IF;
+        IF routed IS NOT NULL AND requested_split_at % 18014398509481984 <> 0 THEN
+            RAISE EXCEPTION 'split point % would cut a routing-id prefix of %', requested_split_at, routed
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'An id carries the top 10 bits of its key''s keyspace id, so routing by id needs '
+                               'every shard boundary at a multiple of 2^54.',
+                      HINT = format('split at a multiple of 2^54, such as %s, or leave split_at NULL',
+                                    ceil(requested_split_at::numeric / 18014398509481984) * 18014398509481984);
         END IF;
     ELSE
         IF requested_target IS NULL THEN
@@ -331,6 +358,25 @@ COMMENT ON FUNCTION pg_shard.split_shard(bigint, bigint, boolean) IS
     'queue a split of the shard (and its co-located shards) into two at split_at, the first '
     'keyspace id of the upper half (NULL: the middle of the range), reads first if asked; '
     'returns the job id';
+
+-- Self-routing ids (pg_shard_ext/src/ids): an id carries the top 10 bits
+-- of its key's keyspace id, so `column = id` routes like `key = value`.
+CREATE FUNCTION pg_shard.next_id("table" regclass, key anyelement)
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+AS $$ SELECT pg_shard.next_id_internal($1::pg_catalog.oid, $2) $$;
+COMMENT ON FUNCTION pg_shard.next_id(regclass, anyelement) IS
+    'a new id for a row of the table whose distribution key is key: 41 bits of milliseconds '
+    'since 2026-01-01 UTC, the top 10 bits of the key''s keyspace id, a 12-bit sequence; '
+    'unique across the cluster''s nodes';
+
+CREATE FUNCTION pg_shard.set_routing_id("table" regclass, "column" name)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.set_routing_id_internal($1::pg_catalog.oid, $2::text) $$;
+COMMENT ON FUNCTION pg_shard.set_routing_id(regclass, name) IS
+    'declare that column holds ids from pg_shard.next_id for the row''s key (checked on every '
+    'shard), so that column = value is routed to one shard; NULL removes the declaration';
 
 -- A reads-first job in its reads_switched phase switches writes at its
 -- next step instead of at the end of pg_shard.switch_writes_delay.
@@ -819,6 +865,8 @@ REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 -- sessions' prepared transactions.
 REVOKE ALL ON FUNCTION pg_shard.start_job_runner() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.recover_prepared_transactions() FROM PUBLIC;
+-- add_node's: which node a worker is (its pg_shard.next_id generator).
+REVOKE ALL ON FUNCTION pg_shard.record_local_node(integer) FROM PUBLIC;
 -- A job's own wait inside its cutover (it holds a backend for up to its
 -- timeout).
 REVOKE ALL ON FUNCTION pg_shard.await_marker(oid, bigint, bigint[], bigint, integer) FROM PUBLIC;

@@ -56,6 +56,8 @@ CREATE TABLE pg_shard.logical_table (
     kind          text     NOT NULL CHECK (kind IN ('distributed', 'reference')),
     dist_column   text,
     colocation_id integer  NOT NULL REFERENCES pg_shard.colocation_group,
+    -- the column that holds self-routing ids (pg_shard.set_routing_id), if any
+    routing_attnum smallint,
     CHECK ((kind = 'distributed') = (dist_column IS NOT NULL))
 );
 
@@ -120,6 +122,13 @@ CREATE TABLE pg_shard.local_shard (
                 CHECK (state IN ('active', 'frozen', 'retired')),
     epoch       bigint   NOT NULL,
     CHECK (range_start <= range_end)
+);
+
+-- Which node this server is (written by add_node on the worker): its
+-- generator number for pg_shard.next_id. No row on the metadata node.
+CREATE TABLE pg_shard.local_node (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    node_id   integer NOT NULL
 );
 
 -- Statements per shard that the coordinators route straight to workers,
@@ -219,5 +228,6 @@ SELECT pg_catalog.pg_extension_config_dump('pg_shard.placement', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.table_constraint', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.map_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_shard', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_node', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.job', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.job_job_id_seq', '');

@@ -10,6 +10,7 @@ pub mod pgoutput;
 pub mod quote;
 pub mod range;
 pub mod replication_stream;
+pub mod routing_id;
 pub mod shard_map;
 pub mod union_find;
 

@@ -72,6 +72,12 @@ pub(crate) enum ShardError {
     },
     #[error("{0}")]
     InvalidArgument(String),
+    #[error("pg_shard.next_id cannot make ids on this node: {0}")]
+    NoIdGenerator(String),
+    /// A table's shard boundaries are not multiples of 2^54, so its ids'
+    /// prefixes do not name one shard each.
+    #[error("{0}")]
+    UnalignedRanges(String),
     /// A job's copies differ from their source (row counts or checksums).
     #[error("{0}")]
     VerificationMismatch(String),
@@ -203,6 +209,9 @@ impl ShardError {
             ShardError::InvalidArgument(_) | ShardError::Range(_) => {
                 ERRCODE_INVALID_PARAMETER_VALUE
             }
+            ShardError::NoIdGenerator(_) | ShardError::UnalignedRanges(_) => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
             ShardError::VerificationMismatch(_) => ERRCODE_DATA_CORRUPTED,
             ShardError::Timeout(_) => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             ShardError::CutoverLockBusy { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
@@ -238,6 +247,17 @@ impl ShardError {
                 "shard moves replicate rows logically and need to identify them: \
                  add a primary key, or run ALTER TABLE {table} REPLICA IDENTITY FULL"
             )),
+            ShardError::NoIdGenerator(_) => Some(
+                "call it on the metadata node (through the coordinator, statements that call \
+                 it run there)"
+                    .into(),
+            ),
+            ShardError::UnalignedRanges(_) => Some(
+                "routing ids need shard boundaries at multiples of 2^54 (1/1024th of the \
+                 keyspace): distribute the table with a power-of-two shard_count of at most \
+                 1024, and split at such boundaries"
+                    .into(),
+            ),
             ShardError::NeedsReadCommitted => Some(
                 "a snapshot taken before the table was locked could miss rows; \
                  run it in its own transaction or one started at READ COMMITTED"

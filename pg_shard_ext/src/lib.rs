@@ -43,6 +43,7 @@ mod copy_rows;
 mod error;
 mod executor;
 mod guc;
+mod ids;
 mod keyspace;
 mod latch;
 mod metadata;
@@ -87,6 +88,7 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a plain read of a backend-global flag set by the postmaster.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         operations::register_launcher();
+        ids::generator::register_shared_memory();
     }
     worker::fencing::register_cache_invalidation();
     worker::read_fence::install();

@@ -282,6 +282,9 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/metadata_restart.py" 2
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
 # Rebalancing by the statement rates the coordinator reports.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
+# Self-routing ids: made at once on two nodes, and reads by id routed to one
+# shard before and after a split and a move.
+run_script "$here/moves.log" "$python" "$repo/tests/routing/routing_ids.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 cat "$here/moves.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/moves.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/moves.log")))

@@ -84,6 +84,9 @@ pub struct Table {
     pub filled_columns: HashSet<String>,
     /// Generated columns (not in a COPY's data; each node computes them).
     pub generated_columns: HashSet<String>,
+    /// A column of self-routing ids (pg_shard.set_routing_id): `column =
+    /// id` routes to the shard of the prefix the id carries.
+    pub routing_column: Option<String>,
 }
 
 #[derive(Debug, Default)]

@@ -68,7 +68,9 @@ pub(super) async fn load(
                             AND (a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '')), \
                     ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
                           WHERE a.attrelid = t.table_rel AND a.attnum > 0 AND NOT a.attisdropped \
-                            AND a.attgenerated <> '') \
+                            AND a.attgenerated <> ''), \
+                    (SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                     WHERE a.attrelid = t.table_rel AND a.attnum = t.routing_attnum) \
              FROM pg_shard.logical_table t \
              JOIN pg_catalog.pg_class c ON c.oid = t.table_rel \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -207,6 +209,7 @@ pub(super) async fn load(
                 columns,
                 filled_columns: filled.into_iter().collect(),
                 generated_columns: generated.into_iter().collect(),
+                routing_column: row.get(10),
             }),
         );
     }

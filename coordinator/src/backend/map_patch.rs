@@ -195,6 +195,7 @@ mod tests {
             columns: vec!["id".into()],
             filled_columns: HashSet::new(),
             generated_columns: HashSet::new(),
+            routing_column: None,
         };
         ClusterMap {
             version: 7,

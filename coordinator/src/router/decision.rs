@@ -2,6 +2,7 @@
 //! parameters give one worker (with its shard tables) or the metadata node.
 
 use super::equivalence::EquivalenceClasses;
+use super::keys::routing_id_key;
 use super::*;
 
 /// Functions that must run where their state lives (the metadata node),
@@ -132,7 +133,11 @@ pub(super) fn route_inner(
                 .min_by_key(|values| values.len())?;
             candidates.iter().collect()
         };
-        let placement = one_shard(&values, *encoding, shards, normalized, parameters)?;
+        let placement = one_shard(
+            &values,
+            |value| key_id(value, *encoding, normalized, parameters),
+            shards,
+        )?;
         if *node.get_or_insert(placement.node) != placement.node {
             return None;
         }
@@ -218,21 +223,47 @@ fn route_one_table(
         if writes && shape.assigned.iter().any(|c| c == column) {
             return None;
         }
-        let values: Vec<&Value> = if shape.kind == Kind::Insert {
-            insert_keys(shape.insert.as_ref()?, table, column)?
-        } else {
-            shape
+        let values_of = |means: &dyn Fn(&ColumnRef) -> bool| -> Option<Vec<&Value>> {
+            let values = shape
                 .facts
                 .iter()
                 .filter_map(|f| match f {
-                    Fact::OneOf(c, values) if means_key(c) => Some(values),
+                    Fact::OneOf(c, values) if means(c) => Some(values),
                     _ => None,
                 })
-                .min_by_key(|values| values.len())?
-                .iter()
-                .collect()
+                .min_by_key(|values| values.len())?;
+            Some(values.iter().collect())
         };
-        let placement = one_shard(&values, *encoding, shards, normalized, parameters)?;
+        let placement = if shape.kind == Kind::Insert {
+            let values = insert_keys(shape.insert.as_ref()?, table, column)?;
+            one_shard(
+                &values,
+                |value| key_id(value, *encoding, normalized, parameters),
+                shards,
+            )?
+        } else if let Some(values) = values_of(&means_key) {
+            one_shard(
+                &values,
+                |value| key_id(value, *encoding, normalized, parameters),
+                shards,
+            )?
+        } else {
+            // No key: `id = value` on a column of self-routing ids, whose
+            // prefix names one shard (boundaries stay aligned to it).
+            let routing = table.routing_column.as_deref()?;
+            let means_id = |c: &ColumnRef| {
+                c.column == routing
+                    && c.qualifier
+                        .as_deref()
+                        .is_none_or(|q| q == relation.reference_name())
+            };
+            let values = values_of(&means_id)?;
+            one_shard(
+                &values,
+                |value| routing_id_key(value, normalized, parameters),
+                shards,
+            )?
+        };
         Some(Route::Worker {
             node: placement.node,
             sql: rewrite(
@@ -262,17 +293,15 @@ fn serving<'m>(
 }
 
 /// The one shard that owns every value, if there is one and every value's
-/// keyspace id is known.
+/// keyspace id (`id_of`) is known.
 fn one_shard<'m>(
     values: &[&Value],
-    encoding: KeyEncoding,
+    id_of: impl Fn(&Value) -> Option<KeyspaceId>,
     shards: &'m ShardMap<crate::backend::cluster::ShardPlacement>,
-    normalized: &Normalized,
-    parameters: Option<&Parameters<'_>>,
 ) -> Option<&'m crate::backend::cluster::ShardPlacement> {
     let mut placement: Option<&crate::backend::cluster::ShardPlacement> = None;
     for value in values {
-        let id = key_id(value, encoding, normalized, parameters)?;
+        let id = id_of(value)?;
         let (_, found) = shards.lookup(id);
         match placement {
             None => placement = Some(found),

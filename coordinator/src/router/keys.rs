@@ -82,6 +82,51 @@ pub(super) fn key_id(
     }
 }
 
+/// The keyspace id a value of a self-routing id column routes by: the
+/// first of the prefix the id carries; None when the value is not a
+/// non-negative integer known exactly.
+pub(super) fn routing_id_key(
+    value: &Value,
+    normalized: &Normalized,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<KeyspaceId> {
+    let id = match value {
+        Value::Integer(i) => *i,
+        Value::Text(_) => return None,
+        Value::Param { index, cast } => {
+            if cast.is_some_and(|c| c != KeyEncoding::Integer) {
+                return None;
+            }
+            if *index >= normalized.first_literal {
+                let literal = normalized.literals.get(index - normalized.first_literal)?;
+                literal.text.trim().parse().ok()?
+            } else {
+                let parameters = parameters?;
+                let bytes = parameters.values.get(*index)?.as_ref()?;
+                if (parameters.formats)(*index) == 0 {
+                    std::str::from_utf8(bytes).ok()?.trim().parse().ok()?
+                } else {
+                    let declared = parameters.declared_types.get(*index).copied().unwrap_or(0);
+                    if declared != 0 && !declared_type_matches(declared, KeyEncoding::Integer) {
+                        return None;
+                    }
+                    binary_integer(bytes)?
+                }
+            }
+        }
+    };
+    pg_shard_core::routing_id::routing_keyspace_id(id)
+}
+
+fn binary_integer(bytes: &[u8]) -> Option<i64> {
+    Some(match bytes.len() {
+        2 => i16::from_be_bytes(bytes.try_into().ok()?) as i64,
+        4 => i32::from_be_bytes(bytes.try_into().ok()?) as i64,
+        8 => i64::from_be_bytes(bytes.try_into().ok()?),
+        _ => return None,
+    })
+}
+
 /// Type oids whose binary form the key encoding reads.
 fn declared_type_matches(oid: u32, encoding: KeyEncoding) -> bool {
     match encoding {
@@ -98,15 +143,7 @@ fn text_key(text: &str, encoding: KeyEncoding) -> Option<KeyspaceId> {
 
 pub(super) fn binary_key(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
     match encoding {
-        KeyEncoding::Integer => {
-            let value = match bytes.len() {
-                2 => i16::from_be_bytes(bytes.try_into().ok()?) as i64,
-                4 => i32::from_be_bytes(bytes.try_into().ok()?) as i64,
-                8 => i64::from_be_bytes(bytes.try_into().ok()?),
-                _ => return None,
-            };
-            Some(keyspace_id_of_int(value))
-        }
+        KeyEncoding::Integer => Some(keyspace_id_of_int(binary_integer(bytes)?)),
         KeyEncoding::Text => std::str::from_utf8(bytes).ok().map(keyspace_id_of_text),
         KeyEncoding::Uuid => (bytes.len() == 16).then(|| keyspace_id(bytes)),
         KeyEncoding::Bytes => Some(keyspace_id(bytes)),

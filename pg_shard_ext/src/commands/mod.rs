@@ -8,4 +8,5 @@ pub(crate) mod distribute;
 pub(crate) mod drop;
 pub(crate) mod nodes;
 pub(crate) mod reference;
+pub(crate) mod routing_id;
 pub(crate) mod undistribute;

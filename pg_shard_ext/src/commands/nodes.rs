@@ -90,6 +90,16 @@ fn register_node(host: &str, port: i32) -> Result<i32> {
             .map_err(ShardError::into_node_failure)
     })?;
     node.node_id = catalog::insert_node(host, port)?;
+    // Its generator number for pg_shard.next_id.
+    in_transaction(&node, |client| {
+        client
+            .execute(&format!(
+                "SELECT pg_shard.record_local_node({})",
+                node.node_id
+            ))
+            .map(|_| ())
+            .map_err(ShardError::into_node_failure)
+    })?;
     replicate_reference_tables(&node)?;
     crate::metadata::fdw::create_server(&node, catalog::current_map_version()?)?;
     Ok(node.node_id)

@@ -17,6 +17,8 @@ pub(crate) struct LogicalTable {
     pub(crate) kind: String,
     pub(crate) colocation_id: i32,
     pub(crate) dist_column: Option<String>,
+    /// The column of self-routing ids (pg_shard.set_routing_id), if any.
+    pub(crate) routing_column: Option<String>,
 }
 
 impl LogicalTable {
@@ -27,8 +29,11 @@ impl LogicalTable {
         }
         let found = crate::spi::connect(|client| {
             let rows = client.select(
-                "SELECT kind, colocation_id, dist_column FROM pg_shard.logical_table \
-                 WHERE table_rel = $1",
+                "SELECT t.kind, t.colocation_id, t.dist_column, a.attname::text \
+                 FROM pg_shard.logical_table t \
+                 LEFT JOIN pg_catalog.pg_attribute a \
+                   ON a.attrelid = t.table_rel AND a.attnum = t.routing_attnum \
+                 WHERE t.table_rel = $1",
                 Some(1),
                 &[relid.into()],
             )?;
@@ -39,17 +44,19 @@ impl LogicalTable {
                 row.get::<String>(1)?.unwrap_or_default(),
                 row.get::<i32>(2)?.unwrap_or_default(),
                 row.get::<String>(3)?,
+                row.get::<String>(4)?,
             )))
         })?;
-        Ok(
-            found.map(|(kind, colocation_id, dist_column)| LogicalTable {
+        Ok(found.map(
+            |(kind, colocation_id, dist_column, routing_column)| LogicalTable {
                 relid,
                 display: crate::spi::caller_relation_name(relid),
                 kind,
                 colocation_id,
                 dist_column,
-            }),
-        )
+                routing_column,
+            },
+        ))
     }
 
     /// Whether it has a distribution column (a reference table has none).

@@ -17,6 +17,9 @@ pub(super) const INT8_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(410);
 /// `int8 < int8`.
 pub(super) const INT8_LESS_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(412);
 
+/// `int8 <= int8`.
+pub(super) const INT8_LESS_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(414);
+
 /// `int8 >= int8`.
 pub(super) const INT8_GREATER_EQUAL_OPERATOR: pg_sys::Oid = pg_sys::Oid::from_u32(415);
 
@@ -152,10 +155,15 @@ unsafe fn keyspace_condition(
                 }
                 let args = PgList::<pg_sys::Node>::from_pg((*op).args);
                 let (left, right) = (args.get_ptr(0)?, args.get_ptr(1)?);
-                let (column, value, value_is_column) = match (
+                let (left_is_key, right_is_key) = (
                     is_distribution_column(query, left),
                     is_distribution_column(query, right),
-                ) {
+                );
+                if !left_is_key && !right_is_key {
+                    // `id = value` on a column of self-routing ids.
+                    return super::routing_ids::condition(query, left, right);
+                }
+                let (column, value, value_is_column) = match (left_is_key, right_is_key) {
                     // Equal keys have equal keyspace ids: a join on the
                     // distribution columns implies one on the partition keys,
                     // which lets a condition on one side prune the other and
@@ -376,7 +384,7 @@ unsafe fn fixed_per_execution(expr: *mut pg_sys::Node) -> bool {
 
 /// A value usable beside `column`: it hashes like the column and is fixed
 /// per execution.
-unsafe fn usable_value(column: *mut pg_sys::Node, value: *mut pg_sys::Node) -> bool {
+pub(super) unsafe fn usable_value(column: *mut pg_sys::Node, value: *mut pg_sys::Node) -> bool {
     // SAFETY: both are valid expression nodes.
     unsafe { same_encoding(column, value) && fixed_per_execution(value) }
 }

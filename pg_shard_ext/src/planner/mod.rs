@@ -19,6 +19,9 @@
 //! * `key = ANY(const)` →  `keyspace_id(key) = ANY (keyspace_ids(const))`
 //! * `key = ANY($1)` →  one keyspace id per shard picked from the array when
 //!   the plan starts (see [`any_of_array_value`])
+//! * `id = <expr>` on a column of self-routing ids ([`routing_ids`]) →
+//!   `keyspace_id(key)` between the first and last keyspace id of the
+//!   prefix the id carries
 //!
 //! where `<expr>` refers to no column of the same query level and is not
 //! volatile. Constants fold at plan time (plan-time pruning); parameters of a
@@ -38,6 +41,7 @@ mod partition_key;
 mod pruning;
 mod pushdown;
 mod router;
+mod routing_ids;
 mod separable;
 mod shared_reads;
 mod single_table;
@@ -61,5 +65,6 @@ pub(crate) fn register_gucs() {
 /// Forget cached catalog facts (called on every relcache invalidation).
 pub(crate) fn forget_cache() {
     partition_key::forget_cache();
+    routing_ids::forget_cache();
     crate::metadata::shard_lookup::forget();
 }

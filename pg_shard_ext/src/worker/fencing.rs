@@ -421,6 +421,7 @@ unsafe extern "C-unwind" fn forget_shard_states(_arg: pg_sys::Datum, _relid: pg_
     // a column renamed: re-reading them after DDL is cheap.
     ROW_GUARDS.with(|guards| guards.borrow_mut().clear());
     crate::planner::forget_cache();
+    crate::ids::forget_cache();
     INVALIDATIONS.set(INVALIDATIONS.get().wrapping_add(1));
 }
 

@@ -125,7 +125,9 @@ pub(super) unsafe fn plan_rename(
             };
             return rename_distribution_column(table, text, span, new_name).map(Some);
         }
-        pg_sys::ObjectType::OBJECT_COLUMN => (true, false),
+        // The routers name the column of self-routing ids: a new map.
+        // SAFETY: a column name of the parse tree.
+        pg_sys::ObjectType::OBJECT_COLUMN => (true, unsafe { is_routing(rename.subname, &table) }),
         // The shards keep their names; routers learn the new one.
         pg_sys::ObjectType::OBJECT_TABLE => (false, true),
         pg_sys::ObjectType::OBJECT_TABCONSTRAINT => {
@@ -279,6 +281,17 @@ unsafe fn is_dist(name: *mut c_char, table: &LogicalTable) -> bool {
             .is_some_and(|d| unsafe { CStr::from_ptr(name) }.to_bytes() == d.as_bytes())
 }
 
+/// # Safety
+/// `name` is a column name of the parse tree, or null.
+unsafe fn is_routing(name: *mut c_char, table: &LogicalTable) -> bool {
+    // SAFETY: as the caller promises.
+    !name.is_null()
+        && table
+            .routing_column
+            .as_deref()
+            .is_some_and(|r| unsafe { CStr::from_ptr(name) }.to_bytes() == r.as_bytes())
+}
+
 /// Whether the shards run this action, or the reason it is refused.
 ///
 /// # Safety
@@ -294,6 +307,13 @@ unsafe fn judge_column_action(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable)
             Ok(true)
         }
         T::AT_DropColumn if dist => Err(table.refuse("the distribution column cannot be dropped")),
+        // SAFETY: the command's column name, or null.
+        T::AT_DropColumn | T::AT_AlterColumnType if unsafe { is_routing(cmd.name, table) } => {
+            Err(table.refuse(
+                "the column holds routing ids (pg_shard.set_routing_id): run \
+                 pg_shard.set_routing_id(table, NULL) first",
+            ))
+        }
         T::AT_AlterColumnType if dist => Err(table.refuse(
             "the distribution column's type cannot change (rows would hash to other shards)",
         )),
