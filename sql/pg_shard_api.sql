@@ -378,6 +378,90 @@ COMMENT ON FUNCTION pg_shard.set_routing_id(regclass, name) IS
     'declare that column holds ids from pg_shard.next_id for the row''s key (checked on every '
     'shard), so that column = value is routed to one shard; NULL removes the declaration';
 
+-- Tenant isolation (pg_shard_ext/src/commands/isolate.rs): one keyspace id
+-- gets a shard group of its own, [id, id], by splits at both sides of it
+-- and then, if asked, a move. Each step is an ordinary job; the runner
+-- queues the next when one ends done (pg_shard.queue_isolation_step, in the
+-- transaction that records it done), planned again from the catalog as it
+-- is then, so a step someone else did meanwhile is not done twice.
+CREATE FUNCTION pg_shard.queue_isolation_step(
+    isolated_table oid, isolated_id bigint, target integer, follows bigint)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    shard record;
+    next_job bigint;
+BEGIN
+    SELECT s.shard_id, g.range_start, g.range_end, p.node_id INTO shard
+      FROM pg_shard.shard s
+      JOIN pg_shard.shard_group g USING (shard_group_id)
+      JOIN pg_shard.placement p ON p.shard_group_id = s.shard_group_id AND p.state = 'active'
+     WHERE s.table_rel = isolated_table::regclass
+       AND isolated_id BETWEEN g.range_start AND g.range_end;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no active shard of % holds keyspace id %', isolated_table::regclass, isolated_id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF shard.range_start < isolated_id THEN
+        next_job := pg_shard.queue_job('split', shard.shard_id, NULL, isolated_id);
+    ELSIF shard.range_end > isolated_id THEN
+        next_job := pg_shard.queue_job('split', shard.shard_id, NULL, isolated_id + 1);
+    ELSIF target IS NOT NULL AND target <> shard.node_id THEN
+        next_job := pg_shard.queue_job('move', shard.shard_id, target, NULL);
+    ELSE
+        RETURN NULL;
+    END IF;
+    UPDATE pg_shard.job j
+       SET resources = j.resources
+           || jsonb_build_object('isolating', jsonb_build_object(
+                  'table', isolated_table, 'keyspace_id', isolated_id, 'target', target))
+           -- a later step runs with the settings the first was queued with
+           || coalesce((SELECT jsonb_object_agg(key, value) || jsonb_build_object('follows', follows)
+                          FROM pg_shard.job f, jsonb_each(f.resources)
+                         WHERE f.job_id = follows
+                           AND key IN ('drop_delay', 'lock_wait_ms', 'apply_wait_ms', 'copy_rate',
+                                       'max_lag', 'max_latency_ms')), '{}'::jsonb)
+     WHERE j.job_id = next_job;
+    IF follows IS NOT NULL THEN
+        UPDATE pg_shard.job j SET resources = j.resources || jsonb_build_object('next_job', next_job)
+         WHERE j.job_id = follows;
+    END IF;
+    RETURN next_job;
+END $$;
+
+-- Called by the runner when a job ends done: an isolation's next step. A
+-- step that cannot be queued (the key's shard busy with another job) is
+-- reported in the finished job and as a WARNING; isolate_tenant again
+-- carries on from there.
+CREATE FUNCTION pg_shard.continue_isolation(finished_job bigint)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    isolating jsonb;
+BEGIN
+    SELECT resources->'isolating' INTO isolating FROM pg_shard.job
+     WHERE job_id = finished_job AND phase = 'completed';
+    IF isolating IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN pg_shard.queue_isolation_step((isolating->>'table')::oid, (isolating->>'keyspace_id')::bigint,
+                                         (isolating->>'target')::integer, finished_job);
+EXCEPTION WHEN OTHERS THEN
+    UPDATE pg_shard.job SET resources = resources || jsonb_build_object('isolation_error', SQLERRM)
+     WHERE job_id = finished_job;
+    RAISE WARNING 'pg_shard job %: the isolation''s next step was not queued: %', finished_job, SQLERRM;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION pg_shard.isolate_tenant("table" regclass, key anyelement, target_node integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_shard.isolate_tenant_internal($1::pg_catalog.oid, $2, $3) $$;
+COMMENT ON FUNCTION pg_shard.isolate_tenant(regclass, anyelement, integer) IS
+    'give the key''s keyspace id a shard of its own in every table of the co-location group '
+    '(splits at both sides of it, then a move to target_node if given); returns the first job '
+    '(pg_shard.wait_job follows the steps), or NULL when the key is isolated already';
+
 -- A reads-first job in its reads_switched phase switches writes at its
 -- next step instead of at the end of pg_shard.switch_writes_delay.
 CREATE FUNCTION pg_shard.switch_writes(job_id bigint)
@@ -543,11 +627,22 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     current text;
     deadline timestamptz := clock_timestamp() + timeout;
+    waited bigint := wait_job.job_id;
+    following bigint;
 BEGIN
     LOOP
-        SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = wait_job.job_id;
+        SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = waited;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'job % does not exist', wait_job.job_id USING ERRCODE = 'undefined_object';
+            RAISE EXCEPTION 'job % does not exist', waited USING ERRCODE = 'undefined_object';
+        END IF;
+        IF current = 'done' THEN
+            -- the next step of an isolation, if the runner queued one
+            SELECT (j.resources->>'next_job')::bigint INTO following
+              FROM pg_shard.job j WHERE j.job_id = waited;
+            IF following IS NOT NULL THEN
+                waited := following;
+                CONTINUE;
+            END IF;
         END IF;
         IF current IN ('done', 'failed', 'canceled') OR clock_timestamp() >= deadline THEN
             RETURN current;
@@ -602,6 +697,57 @@ COMMENT ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[]) IS
 
 -- The busiest node's weight over the median node's (NULL when the median
 -- weighs nothing), for rebalance's plan.
+-- A coordinator's hot keys (pg_shard_ext has no part in it): its report
+-- replaces its rows; reports older than 5 minutes are not gathered.
+CREATE FUNCTION pg_shard.report_hot_keys(coordinator text, schemas text[], tables text[],
+                                         keyspace_ids bigint[], keys text[], statements bigint[],
+                                         table_statements bigint[], errors bigint[])
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DELETE FROM pg_shard.hot_key h
+     WHERE h.coordinator = report_hot_keys.coordinator OR h.reported_at < now() - interval '1 hour';
+    INSERT INTO pg_shard.hot_key (coordinator, table_rel, keyspace_id, key, statements, table_statements,
+                                  error, reported_at)
+    SELECT report_hot_keys.coordinator, t.table_rel, r.keyspace_id, r.key, r.statements, r.table_statements,
+           r.error, now()
+      FROM unnest(schemas, tables, keyspace_ids, keys, statements, table_statements, errors)
+           AS r (schema_name, table_name, keyspace_id, key, statements, table_statements, error)
+      JOIN pg_catalog.pg_namespace n ON n.nspname = r.schema_name
+      JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name
+      JOIN pg_shard.logical_table t ON t.table_rel = c.oid
+    ON CONFLICT DO NOTHING;
+$$;
+
+CREATE FUNCTION pg_shard.hot_keys()
+RETURNS TABLE (table_name regclass, key text, keyspace_id bigint, statements bigint,
+               share double precision, error bigint, shard_id bigint, node_id integer,
+               coordinators integer, reported_at timestamptz)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH recent AS (
+        SELECT * FROM pg_shard.hot_key WHERE reported_at >= now() - interval '5 minutes'
+    ), table_totals AS (
+        SELECT table_rel, sum(table_statements) AS total
+          FROM (SELECT DISTINCT coordinator, table_rel, table_statements FROM recent) per_coordinator
+         GROUP BY table_rel
+    )
+    SELECT h.table_rel::regclass, min(h.key), h.keyspace_id, sum(h.statements)::bigint,
+           sum(h.statements)::double precision / nullif(min(t.total), 0),
+           sum(h.error)::bigint, min(s.shard_id), min(p.node_id), count(*)::integer, max(h.reported_at)
+      FROM recent h
+      JOIN table_totals t USING (table_rel)
+      LEFT JOIN pg_shard.shard s ON s.table_rel = h.table_rel::regclass
+           AND s.shard_group_id = (SELECT g.shard_group_id FROM pg_shard.shard_group g
+                                    JOIN pg_shard.logical_table l ON l.colocation_id = g.colocation_id
+                                   WHERE l.table_rel = h.table_rel::regclass
+                                     AND h.keyspace_id BETWEEN g.range_start AND g.range_end)
+      LEFT JOIN pg_shard.placement p ON p.shard_group_id = s.shard_group_id AND p.state = 'active'
+     GROUP BY h.table_rel, h.keyspace_id
+     ORDER BY 5 DESC NULLS LAST, 1, 3
+$$;
+COMMENT ON FUNCTION pg_shard.hot_keys() IS
+    'the hottest keys the coordinators reported in the last 5 minutes, by their share of their '
+    'table''s statements, with the shard and node holding each';
+
 CREATE FUNCTION pg_shard.imbalance_of(weights bigint[])
 RETURNS numeric
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -860,7 +1006,14 @@ REVOKE ALL ON FUNCTION pg_shard.revert_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.complete_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.rebalance(text, bigint, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.report_hot_keys(text, text[], text[], bigint[], text[], bigint[], bigint[], bigint[]) FROM PUBLIC;
+-- Key values of every table: for whom the superuser grants it.
+REVOKE ALL ON FUNCTION pg_shard.hot_keys() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.isolate_tenant(regclass, anyelement, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.isolate_tenant_internal(oid, anyelement, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.queue_isolation_step(oid, bigint, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.continue_isolation(bigint) FROM PUBLIC;
 -- Each call may take a background worker slot; recovery ends other
 -- sessions' prepared transactions.
 REVOKE ALL ON FUNCTION pg_shard.start_job_runner() FROM PUBLIC;

@@ -144,6 +144,22 @@ CREATE TABLE pg_shard.shard_load (
     PRIMARY KEY (coordinator, shard_id)
 );
 
+-- The hottest keys each coordinator counted (its SHOW HOT_KEYS), as it last
+-- reported them (every 10 s): per table, its top keys by statements of
+-- recent traffic and the table's statements counted beside them.
+-- pg_shard.hot_keys() gathers them. Holds key values: not readable by PUBLIC.
+CREATE TABLE pg_shard.hot_key (
+    coordinator      text   NOT NULL,
+    table_rel        oid    NOT NULL,
+    keyspace_id      bigint NOT NULL,
+    key              text   NOT NULL,
+    statements       bigint NOT NULL,
+    table_statements bigint NOT NULL,
+    error            bigint NOT NULL,
+    reported_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (coordinator, table_rel, keyspace_id)
+);
+
 -- Shard moves and splits (metadata node): one row per job, its state
 -- machine's position persisted so that a restarted background worker
 -- resumes (or rolls back) where it was.

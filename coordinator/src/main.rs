@@ -17,6 +17,7 @@
 mod backend;
 mod config;
 mod frontend;
+mod hot_keys;
 mod metrics;
 mod net;
 mod open_files;

@@ -64,6 +64,8 @@ pub struct Metrics {
     pub multiplex_fallbacks: AtomicU64,
     nodes: Mutex<BTreeMap<String, Arc<NodeStats>>>,
     shards: Mutex<BTreeMap<i64, u64>>,
+    /// Statements per keyspace id of each table (SHOW HOT_KEYS).
+    pub hot_keys: crate::hot_keys::HotKeys,
 }
 
 impl Metrics {
@@ -223,6 +225,25 @@ impl Metrics {
                 );
             }
         }
+        let hot = self.hot_keys.hottest(None, HOT_KEYS_PER_TABLE);
+        let _ = writeln!(out, "# HELP pg_shard_hot_key_share Share of a table's routed statements that went to a key (recent traffic, halved every minute).\n# TYPE pg_shard_hot_key_share gauge");
+        for key in &hot {
+            let _ = writeln!(
+                out,
+                "pg_shard_hot_key_share{{{}}} {:.6}",
+                hot_key_labels(key),
+                key.share()
+            );
+        }
+        let _ = writeln!(out, "# HELP pg_shard_hot_key_statements Statements routed by a key (recent traffic, halved every minute; over by at most the error).\n# TYPE pg_shard_hot_key_statements gauge");
+        for key in &hot {
+            let _ = writeln!(
+                out,
+                "pg_shard_hot_key_statements{{{}}} {}",
+                hot_key_labels(key),
+                key.counter.count
+            );
+        }
         if let Ok(shards) = self.shards.lock() {
             let _ = writeln!(out, "# HELP pg_shard_shard_queries_total Statements routed straight to each shard.\n# TYPE pg_shard_shard_queries_total counter");
             for (shard, count) in shards.iter() {
@@ -234,6 +255,28 @@ impl Metrics {
         }
         out
     }
+}
+
+/// Keys per table in /metrics and SHOW HOT_KEYS.
+pub const HOT_KEYS_PER_TABLE: usize = 10;
+
+fn hot_key_labels(key: &crate::hot_keys::HotKey) -> String {
+    format!(
+        "database=\"{}\",table=\"{}.{}\",key=\"{}\",keyspace_id=\"{}\"",
+        label(&key.database),
+        label(&key.schema),
+        label(&key.table),
+        label(&key.counter.key),
+        key.counter.id.to_sql()
+    )
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Serves GET /metrics until the process ends.

@@ -262,6 +262,7 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 revert
 run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 split-revert
+run_script "$here/moves.log" "$python" "$repo/tests/moves/under_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE" 20000 isolate
 run_script "$here/moves.log" "$python" "$repo/tests/moves/cutover_lock.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 # A cutover whose new side applies too late gives the shard back (the
 # activation vetoed before it came, or undone after).
@@ -285,6 +286,8 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 283
 # Self-routing ids: made at once on two nodes, and reads by id routed to one
 # shard before and after a split and a move.
 run_script "$here/moves.log" "$python" "$repo/tests/routing/routing_ids.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
+# Hot keys of a skewed pgbench run: SHOW HOT_KEYS, /metrics, pg_shard.hot_keys().
+run_script "$here/moves.log" "$python" "$repo/tests/routing/hot_keys.py" 28320 "$coordinator" "$metrics" "$PGSHARD_DATABASE"
 cat "$here/moves.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/moves.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/moves.log")))

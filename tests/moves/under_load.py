@@ -3,10 +3,11 @@
 and through the metadata node insert rows and add to balances while a shard
 group moves to another node (or splits in two; or moves, takes writes on its
 new node, and is reverted to its old one; or splits, takes writes on its
-halves, and is reverted to one shard). Afterwards every acknowledged
-write is present exactly once. Prints the longest write latency seen during
+halves, and is reverted to one shard; or isolates one account's keyspace id
+on a shard of its own on the other node, by two splits and a move). Afterwards
+every acknowledged write is present exactly once. Prints the longest write latency seen during
 the job (the write pause), its duration and its copy rate.
-Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS [move|split|revert|split-revert]]"""
+Usage: under_load.py METADATA_PORT COORDINATOR_PORT DATABASE [ROWS [move|split|revert|split-revert|isolate]]"""
 import sys
 import threading
 import time
@@ -78,8 +79,18 @@ time.sleep(2)
 reverting = kind in ("revert", "split-revert")
 meta.execute("SET pg_shard.move_drop_delay = " + ("'1h'" if reverting else "0"))
 move_started = time.monotonic()
+tenant = 7
 if kind in ("split", "split-revert"):
     job = meta.execute("SELECT pg_shard.split_shard(%s)", (shard,)).fetchone()[0]
+elif kind == "isolate":
+    # To the node that does not hold the account's shard now.
+    target = meta.execute(
+        "SELECT min(n.node_id) FROM pg_shard.node n WHERE n.state = 'active' AND n.node_id <> "
+        "(SELECT s.node_id FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "
+        " AND pg_shard.keyspace_id(%s::bigint) BETWEEN s.range_start AND s.range_end)",
+        (tenant,)).fetchone()[0]
+    job = meta.execute("SELECT pg_shard.isolate_tenant('load_accounts', %s::bigint, target_node => %s)",
+                       (tenant, target)).fetchone()[0]
 else:
     job = meta.execute("SELECT pg_shard.move_shard(%s, %s)", (shard, target)).fetchone()[0]
 if reverting:
@@ -131,6 +142,20 @@ elif kind == "revert":
     back = meta.execute("SELECT node_id FROM pg_shard.shards WHERE shard_id = %s", (shard,)).fetchone()[0]
     check(f"the job ended reverted ({phase}; pause {revert_ms}), the shard back on its old node ({back})",
           phase == "reverted" and back == source)
+elif kind == "isolate":
+    isolated = meta.execute(
+        "SELECT s.table_name::text, s.range_start = s.range_end, s.node_id FROM pg_shard.shards s "
+        "WHERE s.table_name IN ('load_accounts'::regclass, 'load_entries'::regclass) "
+        "AND pg_shard.keyspace_id(%s::bigint) BETWEEN s.range_start AND s.range_end ORDER BY 1",
+        (tenant,)).fetchall()
+    check(f"account {tenant} has a shard of its own on node {target} in both tables ({isolated})",
+          isolated == [("load_accounts", True, target), ("load_entries", True, target)])
+    steps = meta.execute("SELECT array_agg(kind || ':' || state ORDER BY job_id) FROM pg_shard.job "
+                         "WHERE job_id >= %s", (job,)).fetchone()[0]
+    check(f"by two splits and a move ({steps})", steps == ["split:done", "split:done", "move:done"])
+    again = meta.execute("SELECT pg_shard.isolate_tenant('load_accounts', %s::bigint, target_node => %s)",
+                         (tenant, target)).fetchone()[0]
+    check("isolating it again queues nothing", again is None)
 elif kind == "split":
     halves = meta.execute(
         "SELECT count(*), count(DISTINCT node_id) FROM pg_shard.shards s WHERE s.table_name = 'load_accounts'::regclass "

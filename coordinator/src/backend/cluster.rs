@@ -563,5 +563,51 @@ async fn report_load(
             }
         }
     }
+    report_hot_keys(&client, &map).await;
     reporting.store(false, std::sync::atomic::Ordering::Release);
+}
+
+/// Sends this database's hottest keys (`pg_shard.report_hot_keys`), which
+/// replace what this coordinator reported before.
+async fn report_hot_keys(client: &tokio_postgres::Client, map: &DatabaseMap) {
+    let hot = map
+        .metrics
+        .hot_keys
+        .hottest(Some(&map.database), crate::metrics::HOT_KEYS_PER_TABLE);
+    if hot.is_empty() {
+        return;
+    }
+    let column = |f: &dyn Fn(&crate::hot_keys::HotKey) -> String| -> Vec<String> {
+        hot.iter().map(f).collect()
+    };
+    let number = |f: &dyn Fn(&crate::hot_keys::HotKey) -> u64| -> Vec<i64> {
+        hot.iter()
+            .map(|h| i64::try_from(f(h)).unwrap_or(i64::MAX))
+            .collect()
+    };
+    let schemas = column(&|h| h.schema.clone());
+    let tables = column(&|h| h.table.clone());
+    let keys = column(&|h| h.counter.key.clone());
+    let ids: Vec<i64> = hot.iter().map(|h| h.counter.id.to_sql()).collect();
+    let statements = number(&|h| h.counter.count);
+    let totals = number(&|h| h.table_total);
+    let errors = number(&|h| h.counter.error);
+    let reported = client
+        .execute(
+            "SELECT pg_shard.report_hot_keys($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &coordinator_id(),
+                &schemas,
+                &tables,
+                &ids,
+                &keys,
+                &statements,
+                &totals,
+                &errors,
+            ],
+        )
+        .await;
+    if let Err(e) = reported {
+        tracing::debug!(database = %map.database, error = %e, "hot key report failed");
+    }
 }

@@ -25,14 +25,19 @@ pub fn reply(
     viewer: &Viewer,
     out: &mut BytesMut,
 ) {
-    if *command == AdminCommand::Stats && !viewer.superuser {
+    let restricted = match command {
+        AdminCommand::Stats => Some(("SHOW STATS", "every role's statement counts")),
+        AdminCommand::HotKeys => Some(("SHOW HOT_KEYS", "the key values of every table")),
+        _ => None,
+    };
+    if let (Some((name, what)), false) = (restricted, viewer.superuser) {
         protocol::error_response(
             out,
             &crate::net::protocol::ServerError::new(
                 sqlstate::INSUFFICIENT_PRIVILEGE,
-                "permission denied to run SHOW STATS",
+                format!("permission denied to run {name}"),
             )
-            .with_detail("Only superusers may see every role's statement counts."),
+            .with_detail(format!("Only superusers may see {what}.")),
         );
         return;
     }
@@ -107,6 +112,34 @@ pub fn reply(
                         queries.to_string(),
                         errors.to_string(),
                         format!("{:.3}", average * 1000.0),
+                    ]
+                })
+                .collect(),
+        ),
+        AdminCommand::HotKeys => (
+            &[
+                "database",
+                "table_name",
+                "key",
+                "keyspace_id",
+                "statements",
+                "share",
+                "error",
+            ],
+            shared
+                .metrics
+                .hot_keys
+                .hottest(None, crate::metrics::HOT_KEYS_PER_TABLE)
+                .into_iter()
+                .map(|hot| {
+                    vec![
+                        hot.database.clone(),
+                        format!("{}.{}", hot.schema, hot.table),
+                        hot.counter.key.clone(),
+                        hot.counter.id.to_sql().to_string(),
+                        hot.counter.count.to_string(),
+                        format!("{:.4}", hot.share()),
+                        hot.counter.error.to_string(),
                     ]
                 })
                 .collect(),

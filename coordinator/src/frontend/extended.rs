@@ -247,6 +247,7 @@ impl Session {
                         ),
                         _ => Route::Metadata,
                     };
+                    self.count_key(&route);
                     routes.push((index, route));
                 }
                 FrontendMessage::Execute { .. }

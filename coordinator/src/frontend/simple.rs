@@ -286,7 +286,21 @@ impl Session {
             }
             _ => Route::Metadata,
         };
+        self.count_key(&route);
         self.place(route, analysis, sql, map)
+    }
+
+    /// Counts a statement routed by key in the hot-key sketch.
+    pub(super) fn count_key(&self, route: &Route) {
+        if let Route::Worker { key: Some(key), .. } = route {
+            self.shared.metrics.hot_keys.observe(
+                &self.database,
+                &key.table.schema,
+                &key.table.name,
+                key.id,
+                || key.value.to_string(),
+            );
+        }
     }
 
     /// Fits a route to the transaction: a statement goes where it routes,

@@ -69,6 +69,7 @@ pub fn analyze(sql: &str) -> Analysis {
             "pools" => Analysis::Admin(AdminCommand::Pools),
             "stats" => Analysis::Admin(AdminCommand::Stats),
             "shards" => Analysis::Admin(AdminCommand::Shards),
+            "hot_keys" => Analysis::Admin(AdminCommand::HotKeys),
             _ => Analysis::Other {
                 tableless: true,
                 keeps_state: false,

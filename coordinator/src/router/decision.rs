@@ -108,6 +108,7 @@ pub(super) fn route_inner(
     let mut node: Option<NodeId> = None;
     let mut shard_of: Vec<Option<String>> = vec![None; shape.relations.len()];
     let mut first_shard = None;
+    let mut first_key = None;
     let mut any_distributed = false;
     for (index, table) in tables.iter().enumerate() {
         let TableKind::Distributed {
@@ -142,6 +143,9 @@ pub(super) fn route_inner(
             return None;
         }
         first_shard.get_or_insert(placement.shard_id);
+        if first_key.is_none() {
+            first_key = routed_key(table, &values, *encoding, normalized, parameters);
+        }
         shard_of[index] = Some(placement.qualified_name.clone());
     }
     // A write must not move a row: the key is not assigned.
@@ -179,6 +183,23 @@ pub(super) fn route_inner(
         sql: rewrite(sql, normalized, &shape.relations, &names)?,
         shard: first_shard,
         writes,
+        key: first_key,
+    })
+}
+
+/// The first of `values` as the key the hot-key sketch counts.
+fn routed_key(
+    table: &std::sync::Arc<crate::backend::cluster::Table>,
+    values: &[&Value],
+    encoding: KeyEncoding,
+    normalized: &Normalized,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<RoutedKey> {
+    let first = values.first()?;
+    Some(RoutedKey {
+        table: table.clone(),
+        id: key_id(first, encoding, normalized, parameters)?,
+        value: key_value(first, encoding, normalized, parameters)?,
     })
 }
 
@@ -189,7 +210,7 @@ fn route_one_table(
     shape: &Shape,
     sql: &str,
     normalized: &Normalized,
-    table: &crate::backend::cluster::Table,
+    table: &std::sync::Arc<crate::backend::cluster::Table>,
     parameters: Option<&Parameters<'_>>,
     (writes, read_routed): (bool, bool),
 ) -> Option<Option<Route>> {
@@ -234,19 +255,21 @@ fn route_one_table(
                 .min_by_key(|values| values.len())?;
             Some(values.iter().collect())
         };
-        let placement = if shape.kind == Kind::Insert {
-            let values = insert_keys(shape.insert.as_ref()?, table, column)?;
-            one_shard(
+        let by_key = |values: Vec<&Value>| {
+            let placement = one_shard(
                 &values,
                 |value| key_id(value, *encoding, normalized, parameters),
                 shards,
-            )?
+            )?;
+            Some((
+                placement,
+                routed_key(table, &values, *encoding, normalized, parameters),
+            ))
+        };
+        let (placement, key) = if shape.kind == Kind::Insert {
+            by_key(insert_keys(shape.insert.as_ref()?, table, column)?)?
         } else if let Some(values) = values_of(&means_key) {
-            one_shard(
-                &values,
-                |value| key_id(value, *encoding, normalized, parameters),
-                shards,
-            )?
+            by_key(values)?
         } else {
             // No key: `id = value` on a column of self-routing ids, whose
             // prefix names one shard (boundaries stay aligned to it).
@@ -258,11 +281,13 @@ fn route_one_table(
                         .is_none_or(|q| q == relation.reference_name())
             };
             let values = values_of(&means_id)?;
-            one_shard(
+            // (Not a key: an id names a prefix, not a tenant.)
+            let placement = one_shard(
                 &values,
                 |value| routing_id_key(value, normalized, parameters),
                 shards,
-            )?
+            )?;
+            (placement, None)
         };
         Some(Route::Worker {
             node: placement.node,
@@ -274,6 +299,7 @@ fn route_one_table(
             )?,
             shard: Some(placement.shard_id),
             writes,
+            key,
         })
     })();
     Some(decided)

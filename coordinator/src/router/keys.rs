@@ -82,6 +82,44 @@ pub(super) fn key_id(
     }
 }
 
+/// A key value as the statement gave it, for the hot keys (None when it is
+/// not known exactly: the statement is then not counted).
+pub(super) fn key_value(
+    value: &Value,
+    encoding: KeyEncoding,
+    normalized: &Normalized,
+    parameters: Option<&Parameters<'_>>,
+) -> Option<KeyValue> {
+    match value {
+        Value::Integer(i) => Some(KeyValue::Integer(*i)),
+        Value::Text(text) => Some(KeyValue::Text(text.clone())),
+        Value::Param { index, .. } => {
+            let text_value = |text: &str| match encoding {
+                // (The integer the key is, however it was written.)
+                KeyEncoding::Integer => text.trim().parse().ok().map(KeyValue::Integer),
+                _ => Some(KeyValue::Text(text.to_owned())),
+            };
+            if *index >= normalized.first_literal {
+                let literal = normalized.literals.get(index - normalized.first_literal)?;
+                return text_value(&literal.text);
+            }
+            let parameters = parameters?;
+            let bytes = parameters.values.get(*index)?.as_ref()?;
+            if (parameters.formats)(*index) == 0 {
+                return text_value(std::str::from_utf8(bytes).ok()?);
+            }
+            match encoding {
+                KeyEncoding::Integer => binary_integer(bytes).map(KeyValue::Integer),
+                KeyEncoding::Text => std::str::from_utf8(bytes)
+                    .ok()
+                    .map(|t| KeyValue::Text(t.to_owned())),
+                KeyEncoding::Uuid => <[u8; 16]>::try_from(&bytes[..]).ok().map(KeyValue::Uuid),
+                KeyEncoding::Bytes => Some(KeyValue::Bytes(bytes.to_vec())),
+            }
+        }
+    }
+}
+
 /// The keyspace id a value of a self-routing id column routes by: the
 /// first of the prefix the id carries; None when the value is not a
 /// non-negative integer known exactly.

@@ -34,7 +34,7 @@ pub use footprint::footprint;
 pub fn binary_key_id(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> {
     keys::binary_key(bytes, encoding)
 }
-use keys::{insert_keys, key_id};
+use keys::{insert_keys, key_id, key_value};
 use rewrite::rewrite;
 
 use crate::router::lexer::Normalized;
@@ -74,6 +74,7 @@ pub enum AdminCommand {
     Pools,
     Stats,
     Shards,
+    HotKeys,
 }
 
 #[derive(Debug)]
@@ -200,6 +201,9 @@ pub enum Route {
         /// Shards touched (for metrics).
         shard: Option<i64>,
         writes: bool,
+        /// The key it was routed by (for the hot keys): the first value of
+        /// the first distributed table's key.
+        key: Option<RoutedKey>,
     },
     /// Only reference tables are read: any node with copies can answer;
     /// `rewrites` gives the text per node.
@@ -207,6 +211,52 @@ pub enum Route {
         rewrites: HashMap<NodeId, String>,
     },
     Metadata,
+}
+
+/// A statement's routing key, as the hot-key sketch counts it.
+#[derive(Debug, Clone)]
+pub struct RoutedKey {
+    pub table: std::sync::Arc<crate::backend::cluster::Table>,
+    pub id: KeyspaceId,
+    pub value: KeyValue,
+}
+
+impl PartialEq for RoutedKey {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.table, &other.table)
+            && self.id == other.id
+            && self.value == other.value
+    }
+}
+
+impl Eq for RoutedKey {}
+
+/// A key value as the statement gave it; printed only when the sketch
+/// keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyValue {
+    Integer(i64),
+    Text(String),
+    Uuid([u8; 16]),
+    Bytes(Vec<u8>),
+}
+
+impl std::fmt::Display for KeyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyValue::Integer(i) => write!(f, "{i}"),
+            KeyValue::Text(text) => f.write_str(text),
+            KeyValue::Uuid(b) => write!(
+                f,
+                "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]
+            ),
+            KeyValue::Bytes(bytes) => {
+                f.write_str("\\x")?;
+                bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+        }
+    }
 }
 
 /// Context of the client session that routing depends on.

@@ -158,17 +158,37 @@ fn only_plain_reads_may_share_a_connection() {
     ));
 }
 
+/// A read routed to `node` as `sql` on `shard`, by the key aid 42 of
+/// accounts (which the hot-key sketch counts).
+fn assert_worker(route: Route, node: i32, sql: &str, shard: i64) {
+    match route {
+        Route::Worker {
+            node: n,
+            sql: text,
+            shard: s,
+            writes: false,
+            key: Some(key),
+        } => {
+            assert_eq!((n, text.as_str(), s), (node, sql, Some(shard)));
+            assert_eq!(key.table.name, "accounts");
+            assert_eq!(key.id, keyspace_id_of_int(42));
+            assert_eq!(key.value, KeyValue::Integer(42));
+            assert_eq!(key.value.to_string(), "42");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn point_select_goes_to_the_owner_with_the_shard_name() {
     let (node, shard) = shard_of(42);
-    assert_eq!(
+    assert_worker(
         route_text("SELECT abalance FROM accounts WHERE aid = 42"),
-        Route::Worker {
-            node,
-            sql: format!("SELECT abalance FROM \"public\".\"accounts_{shard}\" AS \"accounts\" WHERE aid = 42"),
-            shard: Some(shard),
-            writes: false,
-        }
+        node,
+        &format!(
+            "SELECT abalance FROM \"public\".\"accounts_{shard}\" AS \"accounts\" WHERE aid = 42"
+        ),
+        shard,
     );
 }
 
@@ -245,14 +265,11 @@ fn writes_by_key_are_routed() {
 #[test]
 fn explain_goes_where_the_statement_goes() {
     let (node, shard) = shard_of(42);
-    assert_eq!(
+    assert_worker(
         route_text("EXPLAIN (COSTS OFF) SELECT * FROM accounts WHERE aid = 42"),
-        Route::Worker {
-            node,
-            sql: format!("EXPLAIN (COSTS OFF) SELECT * FROM \"public\".\"accounts_{shard}\" AS \"accounts\" WHERE aid = 42"),
-            shard: Some(shard),
-            writes: false,
-        }
+        node,
+        &format!("EXPLAIN (COSTS OFF) SELECT * FROM \"public\".\"accounts_{shard}\" AS \"accounts\" WHERE aid = 42"),
+        shard,
     );
 }
 

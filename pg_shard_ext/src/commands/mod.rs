@@ -6,6 +6,7 @@ pub(crate) mod copy_from;
 pub(crate) mod ddl;
 pub(crate) mod distribute;
 pub(crate) mod drop;
+pub(crate) mod isolate;
 pub(crate) mod nodes;
 pub(crate) mod reference;
 pub(crate) mod routing_id;

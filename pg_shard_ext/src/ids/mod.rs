@@ -47,7 +47,7 @@ fn make_id(table: pg_sys::Oid, key: Option<AnyElement>) -> Result<i64> {
     if key_encoding_of(key.oid()) != Some(encoding) {
         return Err(ShardError::InvalidArgument(format!(
             "a key of type {} does not match the {} distribution key of {}",
-            type_name(key.oid()),
+            crate::keyspace::type_name(key.oid()),
             encoding.name(),
             relation_name(table)
         )));
@@ -128,16 +128,6 @@ fn relation_name(relid: pg_sys::Oid) -> String {
         .ok()
         .flatten()
         .unwrap_or_else(|| relid.to_u32().to_string())
-}
-
-fn type_name(type_oid: pg_sys::Oid) -> String {
-    crate::spi::query_one::<String>(
-        "SELECT pg_catalog.format_type($1, NULL)",
-        &[type_oid.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_default()
 }
 
 /// `pg_shard.id_keyspace_start(id bigint) → bigint`: the first keyspace id

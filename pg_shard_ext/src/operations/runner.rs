@@ -229,7 +229,7 @@ fn run_step(job: Job) {
         }
         Ok(Next::Stay) => {}
         Ok(Next::Finished(state, error)) => record(&job, &state, &job.phase_name, error.as_deref()),
-        Ok(Next::Done(last_phase)) => record(&job, "done", last_phase, None),
+        Ok(Next::Done(last_phase)) => record_done(&job, last_phase),
         // A cutover's lock that waited too long for the transactions in
         // flight: given up (its transaction rolled back) and tried again at
         // the next look, without counting as a failure.
@@ -266,6 +266,26 @@ fn run_step(job: Job) {
                 record_error(&job, &message, None);
             }
         }
+    }
+}
+
+/// Records the job done and, in the same transaction, queues the next
+/// step of the tenant isolation it is part of, if any (so a crash between
+/// them cannot lose it).
+fn record_done(job: &Job, last_phase: &str) {
+    let recorded = transaction(|| {
+        write_state(job, "done", last_phase, None)?;
+        crate::spi::run_with_args(
+            "SELECT pg_shard.continue_isolation($1)",
+            &[job.job_id.into()],
+        )?;
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        pgrx::warning!(
+            "pg_shard job {}: could not record its state: {e}",
+            job.job_id
+        );
     }
 }
 
