@@ -210,6 +210,7 @@ DECLARE
     other bigint;
     new_job bigint;
     routed text;
+    aligned_middle numeric;
 BEGIN
     IF requested_shard IS NULL THEN
         RAISE EXCEPTION 'shard_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -232,6 +233,12 @@ BEGIN
             requested_shard, shard.table_rel
             USING ERRCODE = 'feature_not_supported';
     END IF;
+    -- A table joining the co-location group waits for this transaction
+    -- (create_distributed_table takes the lock too), so the job's plan
+    -- sees it, and it sees the job and is refused; so does a column being
+    -- declared to hold routing ids (set_routing_id), whose alignment a
+    -- split must keep.
+    PERFORM pg_advisory_xact_lock(hashtext('pg_shard co-location'), shard.colocation_id);
     SELECT p.node_id INTO source
       FROM pg_shard.placement p
      WHERE p.shard_group_id = shard.shard_group_id AND p.state = 'active';
@@ -250,17 +257,19 @@ BEGIN
          WHERE colocation_id = shard.colocation_id AND routing_attnum IS NOT NULL;
         IF requested_split_at IS NULL AND routed IS NOT NULL THEN
             -- the middle, rounded to a prefix boundary (2^54) inside the range
-            requested_split_at := round((shard.range_start::numeric + shard.range_end::numeric + 1) / 2
-                                        / 18014398509481984) * 18014398509481984;
-            IF requested_split_at <= shard.range_start THEN
-                requested_split_at := requested_split_at + 18014398509481984;
+            -- (numeric: at the top of the keyspace the rounding can pass 2^63)
+            aligned_middle := round((shard.range_start::numeric + shard.range_end::numeric + 1) / 2
+                                    / 18014398509481984) * 18014398509481984;
+            IF aligned_middle <= shard.range_start THEN
+                aligned_middle := aligned_middle + 18014398509481984;
             END IF;
-            IF requested_split_at > shard.range_end THEN
+            IF aligned_middle > shard.range_end THEN
                 RAISE EXCEPTION 'shard % cannot be split: its range holds one routing-id prefix', requested_shard
                     USING ERRCODE = 'object_not_in_prerequisite_state',
                           DETAIL = format('%s route by ids whose prefix names 1/1024th of the keyspace; '
                                           'shard boundaries stay at multiples of 2^54.', routed);
             END IF;
+            requested_split_at := aligned_middle::bigint;
         ELSIF requested_split_at IS NULL THEN
             -- the middle: the upper half starts one past it
             requested_split_at := floor((shard.range_start::numeric + shard.range_end::numeric) / 2)::bigint + 1;
@@ -296,10 +305,6 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
     END IF;
-    -- A table joining the co-location group waits for this transaction
-    -- (create_distributed_table takes the lock too), so the job's plan
-    -- sees it, and it sees the job and is refused.
-    PERFORM pg_advisory_xact_lock(hashtext('pg_shard co-location'), shard.colocation_id);
     -- (A split's upper half is its job's too until the job ends: a revert
     -- merges it back.)
     SELECT job_id INTO other FROM pg_shard.job
@@ -629,6 +634,7 @@ DECLARE
     deadline timestamptz := clock_timestamp() + timeout;
     waited bigint := wait_job.job_id;
     following bigint;
+    broken boolean;
 BEGIN
     LOOP
         SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = waited;
@@ -636,12 +642,16 @@ BEGIN
             RAISE EXCEPTION 'job % does not exist', waited USING ERRCODE = 'undefined_object';
         END IF;
         IF current = 'done' THEN
-            -- the next step of an isolation, if the runner queued one
-            SELECT (j.resources->>'next_job')::bigint INTO following
+            -- the next step of an isolation, if the runner queued one; an
+            -- isolation whose next step could not be queued did not finish
+            SELECT (j.resources->>'next_job')::bigint, j.resources ? 'isolation_error'
+              INTO following, broken
               FROM pg_shard.job j WHERE j.job_id = waited;
             IF following IS NOT NULL THEN
                 waited := following;
                 CONTINUE;
+            ELSIF broken THEN
+                RETURN 'failed';
             END IF;
         END IF;
         IF current IN ('done', 'failed', 'canceled') OR clock_timestamp() >= deadline THEN

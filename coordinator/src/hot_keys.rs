@@ -154,6 +154,33 @@ struct State {
     decayed_at: Instant,
 }
 
+impl State {
+    /// Halves every count once per half-life gone by (traffic or not), and
+    /// forgets tables whose counts reached nothing (dropped or idle ones
+    /// free their place among MAX_TABLES).
+    fn age(&mut self) {
+        let elapsed = self.decayed_at.elapsed();
+        let halvings = (elapsed.as_secs_f64() / HALF_LIFE.as_secs_f64()) as u32;
+        if halvings == 0 {
+            return;
+        }
+        self.decayed_at += HALF_LIFE * halvings;
+        for tables in self.databases.values_mut() {
+            for sketches in tables.values_mut() {
+                for sketch in sketches.values_mut() {
+                    // 64 halvings leave nothing of a u64.
+                    for _ in 0..halvings.min(64) {
+                        sketch.decay();
+                    }
+                }
+                sketches.retain(|_, sketch| sketch.total() > 0);
+            }
+            tables.retain(|_, sketches| !sketches.is_empty());
+        }
+        self.databases.retain(|_, tables| !tables.is_empty());
+    }
+}
+
 impl Default for HotKeys {
     fn default() -> Self {
         HotKeys {
@@ -178,14 +205,7 @@ impl HotKeys {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
-        if state.decayed_at.elapsed() >= HALF_LIFE {
-            state.decayed_at = Instant::now();
-            for tables in state.databases.values_mut() {
-                for sketches in tables.values_mut() {
-                    sketches.values_mut().for_each(SpaceSaving::decay);
-                }
-            }
-        }
+        state.age();
         let tables = match state.databases.get_mut(database) {
             Some(tables) => tables,
             None => state.databases.entry(database.to_owned()).or_default(),
@@ -209,9 +229,10 @@ impl HotKeys {
     /// The `per_table` hottest keys of every table (of `database`, or all),
     /// by share, largest first.
     pub fn hottest(&self, database: Option<&str>, per_table: usize) -> Vec<HotKey> {
-        let Ok(state) = self.state.lock() else {
+        let Ok(mut state) = self.state.lock() else {
             return Vec::new();
         };
+        state.age();
         let mut hot = Vec::new();
         for (db, tables) in &state.databases {
             if database.is_some_and(|d| d != db) {
@@ -296,6 +317,29 @@ mod tests {
         assert_eq!(sketch.top(5).len(), 1);
         sketch.observe(id(2), || "2".into());
         assert_eq!(sketch.top(5)[1].count, 1);
+    }
+
+    #[test]
+    fn idle_time_ages_the_counts_and_frees_tables() {
+        let hot = HotKeys::default();
+        for _ in 0..8 {
+            hot.observe("db", "public", "t", id(1), || "1".into());
+        }
+        if let Ok(mut state) = hot.state.lock() {
+            // Two half-lives ago, with no statement since.
+            state.decayed_at -= HALF_LIFE * 2;
+        }
+        let aged = hot.hottest(Some("db"), 1);
+        assert_eq!((aged[0].counter.count, aged[0].table_total), (2, 2));
+        if let Ok(mut state) = hot.state.lock() {
+            state.decayed_at -= HALF_LIFE * 3;
+        }
+        assert!(hot.hottest(Some("db"), 1).is_empty());
+        assert!(hot
+            .state
+            .lock()
+            .map(|s| s.databases.is_empty())
+            .unwrap_or(false));
     }
 
     #[test]

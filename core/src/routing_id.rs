@@ -19,9 +19,11 @@
 //!
 //! A generator's clock never goes back: each prefix keeps the last
 //! (millisecond, counter) it gave out, and the next id is the later of "now,
-//! counter 0" and "the last one plus one". More than 128 ids in one
-//! millisecond, or a wall clock that went backwards, borrow the following
-//! milliseconds; the ids stay unique and increasing per generator and prefix.
+//! counter 0" and "the last one plus one". When the 128 ids of a millisecond
+//! are used up, the generator waits for the next millisecond rather than
+//! run ahead of the clock (so a restart, which forgets the positions, starts
+//! past every id made before it); only a wall clock that went back by more
+//! than a moment is carried on from the last position, ahead of the clock.
 
 use crate::keyspace::KeyspaceId;
 
@@ -114,10 +116,15 @@ pub const fn next_position(last: u64, now_ms: i64) -> u64 {
     }
 }
 
+/// Milliseconds since [`EPOCH_MS`] of a clock position.
+pub const fn position_time(position: u64) -> i64 {
+    (position >> COUNTER_BITS) as i64
+}
+
 /// The id at `position` for `prefix`, made by `generator`; None when the
 /// time no longer fits in 41 bits (in the year 2095).
 pub const fn id_at(position: u64, prefix: u16, generator: i32) -> Option<i64> {
-    let time_ms = (position >> COUNTER_BITS) as i64;
+    let time_ms = position_time(position);
     if time_ms > MAX_TIME_MS {
         return None;
     }

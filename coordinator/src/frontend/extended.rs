@@ -247,7 +247,6 @@ impl Session {
                         ),
                         _ => Route::Metadata,
                     };
-                    self.count_key(&route);
                     routes.push((index, route));
                 }
                 FrontendMessage::Execute { .. }

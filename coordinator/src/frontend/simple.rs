@@ -286,13 +286,12 @@ impl Session {
             }
             _ => Route::Metadata,
         };
-        self.count_key(&route);
         self.place(route, analysis, sql, map)
     }
 
-    /// Counts a statement routed by key in the hot-key sketch.
-    pub(super) fn count_key(&self, route: &Route) {
-        if let Route::Worker { key: Some(key), .. } = route {
+    /// Counts a statement sent to a worker by key in the hot-key sketch.
+    fn count_key(&self, key: Option<router::RoutedKey>) {
+        if let Some(key) = key {
             self.shared.metrics.hot_keys.observe(
                 &self.database,
                 &key.table.schema,
@@ -316,8 +315,15 @@ impl Session {
     ) -> Result<(Target, String, Option<i64>), ServerError> {
         let routed = |route: Route| match route {
             Route::Worker {
-                node, sql, shard, ..
-            } => (Target::Worker(node), sql, shard),
+                node,
+                sql,
+                shard,
+                key,
+                ..
+            } => {
+                self.count_key(key);
+                (Target::Worker(node), sql, shard)
+            }
             Route::ReferenceOnly { .. } | Route::Metadata => {
                 (Target::Metadata, sql.to_owned(), None)
             }
@@ -360,13 +366,18 @@ impl Session {
         let session = self.routing_session();
         match route {
             Route::Worker {
-                node, sql, shard, ..
+                node,
+                sql,
+                shard,
+                key,
+                ..
             } => {
                 // What the metadata node wrote to a reference table this
                 // statement reads there is not on the worker's copy.
                 if on_metadata && router::footprint(analysis, map, &session).reference {
                     return Err(reference_after_metadata(node));
                 }
+                self.count_key(key);
                 Ok((Target::Worker(node), sql, shard))
             }
             // Copies on the transaction's worker, unless the metadata node

@@ -134,7 +134,7 @@ pub(super) fn route_inner(
                 .min_by_key(|values| values.len())?;
             candidates.iter().collect()
         };
-        let placement = one_shard(
+        let (placement, id) = one_shard(
             &values,
             |value| key_id(value, *encoding, normalized, parameters),
             shards,
@@ -144,7 +144,7 @@ pub(super) fn route_inner(
         }
         first_shard.get_or_insert(placement.shard_id);
         if first_key.is_none() {
-            first_key = routed_key(table, &values, *encoding, normalized, parameters);
+            first_key = routed_key(table, id, &values, *encoding, normalized, parameters);
         }
         shard_of[index] = Some(placement.qualified_name.clone());
     }
@@ -187,19 +187,20 @@ pub(super) fn route_inner(
     })
 }
 
-/// The first of `values` as the key the hot-key sketch counts.
+/// The first of `values` (whose keyspace id is `id`) as the key the
+/// hot-key sketch counts.
 fn routed_key(
     table: &std::sync::Arc<crate::backend::cluster::Table>,
+    id: KeyspaceId,
     values: &[&Value],
     encoding: KeyEncoding,
     normalized: &Normalized,
     parameters: Option<&Parameters<'_>>,
 ) -> Option<RoutedKey> {
-    let first = values.first()?;
     Some(RoutedKey {
         table: table.clone(),
-        id: key_id(first, encoding, normalized, parameters)?,
-        value: key_value(first, encoding, normalized, parameters)?,
+        id,
+        value: key_value(values.first()?, encoding, normalized, parameters)?,
     })
 }
 
@@ -256,14 +257,14 @@ fn route_one_table(
             Some(values.iter().collect())
         };
         let by_key = |values: Vec<&Value>| {
-            let placement = one_shard(
+            let (placement, id) = one_shard(
                 &values,
                 |value| key_id(value, *encoding, normalized, parameters),
                 shards,
             )?;
             Some((
                 placement,
-                routed_key(table, &values, *encoding, normalized, parameters),
+                routed_key(table, id, &values, *encoding, normalized, parameters),
             ))
         };
         let (placement, key) = if shape.kind == Kind::Insert {
@@ -282,7 +283,7 @@ fn route_one_table(
             };
             let values = values_of(&means_id)?;
             // (Not a key: an id names a prefix, not a tenant.)
-            let placement = one_shard(
+            let (placement, _) = one_shard(
                 &values,
                 |value| routing_id_key(value, normalized, parameters),
                 shards,
@@ -319,15 +320,17 @@ fn serving<'m>(
 }
 
 /// The one shard that owns every value, if there is one and every value's
-/// keyspace id (`id_of`) is known.
+/// keyspace id (`id_of`) is known; with the first value's keyspace id.
 fn one_shard<'m>(
     values: &[&Value],
     id_of: impl Fn(&Value) -> Option<KeyspaceId>,
     shards: &'m ShardMap<crate::backend::cluster::ShardPlacement>,
-) -> Option<&'m crate::backend::cluster::ShardPlacement> {
+) -> Option<(&'m crate::backend::cluster::ShardPlacement, KeyspaceId)> {
     let mut placement: Option<&crate::backend::cluster::ShardPlacement> = None;
+    let mut first = None;
     for value in values {
         let id = id_of(value)?;
+        first.get_or_insert(id);
         let (_, found) = shards.lookup(id);
         match placement {
             None => placement = Some(found),
@@ -335,5 +338,5 @@ fn one_shard<'m>(
             Some(_) => return None,
         }
     }
-    placement
+    Some((placement?, first?))
 }

@@ -28,6 +28,12 @@ fn set_routing_id(relid: pg_sys::Oid, column: Option<&str>) -> Result<()> {
         .ok_or_else(|| ShardError::NotDistributed(crate::spi::caller_relation_name(relid)))?;
     table.require_owner()?;
     table.lock(pg_sys::ShareUpdateExclusiveLock);
+    // A split queued meanwhile (pg_shard.queue_job takes this lock before
+    // it checks split points) is seen here, or sees this declaration.
+    crate::spi::run_with_args(
+        "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_shard co-location'), $1)",
+        &[table.colocation_id.into()],
+    )?;
     table.refuse_during_job()?;
     let current = declared_column(relid)?;
     match column {
@@ -154,15 +160,21 @@ fn add_check(table: &LogicalTable, column: &str) -> Result<()> {
     Ok(())
 }
 
-/// Drops the CHECKs that set_routing_id added (found by their definition:
-/// a rename of the table or column leaves their name behind).
+/// Drops the CHECK that set_routing_id added for the recorded column
+/// (found by its definition: a rename of the table or column leaves its
+/// name behind).
 fn drop_checks(table: &LogicalTable) -> Result<()> {
     let names = crate::spi::connect(|client| {
         let mut names = Vec::new();
         for row in client.select(
-            "SELECT name::text FROM pg_shard.table_constraint \
-             WHERE table_rel = $1 AND kind = 'c' \
-               AND definition LIKE 'CHECK ((pg_shard.id_prefix(%) = pg_shard.key_prefix(%)))'",
+            "SELECT c.name::text FROM pg_shard.table_constraint c \
+             JOIN pg_shard.logical_table t ON t.table_rel = c.table_rel \
+             JOIN pg_catalog.pg_attribute a \
+               ON a.attrelid = t.table_rel AND a.attnum = t.routing_attnum \
+             WHERE c.table_rel = $1 AND c.kind = 'c' \
+               AND c.definition = pg_catalog.format( \
+                   'CHECK ((pg_shard.id_prefix(%s) = pg_shard.key_prefix(%s)))', \
+                   pg_catalog.quote_ident(a.attname), pg_catalog.quote_ident(t.dist_column))",
             None,
             &[table.relid.into()],
         )? {

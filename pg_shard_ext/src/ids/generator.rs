@@ -8,7 +8,7 @@ use pg_shard_core::routing_id::{self, GENERATORS, PREFIXES};
 use pgrx::prelude::*;
 use pgrx::{PGRXSharedMemory, PgAtomic};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The last clock position given out per prefix.
 pub(crate) struct Clocks {
@@ -30,9 +30,11 @@ impl Clocks {
 // SAFETY: the name is pg_shard's own, used by no other shared memory.
 static CLOCKS: PgAtomic<Clocks> = unsafe { PgAtomic::new(c"pg_shard id clocks") };
 
+/// Set in the postmaster when pg_shard is preloaded (and so in every
+/// backend it forks): only then does the shared memory exist.
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
-    /// Whether this process attached the segment (pg_shard was preloaded).
-    static ATTACHED: Cell<bool> = const { Cell::new(false) };
     /// This node's generator number, read once per backend (None: not read).
     static GENERATOR: Cell<Option<Option<i32>>> = const { Cell::new(None) };
 }
@@ -43,6 +45,7 @@ thread_local! {
 #[allow(unexpected_cfgs)]
 pub(crate) fn register_shared_memory() {
     pgrx::pg_shmem_init!(CLOCKS = Clocks::new());
+    PRELOADED.store(true, Ordering::Relaxed);
 }
 
 /// Forget the cached generator number (relcache invalidation: add_node
@@ -51,43 +54,39 @@ pub(crate) fn forget() {
     GENERATOR.set(None);
 }
 
+/// Longest a generator waits for the wall clock to reach its position:
+/// more than that, and the clock went back (it carries on ahead of it).
+const MAX_WAIT_MS: i64 = 2000;
+
 /// The next clock position for `prefix`: the later of now and the last one
-/// plus one, taken atomically.
+/// plus one, taken atomically; when that is ahead of the clock (the
+/// millisecond's counter used up), after waiting for the clock.
 pub(crate) fn next_position(prefix: u16) -> Result<u64> {
-    if !ATTACHED.get() {
-        // The segment exists only when pg_shard was preloaded.
-        if !preloaded() {
-            return Err(ShardError::InvalidArgument(
-                "pg_shard.next_id needs pg_shard in shared_preload_libraries".into(),
-            ));
-        }
-        ATTACHED.set(true);
+    if !PRELOADED.load(Ordering::Relaxed) {
+        return Err(ShardError::InvalidArgument(
+            "pg_shard.next_id needs pg_shard in shared_preload_libraries".into(),
+        ));
     }
     let slot = &CLOCKS.get().positions[prefix as usize % PREFIXES];
-    let now_ms = wall_clock_ms() - routing_id::EPOCH_MS;
-    let mut last = slot.load(Ordering::Relaxed);
     loop {
+        let now_ms = wall_clock_ms() - routing_id::EPOCH_MS;
+        let last = slot.load(Ordering::Relaxed);
         let next = routing_id::next_position(last, now_ms);
-        match slot.compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return Ok(next),
-            Err(current) => last = current,
+        let lead = routing_id::position_time(next) - now_ms;
+        if lead > 0 && lead <= MAX_WAIT_MS {
+            // Ids made ahead of the clock could be made again after a
+            // restart (the positions live in shared memory only).
+            pgrx::check_for_interrupts!();
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            continue;
+        }
+        if slot
+            .compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Ok(next);
         }
     }
-}
-
-/// Whether this library was loaded through shared_preload_libraries.
-fn preloaded() -> bool {
-    // SAFETY: reads a GUC string owned by the GUC machinery.
-    let libraries = unsafe {
-        let value = pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false);
-        if value.is_null() {
-            return false;
-        }
-        std::ffi::CStr::from_ptr(value)
-            .to_string_lossy()
-            .into_owned()
-    };
-    libraries.split(',').any(|l| l.trim() == "pg_shard")
 }
 
 fn wall_clock_ms() -> i64 {
@@ -107,6 +106,16 @@ pub(crate) fn generator() -> Result<i32> {
             let node_id =
                 crate::spi::query_value::<i32>("SELECT node_id FROM pg_shard.local_node")?;
             let known = match node_id {
+                // A server holding shards is a worker: without its record
+                // (not added by add_node, or restored without it) it would
+                // take the metadata node's number.
+                None if has_shards()? => {
+                    return Err(ShardError::NoIdGenerator(
+                        "this server holds shards but has no pg_shard.local_node record \
+                         (add_node writes it)"
+                            .into(),
+                    ))
+                }
                 None => Some(0),
                 Some(id) if (1..GENERATORS).contains(&id) => Some(id),
                 Some(_) => None,
@@ -123,6 +132,13 @@ pub(crate) fn generator() -> Result<i32> {
             GENERATORS - 1
         ))
     })
+}
+
+fn has_shards() -> Result<bool> {
+    Ok(
+        crate::spi::query_value::<bool>("SELECT EXISTS (SELECT 1 FROM pg_shard.local_shard)")?
+            .unwrap_or(false),
+    )
 }
 
 /// `pg_shard.record_local_node(node_id integer)`: add_node tells a worker
