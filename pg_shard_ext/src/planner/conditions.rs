@@ -178,15 +178,11 @@ unsafe fn keyspace_condition(
                 } else {
                     keyspace_call(value)?
                 };
-                Some(pg_sys::make_opclause(
+                Some(int8_comparison(
                     INT8_EQUAL_OPERATOR,
-                    pg_sys::BOOLOID,
-                    false,
-                    column_keyspace_call(query, column)? as *mut pg_sys::Expr,
-                    value_call as *mut pg_sys::Expr,
-                    pg_sys::InvalidOid,
-                    pg_sys::InvalidOid,
-                ) as *mut pg_sys::Node)
+                    column_keyspace_call(query, column)?,
+                    value_call,
+                ))
             }
             pg_sys::NodeTag::T_ScalarArrayOpExpr => {
                 let saop = conjunct as *mut pg_sys::ScalarArrayOpExpr;
@@ -232,6 +228,26 @@ unsafe fn keyspace_condition(
             }
             _ => None,
         }
+    }
+}
+
+/// `left <operator> right` for a bigint comparison operator.
+pub(super) unsafe fn int8_comparison(
+    operator: pg_sys::Oid,
+    left: *mut pg_sys::Node,
+    right: *mut pg_sys::Node,
+) -> *mut pg_sys::Node {
+    // SAFETY: both are valid bigint expressions; the node is built new.
+    unsafe {
+        pg_sys::make_opclause(
+            operator,
+            pg_sys::BOOLOID,
+            false,
+            left as *mut pg_sys::Expr,
+            right as *mut pg_sys::Expr,
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+        ) as *mut pg_sys::Node
     }
 }
 

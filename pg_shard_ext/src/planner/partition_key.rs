@@ -53,25 +53,34 @@ pub(super) unsafe fn is_distribution_column(
     query: *mut pg_sys::Query,
     node: *mut pg_sys::Node,
 ) -> bool {
+    // SAFETY: as partitioned_column's.
+    unsafe { partitioned_column(query, node) }
+        .is_some_and(|(relid, attno)| partition_key(relid).map(|(_, key)| key) == Some(attno))
+}
+
+/// A plain column reference (this query level, possibly relabelled) to a
+/// partitioned table: (the table, the column's attribute number).
+pub(super) unsafe fn partitioned_column(
+    query: *mut pg_sys::Query,
+    node: *mut pg_sys::Node,
+) -> Option<(pg_sys::Oid, i16)> {
     // SAFETY: node is a valid expression; a Var's varno indexes the range table.
     unsafe {
         let node = strip_relabel(node);
         if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Var {
-            return false;
+            return None;
         }
         let var = node as *mut pg_sys::Var;
         if (*var).varlevelsup != 0 {
-            return false;
+            return None;
         }
-        let Some(rte) = range_table_entry(query, (*var).varno) else {
-            return false;
-        };
+        let rte = range_table_entry(query, (*var).varno)?;
         if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
             || (*rte).relkind != pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
         {
-            return false;
+            return None;
         }
-        partition_key((*rte).relid).map(|(_, attno)| attno) == Some((*var).varattno)
+        Some(((*rte).relid, (*var).varattno))
     }
 }
 

@@ -4,10 +4,8 @@
 //! carries. The shards' CHECK (an id's prefix is its key's) makes it
 //! implied, and aligned shard boundaries make it name one partition.
 
-use super::conditions::{INT8_GREATER_EQUAL_OPERATOR, INT8_LESS_EQUAL_OPERATOR};
-use super::partition_key::{
-    column_keyspace_call, lookup_function, range_table_entry, strip_relabel, Busy,
-};
+use super::conditions::{int8_comparison, INT8_GREATER_EQUAL_OPERATOR, INT8_LESS_EQUAL_OPERATOR};
+use super::partition_key::{column_keyspace_call, lookup_function, partitioned_column, Busy};
 use pgrx::prelude::*;
 use pgrx::PgList;
 use std::cell::{Cell, RefCell};
@@ -62,15 +60,11 @@ pub(super) unsafe fn condition(
                 pg_sys::InvalidOid,
                 pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
             );
-            Some(pg_sys::make_opclause(
+            Some(int8_comparison(
                 operator,
-                pg_sys::BOOLOID,
-                false,
-                column_keyspace_call(query, column)? as *mut pg_sys::Expr,
-                call as *mut pg_sys::Expr,
-                pg_sys::InvalidOid,
-                pg_sys::InvalidOid,
-            ) as *mut pg_sys::Node)
+                column_keyspace_call(query, column)?,
+                call as *mut pg_sys::Node,
+            ))
         };
         let mut both = PgList::<pg_sys::Node>::new();
         both.push(bound(INT8_GREATER_EQUAL_OPERATOR, start)?);
@@ -104,26 +98,9 @@ unsafe fn as_bigint(value: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
 /// Whether `node` is a plain column reference (this query level) to the
 /// routing column of a distributed table.
 unsafe fn is_routing_column(query: *mut pg_sys::Query, node: *mut pg_sys::Node) -> bool {
-    // SAFETY: node is a valid expression; a Var's varno indexes the range table.
-    unsafe {
-        let node = strip_relabel(node);
-        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Var {
-            return false;
-        }
-        let var = node as *mut pg_sys::Var;
-        if (*var).varlevelsup != 0 {
-            return false;
-        }
-        let Some(rte) = range_table_entry(query, (*var).varno) else {
-            return false;
-        };
-        if (*rte).rtekind != pg_sys::RTEKind::RTE_RELATION
-            || (*rte).relkind != pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
-        {
-            return false;
-        }
-        routing_attnum((*rte).relid).is_some_and(|attnum| attnum == (*var).varattno)
-    }
+    // SAFETY: as partitioned_column's.
+    unsafe { partitioned_column(query, node) }
+        .is_some_and(|(relid, attno)| routing_attnum(relid) == Some(attno))
 }
 
 fn routing_attnum(relid: pg_sys::Oid) -> Option<i16> {
