@@ -212,7 +212,7 @@ pub(super) unsafe fn array_keyspace_call(array: *mut pg_sys::Node) -> Option<*mu
 }
 
 /// `function(<copy of node>)` returning `result_type`.
-unsafe fn call_on_copy(
+pub(super) unsafe fn call_on_copy(
     function: pg_sys::Oid,
     result_type: pg_sys::Oid,
     node: *mut pg_sys::Node,

@@ -5,7 +5,9 @@
 //! implied, and aligned shard boundaries make it name one partition.
 
 use super::conditions::{int8_comparison, INT8_GREATER_EQUAL_OPERATOR, INT8_LESS_EQUAL_OPERATOR};
-use super::partition_key::{column_keyspace_call, lookup_function, partitioned_column, Busy};
+use super::partition_key::{
+    call_on_copy, column_keyspace_call, lookup_function, partitioned_column, Busy,
+};
 use pgrx::prelude::*;
 use pgrx::PgList;
 use std::cell::{Cell, RefCell};
@@ -50,20 +52,10 @@ pub(super) unsafe fn condition(
         let end = lookup_function(&RANGE_END_FUNCTION, "pg_shard.id_keyspace_end(bigint)")?;
         let as_bigint = as_bigint(value)?;
         let bound = |operator: pg_sys::Oid, function: pg_sys::Oid| -> Option<*mut pg_sys::Node> {
-            let mut args = PgList::<pg_sys::Node>::new();
-            args.push(pg_sys::copyObjectImpl(as_bigint as *const std::ffi::c_void) as *mut _);
-            let call = pg_sys::makeFuncExpr(
-                function,
-                pg_sys::INT8OID,
-                args.into_pg(),
-                pg_sys::InvalidOid,
-                pg_sys::InvalidOid,
-                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-            );
             Some(int8_comparison(
                 operator,
                 column_keyspace_call(query, column)?,
-                call as *mut pg_sys::Node,
+                call_on_copy(function, pg_sys::INT8OID, as_bigint),
             ))
         };
         let mut both = PgList::<pg_sys::Node>::new();
