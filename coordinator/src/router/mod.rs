@@ -340,4 +340,6 @@ pub fn route(
 }
 
 #[cfg(test)]
+mod routing_id_tests;
+#[cfg(test)]
 mod tests;

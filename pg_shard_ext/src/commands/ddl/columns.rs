@@ -274,22 +274,24 @@ fn shard_ranges(relid: pg_sys::Oid) -> Result<std::collections::HashMap<i64, (i6
 /// `name` is a column name of the parse tree, or null.
 unsafe fn is_dist(name: *mut c_char, table: &LogicalTable) -> bool {
     // SAFETY: as the caller promises.
-    !name.is_null()
-        && table
-            .dist_column
-            .as_deref()
-            .is_some_and(|d| unsafe { CStr::from_ptr(name) }.to_bytes() == d.as_bytes())
+    unsafe { names(name, table.dist_column.as_deref()) }
 }
 
 /// # Safety
 /// `name` is a column name of the parse tree, or null.
 unsafe fn is_routing(name: *mut c_char, table: &LogicalTable) -> bool {
     // SAFETY: as the caller promises.
+    unsafe { names(name, table.routing_column.as_deref()) }
+}
+
+/// Whether the parse tree's column name `name` (or null) is `column`.
+///
+/// # Safety
+/// `name` is a column name of the parse tree, or null.
+unsafe fn names(name: *mut c_char, column: Option<&str>) -> bool {
+    // SAFETY: as the caller promises.
     !name.is_null()
-        && table
-            .routing_column
-            .as_deref()
-            .is_some_and(|r| unsafe { CStr::from_ptr(name) }.to_bytes() == r.as_bytes())
+        && column.is_some_and(|c| unsafe { CStr::from_ptr(name) }.to_bytes() == c.as_bytes())
 }
 
 /// Whether the shards run this action, or the reason it is refused.
