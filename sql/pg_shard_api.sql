@@ -132,7 +132,7 @@ GRANT SELECT ON pg_shard.local_node TO PUBLIC;
 -- distributed. Only pg_shard's functions change it.
 GRANT SELECT ON pg_shard.node, pg_shard.colocation_group, pg_shard.shard_group,
     pg_shard.logical_table, pg_shard.shard, pg_shard.placement, pg_shard.map_state,
-    pg_shard.job, pg_shard.table_constraint, pg_shard.read_route TO PUBLIC;
+    pg_shard.job, pg_shard.table_constraint, pg_shard.read_route, pg_shard.lookup TO PUBLIC;
 CREATE TRIGGER local_shard_changed
     AFTER INSERT OR UPDATE OR DELETE ON pg_shard.local_shard
     FOR EACH ROW EXECUTE FUNCTION pg_shard.local_shard_changed();
@@ -382,6 +382,37 @@ AS $$ SELECT pg_shard.set_routing_id_internal($1::pg_catalog.oid, $2::text) $$;
 COMMENT ON FUNCTION pg_shard.set_routing_id(regclass, name) IS
     'declare that column holds ids from pg_shard.next_id for the row''s key (checked on every '
     'shard), so that column = value is routed to one shard; NULL removes the declaration';
+
+-- Lookup tables (pg_shard_ext/src/commands/lookup.rs, src/lookups): a
+-- column's values -> the keyspace ids of their rows' keys, in a table
+-- distributed by the value, kept in the same transaction as every write.
+CREATE FUNCTION pg_shard.create_lookup("table" regclass, "column" name, "unique" boolean DEFAULT false)
+RETURNS regclass
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.create_lookup_internal("table"::pg_catalog.oid, "column"::text, "unique")::pg_catalog.regclass $$;
+COMMENT ON FUNCTION pg_shard.create_lookup(regclass, name, boolean) IS
+    'create and fill the lookup table of a column of a distributed table (unique: the column '
+    'is unique across every shard); returns the lookup table';
+
+CREATE FUNCTION pg_shard.drop_lookup("table" regclass, "column" name)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_shard.drop_lookup_internal("table"::pg_catalog.oid, "column"::text) $$;
+COMMENT ON FUNCTION pg_shard.drop_lookup(regclass, name) IS
+    'drop the lookup table of a column of a distributed table';
+
+CREATE VIEW pg_shard.lookups AS
+    SELECT l.table_rel AS table_name,
+           a.attname   AS column_name,
+           l.lookup_rel AS lookup_table,
+           l.is_unique
+    FROM pg_shard.lookup l
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = l.table_rel AND a.attnum = l.column_attnum
+    ORDER BY l.table_rel::oid, a.attname;
+
+-- The shards' side of lookups (pg_shard_ext/src/worker/lookup_changes.rs).
+CREATE FUNCTION pg_shard.lookup_rows_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'lookup_rows_changed';
 
 -- Tenant isolation (pg_shard_ext/src/commands/isolate.rs): one keyspace id
 -- gets a shard group of its own, [id, id], by splits at both sides of it
@@ -1021,6 +1052,8 @@ REVOKE ALL ON FUNCTION pg_shard.report_hot_keys(text, text[], text[], bigint[], 
 REVOKE ALL ON FUNCTION pg_shard.hot_keys() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.drain_node(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.isolate_tenant(regclass, anyelement, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.create_lookup(regclass, name, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.drop_lookup(regclass, name) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.isolate_tenant_internal(oid, anyelement, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.queue_isolation_step(oid, bigint, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.continue_isolation(bigint) FROM PUBLIC;

@@ -94,6 +94,22 @@ CREATE TABLE pg_shard.table_constraint (
     PRIMARY KEY (table_rel, name)
 );
 
+-- Lookup tables (pg_shard.create_lookup): for a column of a distributed
+-- table, a distributed table of value -> keyspace id of the row's key
+-- (lookup_rel: value, keyspace_id, rows), kept in the same transaction as
+-- every write of the table (pg_shard_ext/src/lookups). The shards'
+-- triggers name the lookup by its id.
+CREATE TABLE pg_shard.lookup (
+    lookup_id     serial   PRIMARY KEY,
+    table_rel     regclass NOT NULL
+                  REFERENCES pg_shard.logical_table ON DELETE CASCADE ON UPDATE CASCADE,
+    column_attnum smallint NOT NULL,
+    lookup_rel    regclass NOT NULL UNIQUE
+                  REFERENCES pg_shard.logical_table ON DELETE CASCADE ON UPDATE CASCADE,
+    is_unique     boolean  NOT NULL,
+    UNIQUE (table_rel, column_attnum)
+);
+
 -- Placements are per shard group: co-located shards always live together.
 CREATE TABLE pg_shard.placement (
     shard_group_id bigint  NOT NULL REFERENCES pg_shard.shard_group,
@@ -243,6 +259,8 @@ SELECT pg_catalog.pg_extension_config_dump('pg_shard.shard_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.placement', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.table_constraint', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.map_state', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.lookup', '');
+SELECT pg_catalog.pg_extension_config_dump('pg_shard.lookup_lookup_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_shard', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.local_node', '');
 SELECT pg_catalog.pg_extension_config_dump('pg_shard.job', '');

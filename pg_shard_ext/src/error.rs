@@ -156,6 +156,16 @@ pub(crate) enum ShardError {
     PathsMixed,
     #[error("cannot update the distribution column of a distributed table")]
     KeyUpdate,
+    /// A statement pg_shard cannot run as it is written.
+    #[error("{statement}")]
+    UnsupportedStatement { statement: String, hint: String },
+    /// A value a unique lookup holds already, for another row.
+    #[error("duplicate key value violates unique lookup {lookup}")]
+    LookupDuplicate {
+        lookup: String,
+        column: String,
+        value: String,
+    },
     #[error("cannot PREPARE a transaction that has changed worker nodes through pg_shard")]
     CannotPrepare,
     #[error(
@@ -228,6 +238,8 @@ impl ShardError {
             }
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
+            ShardError::LookupDuplicate { .. } => ERRCODE_UNIQUE_VIOLATION,
+            ShardError::UnsupportedStatement { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::PlanAfterFdwWrite | ShardError::PathsMixed => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::DecisionOutsideTransaction => ERRCODE_NO_ACTIVE_SQL_TRANSACTION,
@@ -298,6 +310,7 @@ impl ShardError {
                     .into(),
             ),
             ShardError::RemoteStatement { notes, .. } => notes.hint.clone(),
+            ShardError::UnsupportedStatement { hint, .. } => Some(hint.clone()),
             ShardError::CopyRow { hint, .. } => hint.clone(),
             _ => None,
         }
@@ -334,6 +347,9 @@ impl ShardError {
     fn detail(&self) -> Option<String> {
         match self {
             ShardError::RemoteStatement { detail, .. } => detail.clone(),
+            ShardError::LookupDuplicate { column, value, .. } => {
+                Some(format!("Key ({column})=({value}) already exists."))
+            }
             // Reported through pgrx (from a SQL function: distributing a
             // table with rows), which has no CONTEXT: the row goes into
             // the DETAIL, where the COPY command's own path (`raise`) names

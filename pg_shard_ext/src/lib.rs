@@ -46,6 +46,7 @@ mod guc;
 mod ids;
 mod keyspace;
 mod latch;
+mod lookups;
 mod metadata;
 mod operations;
 mod parse_tree;
@@ -91,6 +92,7 @@ pub extern "C-unwind" fn _PG_init() {
         ids::generator::register_shared_memory();
     }
     worker::fencing::register_cache_invalidation();
+    worker::lookup_changes::register_callbacks();
     worker::read_fence::install();
     planner::install();
     commands::ddl::install();

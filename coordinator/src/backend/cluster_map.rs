@@ -87,6 +87,27 @@ pub struct Table {
     /// A column of self-routing ids (pg_shard.set_routing_id): `column =
     /// id` routes to the shard of the prefix the id carries.
     pub routing_column: Option<String>,
+    /// Its lookup tables (pg_shard.create_lookup), one per column.
+    pub lookups: Vec<Lookup>,
+    /// Whether it is a lookup table itself.
+    pub is_lookup: bool,
+}
+
+impl Table {
+    /// Writes of a table with lookups go to the metadata node, which keeps
+    /// the lookups in the same transaction; so do writes of a lookup table
+    /// (refused there).
+    pub fn writes_via_metadata(&self) -> bool {
+        self.is_lookup || !self.lookups.is_empty()
+    }
+}
+
+/// A lookup table of a column: value → keyspace id of the row's key.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    pub column: String,
+    /// The lookup table, by (schema, name).
+    pub table: (String, String),
 }
 
 #[derive(Debug, Default)]

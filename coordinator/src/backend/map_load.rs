@@ -2,7 +2,7 @@
 //! one snapshot, over a connection that searches only pg_catalog.
 
 use crate::backend::cluster_map::{
-    ClusterMap, MapError, Node, NodeId, ShardPlacement, Table, TableKind,
+    ClusterMap, Lookup, MapError, Node, NodeId, ShardPlacement, Table, TableKind,
 };
 use crate::backend::connection::ServerAddress;
 use pg_shard_core::quote;
@@ -38,11 +38,12 @@ pub(super) async fn load(
     // move's cutover): two round trips, the first asking whether the
     // extension (and its read routes, which an older metadata node lacks)
     // is there.
-    let (_, installed, read_route_table) = tokio::try_join!(
+    let (_, installed, catalog_tables) = tokio::try_join!(
         client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
         client.query_typed_opt(EXTENSION_INSTALLED, &[]),
         client.query_typed_one(
-            "SELECT pg_catalog.to_regclass('pg_shard.read_route') IS NOT NULL",
+            "SELECT pg_catalog.to_regclass('pg_shard.read_route') IS NOT NULL, \
+                    pg_catalog.to_regclass('pg_shard.lookup') IS NOT NULL",
             &[],
         ),
     )?;
@@ -50,8 +51,9 @@ pub(super) async fn load(
         client.batch_execute("COMMIT").await?;
         return Ok(map);
     }
-    let has_read_routes: bool = read_route_table.get(0);
-    let (version, nodes, tables, placements, same_names, read_routes, _) = tokio::try_join!(
+    let has_read_routes: bool = catalog_tables.get(0);
+    let has_lookups: bool = catalog_tables.get(1);
+    let (version, nodes, tables, placements, same_names, read_routes, lookups, _) = tokio::try_join!(
         client.query_typed_one("SELECT version FROM pg_shard.map_state", &[]),
         client.query_typed(
             "SELECT node_id, host, port FROM pg_shard.node WHERE state = 'active'",
@@ -105,6 +107,23 @@ pub(super) async fn load(
                     "SELECT r.table_rel::oid, r.shard_id, r.shard_schema, r.shard_name, \
                             r.range_start, r.range_end, r.node_id \
                      FROM pg_shard.read_route r",
+                    &[],
+                )
+                .await
+        },
+        async {
+            if !has_lookups {
+                return Ok(Vec::new());
+            }
+            client
+                .query_typed(
+                    "SELECT l.table_rel::oid, a.attname::text, n.nspname::text, c.relname::text, \
+                            l.lookup_rel::oid \
+                     FROM pg_shard.lookup l \
+                     JOIN pg_catalog.pg_attribute a \
+                       ON a.attrelid = l.table_rel AND a.attnum = l.column_attnum \
+                     JOIN pg_catalog.pg_class c ON c.oid = l.lookup_rel \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace",
                     &[],
                 )
                 .await
@@ -171,6 +190,15 @@ pub(super) async fn load(
             ));
         }
     }
+    let mut lookups_of: HashMap<u32, Vec<Lookup>> = HashMap::new();
+    let mut lookup_tables: HashSet<u32> = HashSet::new();
+    for row in &lookups {
+        lookups_of.entry(row.get(0)).or_default().push(Lookup {
+            column: row.get(1),
+            table: (row.get(2), row.get(3)),
+        });
+        lookup_tables.insert(row.get(4));
+    }
     for row in tables {
         let oid: u32 = row.get(0);
         let schema: String = row.get(1);
@@ -210,6 +238,8 @@ pub(super) async fn load(
                 filled_columns: filled.into_iter().collect(),
                 generated_columns: generated.into_iter().collect(),
                 routing_column: row.get(10),
+                lookups: lookups_of.remove(&oid).unwrap_or_default(),
+                is_lookup: lookup_tables.contains(&oid),
             }),
         );
     }

@@ -196,6 +196,8 @@ mod tests {
             filled_columns: HashSet::new(),
             generated_columns: HashSet::new(),
             routing_column: None,
+            lookups: Vec::new(),
+            is_lookup: false,
         };
         ClusterMap {
             version: 7,

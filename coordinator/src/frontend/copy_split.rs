@@ -75,7 +75,11 @@ impl Session {
         let table = map
             .table(copy.schema.as_deref(), &copy.name, search_path)?
             .clone();
-        if !matches!(table.kind, TableKind::Distributed { .. }) {
+        // (Rows of a table with lookups go through the metadata node,
+        // which keeps the lookups.)
+        if !matches!(table.kind, TableKind::Distributed { .. })
+            || (!copy.out && table.writes_via_metadata())
+        {
             return None;
         }
         let columns = match &copy.columns {

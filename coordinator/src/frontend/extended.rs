@@ -17,7 +17,13 @@ pub(super) struct BatchPlan {
     /// Describe statement, Close on the metadata node): it may be sent
     /// again after the node restarts.
     pub(super) side_effect_free: bool,
+    /// Bound reads by a looked-up column whose lookup must be read first
+    /// (by batch index); the batch is planned again with their answers.
+    pub(super) lookups: Vec<(usize, router::LookupHop)>,
 }
+
+/// The keyspace ids lookups gave, by batch index (None: not read).
+pub(super) type LookedUp = HashMap<usize, Option<Vec<i64>>>;
 
 /// A client message of an extended-protocol batch and the statement its
 /// name meant where it came (Parse, Bind, Describe statement).
@@ -111,7 +117,18 @@ impl Session {
         loop {
             tries += 1;
             let map = self.map.current();
-            let plan = match self.plan_batch(&batch, &map) {
+            let mut looked_up = LookedUp::new();
+            let mut planned = self.plan_batch(&batch, &map, &looked_up);
+            if let Ok(plan) = &planned {
+                if !plan.lookups.is_empty() {
+                    for (index, hop) in plan.lookups.clone() {
+                        let ids = self.look_up(&hop, &map).await;
+                        looked_up.insert(index, ids);
+                    }
+                    planned = self.plan_batch(&batch, &map, &looked_up);
+                }
+            }
+            let plan = match planned {
                 Ok(plan) => plan,
                 Err(error) => {
                     self.abort_pinned(error).await;
@@ -194,7 +211,12 @@ impl Session {
     }
 
     /// Picks the batch's node and each bound statement's text there.
-    fn plan_batch(&self, batch: &[BatchItem], map: &ClusterMap) -> Result<BatchPlan, ServerError> {
+    fn plan_batch(
+        &self,
+        batch: &[BatchItem],
+        map: &ClusterMap,
+        looked_up: &LookedUp,
+    ) -> Result<BatchPlan, ServerError> {
         let pinned = self
             .tx
             .pinned
@@ -209,6 +231,7 @@ impl Session {
                 shard: None,
                 side_connection: false,
                 side_effect_free: false,
+                lookups: Vec::new(),
             });
         }
         let mut session = self.routing_session();
@@ -224,6 +247,7 @@ impl Session {
             session.outside_transaction = false;
         }
         let mut routes: Vec<(usize, Route)> = Vec::new();
+        let mut lookups = Vec::new();
         let mut runs = false;
         for (index, item) in batch.iter().enumerate() {
             match &item.message {
@@ -233,18 +257,35 @@ impl Session {
                         continue;
                     };
                     let route = match &*statement.analysis {
-                        Analysis::Routable(shape) if self.routing => router::route(
-                            shape,
-                            &statement.sql,
-                            &statement.normalized,
-                            map,
-                            &session,
-                            Some(&router::Parameters {
-                                values: &bind.parameters,
-                                formats: &|i| bind.parameter_format(i),
-                                declared_types: &statement.parameter_types,
-                            }),
-                        ),
+                        Analysis::Routable(shape) if self.routing => {
+                            let route = router::route(
+                                shape,
+                                &statement.sql,
+                                &statement.normalized,
+                                map,
+                                &session,
+                                Some(&router::Parameters {
+                                    values: &bind.parameters,
+                                    formats: &|i| bind.parameter_format(i),
+                                    declared_types: &statement.parameter_types,
+                                }),
+                            );
+                            match (route, looked_up.get(&index)) {
+                                (Route::Lookup(_), Some(Some(ids))) => router::route_looked_up(
+                                    shape,
+                                    &statement.sql,
+                                    &statement.normalized,
+                                    map,
+                                    &session,
+                                    ids,
+                                ),
+                                (Route::Lookup(hop), None) => {
+                                    lookups.push((index, hop));
+                                    Route::Metadata
+                                }
+                                (route, _) => route,
+                            }
+                        }
                         _ => Route::Metadata,
                     };
                     routes.push((index, route));
@@ -296,6 +337,7 @@ impl Session {
                 side_effect_free: target == Target::Metadata
                     && self.held.is_none()
                     && (pinned.is_none() || side_connection),
+                lookups: Vec::new(),
             });
         }
         // Every bound statement must fit one node: the node of the batch
@@ -369,6 +411,7 @@ impl Session {
             shard,
             side_connection: false,
             side_effect_free: false,
+            lookups,
         })
     }
 

@@ -25,6 +25,7 @@ pub mod database_commands;
 mod deadlock;
 mod extended;
 mod login;
+mod lookup_hop;
 mod multiplexed;
 mod participants;
 mod relay;

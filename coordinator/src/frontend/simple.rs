@@ -143,14 +143,14 @@ impl Session {
         loop {
             tries += 1;
             let map = self.map.current();
-            let (target, text, shard) = match self.choose_simple(&analysis, &sql, &normalized, &map)
-            {
-                Ok(choice) => choice,
-                Err(error) => {
-                    self.abort_pinned(error).await;
-                    return self.finish_reply().await;
-                }
-            };
+            let (target, text, shard) =
+                match self.choose_simple(&analysis, &sql, &normalized, &map).await {
+                    Ok(choice) => choice,
+                    Err(error) => {
+                        self.abort_pinned(error).await;
+                        return self.finish_reply().await;
+                    }
+                };
             if target == Target::Metadata {
                 self.note_on_metadata(&analysis, &map);
             }
@@ -270,8 +270,8 @@ impl Session {
     }
 
     /// The node and text for a simple-query statement.
-    fn choose_simple(
-        &self,
+    async fn choose_simple(
+        &mut self,
         analysis: &Analysis,
         sql: &str,
         normalized: &Normalized,
@@ -282,7 +282,22 @@ impl Session {
         }
         let route = match analysis {
             Analysis::Routable(shape) if self.routing => {
-                router::route(shape, sql, normalized, map, &self.routing_session(), None)
+                let route =
+                    router::route(shape, sql, normalized, map, &self.routing_session(), None);
+                match route {
+                    Route::Lookup(hop) => match self.look_up(&hop, map).await {
+                        Some(ids) => router::route_looked_up(
+                            shape,
+                            sql,
+                            normalized,
+                            map,
+                            &self.routing_session(),
+                            &ids,
+                        ),
+                        None => Route::Metadata,
+                    },
+                    route => route,
+                }
             }
             _ => Route::Metadata,
         };
@@ -324,7 +339,7 @@ impl Session {
                 self.count_key(key);
                 (Target::Worker(node), sql, shard)
             }
-            Route::ReferenceOnly { .. } | Route::Metadata => {
+            Route::ReferenceOnly { .. } | Route::Metadata | Route::Lookup(_) => {
                 (Target::Metadata, sql.to_owned(), None)
             }
         };
@@ -389,7 +404,7 @@ impl Session {
                 },
                 _ => Ok((Target::Metadata, sql.to_owned(), None)),
             },
-            Route::Metadata => {
+            Route::Metadata | Route::Lookup(_) => {
                 if tx.has_worker_members() && router::footprint(analysis, map, &session).distributed
                 {
                     return Err(needs_metadata_after_workers(&tx.members));

@@ -51,6 +51,10 @@ pub(super) fn route_inner(
     if writes && !matches!(tables[0].kind, TableKind::Distributed { .. }) {
         return None;
     }
+    // Lookups are kept by the metadata node, in the write's transaction.
+    if writes && tables.iter().any(|t| t.writes_via_metadata()) {
+        return None;
+    }
     // Reads first: a read running on its own may go where the map's read
     // routes send it; a transaction's statements stay with its writes.
     let read_routed = !writes && !shape.locks_rows && session.outside_transaction;
@@ -63,6 +67,12 @@ pub(super) fn route_inner(
             parameters,
             (writes, read_routed),
         ) {
+            // A read by a looked-up column: two hops, the lookup first.
+            if route.is_none() && read_routed && !table.lookups.is_empty() {
+                let hop =
+                    super::lookup_route::lookup_hop(shape, normalized, table, map, parameters);
+                return hop.map(Route::Lookup);
+            }
             return route;
         }
     }
@@ -308,7 +318,7 @@ fn route_one_table(
 
 /// The map a statement is routed by: the reads map while read routes are
 /// published and the statement may follow them, else the owners'.
-fn serving<'m>(
+pub(super) fn serving<'m>(
     shards: &'m ShardMap<crate::backend::cluster::ShardPlacement>,
     reads: &'m Option<ShardMap<crate::backend::cluster::ShardPlacement>>,
     read_routed: bool,

@@ -18,6 +18,7 @@ mod equivalence;
 mod footprint;
 mod keys;
 pub mod lexer;
+mod lookup_route;
 mod rewrite;
 
 pub mod search_path;
@@ -35,6 +36,7 @@ pub fn binary_key_id(bytes: &[u8], encoding: KeyEncoding) -> Option<KeyspaceId> 
     keys::binary_key(bytes, encoding)
 }
 use keys::{insert_keys, key_id, key_value};
+pub use lookup_route::{route_looked_up, LookupHop};
 use rewrite::rewrite;
 
 use crate::router::lexer::Normalized;
@@ -211,6 +213,9 @@ pub enum Route {
         rewrites: HashMap<NodeId, String>,
     },
     Metadata,
+    /// A read by a looked-up column: the lookup is read first
+    /// ([`route_looked_up`] then routes the statement).
+    Lookup(LookupHop),
 }
 
 /// A statement's routing key, as the hot-key sketch counts it.
@@ -339,6 +344,8 @@ pub fn route(
         .unwrap_or(Route::Metadata)
 }
 
+#[cfg(test)]
+mod lookup_tests;
 #[cfg(test)]
 mod routing_id_tests;
 #[cfg(test)]

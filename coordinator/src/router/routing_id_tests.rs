@@ -12,6 +12,8 @@ fn ids_that_carry_their_prefix_route_without_the_key() {
     let key = ("public".to_string(), "accounts".to_string());
     let accounts = Table {
         routing_column: Some("bid".into()),
+        lookups: Vec::new(),
+        is_lookup: false,
         ..Table::clone(&map.tables[&key])
     };
     map.tables.insert(key, Arc::new(accounts));

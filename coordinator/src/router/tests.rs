@@ -56,6 +56,8 @@ pub(super) fn cluster() -> ClusterMap {
             filled_columns: filled.iter().map(|s| s.to_string()).collect(),
             generated_columns: HashSet::new(),
             routing_column: None,
+            lookups: Vec::new(),
+            is_lookup: false,
         })
     };
     map.tables.insert(
@@ -83,6 +85,8 @@ pub(super) fn cluster() -> ClusterMap {
             filled_columns: HashSet::new(),
             generated_columns: HashSet::new(),
             routing_column: None,
+            lookups: Vec::new(),
+            is_lookup: false,
         }),
     );
     map.catalog_functions = Arc::new(
@@ -484,6 +488,8 @@ fn text_keys_take_literals_as_written_only() {
             filled_columns: HashSet::new(),
             generated_columns: HashSet::new(),
             routing_column: None,
+            lookups: Vec::new(),
+            is_lookup: false,
         }),
     );
     let path = default_path("app");

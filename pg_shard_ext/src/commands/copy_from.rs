@@ -297,7 +297,10 @@ unsafe fn run_copy(
         let mut batch = Batch::new(natts);
         crate::transaction::paths::router_wrote();
         let source = format!("COPY {}", table.display);
-        let ((), rows) = with_shard_copy(targets, Some(version), &source, format, |copy| {
+        let mut lookup_changes = Vec::new();
+        let lookups = crate::lookups::catalog::any_has_lookups(&[table.relid])?;
+        let taken = lookups.then_some(&mut lookup_changes);
+        let ((), rows) = with_shard_copy(targets, Some(version), &source, format, taken, |copy| {
             let mut encoder = LineEncoder::new(descriptor, &positions, copy.format());
             loop {
                 pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
@@ -321,6 +324,8 @@ unsafe fn run_copy(
                 }
             }
         })?;
+        // Once the nodes' connections are back: lookup shards may be on them.
+        crate::lookups::apply::apply(lookup_changes, version)?;
         pg_sys::EndCopyFrom(reader);
         pg_sys::FreeExecutorState(estate);
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);

@@ -45,6 +45,16 @@ fn create_reference_table_internal(table_oid: pg_sys::Oid) {
     make_reference_table(table_oid).or_report()
 }
 
+/// Distributes `relid` by `column` in a co-location group of its own (a
+/// lookup table, `commands::lookup`).
+pub(crate) fn distribute_own_group(
+    relid: pg_sys::Oid,
+    column: &str,
+    shard_count: Option<i32>,
+) -> Result<()> {
+    distribute_table(relid, column, shard_count, "none")
+}
+
 /// Lock the table against writes and reads while its rows move, then check
 /// that it can be distributed at all. Locking first means the shape read
 /// here is the shape the shards get.

@@ -115,16 +115,18 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let slot = (*state).css.ss.ss_ScanTupleSlot;
         let descriptor = (*slot).tts_tupleDescriptor;
         let targets = strings.get(TARGETS).unwrap_or_default();
+        let written = ShardGroupTargets::decode(targets)?.distributed;
+        let lookups = crate::lookups::catalog::any_has_lookups(&written)?;
         let (rows, timings, changed) =
             moved_shards::run_over_shard_groups(map_version, targets, |again, map_version| {
                 match again {
-                    None => run_tasks(&planned, map_version, descriptor),
+                    None => run_tasks(&planned, map_version, descriptor, lookups),
                     Some(tasks) => {
                         let tasks: Vec<PlannedTask> = tasks
                             .iter()
                             .map(|t| PlannedTask::of(t, statements(t)))
                             .collect();
-                        run_tasks(&tasks, map_version, descriptor)
+                        run_tasks(&tasks, map_version, descriptor, lookups)
                     }
                 }
             })?;
@@ -145,6 +147,7 @@ unsafe fn run_tasks(
     tasks: &[PlannedTask],
     map_version: i64,
     descriptor: pg_sys::TupleDesc,
+    lookups: bool,
 ) -> Result<(RowStore, Timings, u64)> {
     // SAFETY: as this function's.
     let mut rows = unsafe { RowStore::new(descriptor) };
@@ -153,6 +156,7 @@ unsafe fn run_tasks(
     let mut timings = Vec::with_capacity(tasks.len());
     let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
     crate::transaction::paths::router_wrote();
+    let mut lookup_changes = Vec::new();
     let changed =
         with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
             for connection in connections.iter_mut() {
@@ -177,11 +181,20 @@ unsafe fn run_tasks(
                     }
                 }
             }
-            match first_error {
-                Some(e) => Err(e),
-                None => Ok(changed),
+            if let Some(e) = first_error {
+                return Err(e);
             }
+            // The changes the statements made to lookups (a table with
+            // lookups), taken from every node.
+            if lookups {
+                for connection in connections.iter_mut() {
+                    crate::lookups::apply::take(connection, &mut lookup_changes)?;
+                }
+            }
+            Ok(changed)
         })?;
+    // Once the nodes' connections are back: lookup shards may be on them.
+    crate::lookups::apply::apply(lookup_changes, map_version)?;
     Ok((rows, timings, changed))
 }
 

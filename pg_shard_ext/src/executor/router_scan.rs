@@ -202,11 +202,16 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         }
         let slot = (*state).scan.css.ss.ss_ScanTupleSlot;
         let descriptor = (*slot).tts_tupleDescriptor;
+        // A write of a table with lookups: its changes are taken from the
+        // node and written to the lookups in the same transaction.
+        let relids: Vec<pg_sys::Oid> = targets.iter().map(|t| t.relid).collect();
+        let lookups = writes && crate::lookups::catalog::any_has_lookups(&relids)?;
         let statement = Statement {
             types,
             texts,
             prepared,
             writes,
+            lookups,
             timezone: current_timezone(),
         };
         let may_run_again = moved_shards::may_run_again();
@@ -253,6 +258,8 @@ struct Statement {
     texts: Vec<Option<String>>,
     prepared: bool,
     writes: bool,
+    /// It writes a table with lookups.
+    lookups: bool,
     timezone: String,
 }
 
@@ -292,6 +299,7 @@ impl Statement {
         // SAFETY: reads the transaction state.
         let in_block = unsafe { pg_sys::IsTransactionBlock() };
         let alone = !in_block
+            && !self.lookups
             && !has_transaction_on(node)
             && (!self.writes
                 || (crate::transaction::remote::none_open() && transaction_ends_with_statement()));
@@ -301,10 +309,20 @@ impl Statement {
             } else {
                 Access::Read
             };
-            with_declared_transaction(node, access, Some(map_version), |connection| {
-                connection.declare_session(map_version, &self.timezone, Planning::Own)?;
-                statement(connection)
-            })?
+            let mut changes = Vec::new();
+            let outcome =
+                with_declared_transaction(node, access, Some(map_version), |connection| {
+                    connection.declare_session(map_version, &self.timezone, Planning::Own)?;
+                    let outcome = statement(connection)?;
+                    if self.lookups {
+                        crate::lookups::apply::take(connection, &mut changes)?;
+                    }
+                    Ok(outcome)
+                })?;
+            // (Once the node's connection is back: a lookup shard may be
+            // on the same node.)
+            crate::lookups::apply::apply(changes, map_version)?;
+            outcome
         } else {
             autocommit(node, |connection| {
                 connection.declare_for_autocommit(map_version, &self.timezone, Planning::Own)?;

@@ -41,7 +41,7 @@ pub(crate) fn copy_into_shards(
         .collect();
     let source = format!("distributing {}", shape.display_name);
     let format = scan_format(relid, shape)?;
-    let ((), copied) = with_shard_copy(targets, None, &source, format, |copy| {
+    let ((), copied) = with_shard_copy(targets, None, &source, format, None, |copy| {
         let format = copy.format();
         scan(
             relid,
@@ -76,7 +76,7 @@ pub(crate) fn copy_into_all(
         .collect();
     let source = format!("copying {}", shape.display_name);
     let format = scan_format(relid, shape)?;
-    let (rows, _) = with_shard_copy(targets, None, &source, format, |copy| {
+    let (rows, _) = with_shard_copy(targets, None, &source, format, None, |copy| {
         let mut rows = 0;
         let format = copy.format();
         scan(relid, shape, None, format, |_, line| {

@@ -110,6 +110,35 @@ pub(crate) fn row_guard_script(shard: &GroupShard, range: (i64, i64)) -> Vec<Str
     }
 }
 
+/// The triggers that keep the lookups of a job's new shard table
+/// ([`crate::worker::lookup_changes`]), made with its row guards:
+/// `source_shard_id` is the shard of the same table it copies.
+pub(crate) fn lookup_trigger_script(
+    source_shard_id: i64,
+    shard: &GroupShard,
+) -> Result<Vec<String>> {
+    let Some(key) = shard.dist_column.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let Some(relid) = crate::spi::query_one::<pgrx::pg_sys::Oid>(
+        "SELECT table_rel::oid FROM pg_shard.shard WHERE shard_id = $1",
+        &[source_shard_id.into()],
+    )?
+    else {
+        return Ok(Vec::new());
+    };
+    let mut script = Vec::new();
+    for lookup in crate::lookups::catalog::lookups_of(relid)? {
+        script.extend(crate::worker::lookup_changes::trigger_ddl(
+            &shard.qualified(),
+            lookup.lookup_id,
+            &lookup.column,
+            key,
+        ));
+    }
+    Ok(script)
+}
+
 /// Drops the group's shard tables on `node` and their ownership records
 /// (those matching `condition`, e.g. only the unpublished copies), in one
 /// transaction.

@@ -2,7 +2,8 @@
 //! tables (the order is in [`super`]'s overview).
 
 use super::group_shards::{
-    drop_shard_tables, frozen_shard_script, row_guard_script, shard_id_list, GroupShard,
+    drop_shard_tables, frozen_shard_script, lookup_trigger_script, row_guard_script, shard_id_list,
+    GroupShard,
 };
 use super::job::{Job, Next, Phase};
 use super::node_access::{connect, exists_on, run_on, shard_range, value_on};
@@ -236,6 +237,7 @@ fn after_copy_script(job: &Job, shards: &[GroupShard], source: &mut Client) -> R
         script.extend(group_table_ddl(job, shard, source, "indexes")?);
         let range = shard_range(&job.source, source, shard.shard_id)?;
         script.extend(row_guard_script(shard, range));
+        script.extend(lookup_trigger_script(shard.shard_id, shard)?);
     }
     script.extend(group_foreign_keys(job, shards, source, true)?);
     Ok(script)

@@ -126,6 +126,10 @@ unsafe extern "C-unwind" fn plan(
             };
         }
         if writes {
+            // SAFETY: raising an error from the hook, which owns nothing.
+            unsafe {
+                pg_sys::panic::pgrx_extern_c_guard(|| super::lookup_writes::refuse_fdw_write(parse))
+            };
             crate::transaction::paths::fdw_wrote();
         }
         super::explain::note_fallback();
@@ -216,6 +220,9 @@ unsafe fn route(
     unsafe {
         if !has_partitioned_relation(parse) || !extension_installed() {
             return None;
+        }
+        if (*parse).commandType != pg_sys::CmdType::CMD_SELECT || (*parse).hasModifyingCTE {
+            super::lookup_writes::refuse_lookup_table_writes(parse);
         }
         if let Some(task) =
             super::router::plan(parse, query_string, cursor_options, bound_params).or_report()

@@ -36,6 +36,7 @@ mod conditions;
 mod explain;
 mod hook;
 pub(crate) mod intermediate;
+mod lookup_writes;
 mod modify;
 mod partition_key;
 mod pruning;

@@ -89,12 +89,15 @@ pub(crate) struct ShardCopy<'a, 'c> {
 /// when a node's database has another encoding than ours (a conservative
 /// choice: text values in binary are converted from the client encoding
 /// too, but the text path is the one tested across encodings): `work`
-/// encodes its rows as [`ShardCopy::format`] says.
+/// encodes its rows as [`ShardCopy::format`] says. With `lookups`, the
+/// changes the rows made to lookups are taken from every node into it
+/// (to be written once the connections are back).
 pub(crate) fn with_shard_copy<T>(
     targets: Vec<CopyTarget>,
     version: Option<i64>,
     source: &str,
     format: CopyFormat,
+    lookups: Option<&mut Vec<crate::lookups::apply::Change>>,
     work: impl FnOnce(&mut ShardCopy) -> Result<T>,
 ) -> Result<(T, u64)> {
     let (nodes, node_of) = distinct_nodes(targets.iter().map(|t| &t.node));
@@ -143,6 +146,11 @@ pub(crate) fn with_shard_copy<T>(
         let finished = copy.finish_all();
         let value = outcome?;
         finished?;
+        if let Some(changes) = lookups {
+            for connection in copy.connections.iter_mut() {
+                crate::lookups::apply::take(connection, changes)?;
+            }
+        }
         Ok((value, copy.rows_sent))
     })
 }

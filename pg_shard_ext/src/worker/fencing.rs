@@ -65,9 +65,14 @@ impl Rejection {
             "wrong shard: {shard} refused the statement (worker map version {})",
             worker_map_version()
         );
+        Rejection::with_message(&message, &reason)
+    }
+
+    /// Where no catalog can be read (a transaction's commit).
+    pub(crate) fn with_message(message: &str, reason: &str) -> Rejection {
         Rejection {
-            message: palloc_cstring(&message),
-            detail: palloc_cstring(&reason),
+            message: palloc_cstring(message),
+            detail: palloc_cstring(reason),
         }
     }
 }
@@ -422,6 +427,8 @@ unsafe extern "C-unwind" fn forget_shard_states(_arg: pg_sys::Datum, _relid: pg_
     ROW_GUARDS.with(|guards| guards.borrow_mut().clear());
     crate::planner::forget_cache();
     crate::ids::forget_cache();
+    crate::worker::lookup_changes::forget_cache();
+    crate::lookups::catalog::forget_cache();
     INVALIDATIONS.set(INVALIDATIONS.get().wrapping_add(1));
 }
 

@@ -11,7 +11,7 @@ use super::tables::{
 use crate::error::{Result, ShardError};
 use crate::operations::group_shards::shard_id_list;
 use crate::operations::group_shards::{
-    drop_shard_tables, frozen_shard_script, row_guard_script, GroupShard,
+    drop_shard_tables, frozen_shard_script, lookup_trigger_script, row_guard_script, GroupShard,
 };
 use crate::operations::job::{Job, Next, Phase};
 use crate::operations::moves::{self, finish_rollback, record_plan};
@@ -250,6 +250,10 @@ fn after_copy_script(
         ] {
             script.extend(half_ddl(job, table, half, node, "indexes")?);
             script.extend(row_guard_script(&table.half_shard(half), range));
+            script.extend(lookup_trigger_script(
+                table.source.shard_id,
+                &table.half_shard(half),
+            )?);
         }
     }
     script.extend(half_foreign_keys(job, tables, node, true)?);

@@ -1,0 +1,175 @@
+-- Lookup tables: a column's values -> the keyspace ids of their rows'
+-- keys, kept in the same transaction as every write of the table, on every
+-- path that writes it (router, multi-shard DML, COPY, moves and splits).
+CREATE TABLE lk_customers (id bigint PRIMARY KEY, email text, name text, region int);
+CREATE TABLE lk_orders (customer_id bigint NOT NULL, n int NOT NULL, email text, PRIMARY KEY (customer_id, n));
+INSERT INTO lk_customers SELECT g, 'user' || g || '@example.com', 'n' || g, g % 7 FROM generate_series(1, 500) g;
+INSERT INTO lk_customers VALUES (501, NULL, 'no email', 1);
+SELECT pg_shard.create_distributed_table('lk_customers', 'id', shard_count => 4, colocate_with => 'none');
+SELECT pg_shard.create_distributed_table('lk_orders', 'customer_id', colocate_with => 'lk_customers');
+-- What a lookup must hold: one (value, keyspace id) per row, counted.
+CREATE FUNCTION lk_differences(base regclass, col text, key text, lookup regclass) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE format(
+        'SELECT count(*) FROM (
+            (SELECT %1$I AS value, pg_shard.keyspace_id(%2$I) AS keyspace_id, count(*) AS rows
+               FROM %3$s WHERE %1$I IS NOT NULL GROUP BY 1, 2
+             EXCEPT SELECT value, keyspace_id, rows FROM %4$s)
+            UNION ALL
+            (SELECT value, keyspace_id, rows FROM %4$s
+             EXCEPT SELECT %1$I, pg_shard.keyspace_id(%2$I), count(*)
+               FROM %3$s WHERE %1$I IS NOT NULL GROUP BY 1, 2)) d',
+        col, key, base, lookup) INTO n;
+    RETURN n;
+END $$;
+
+-- bad input changes nothing
+SELECT pg_shard.create_lookup('pg_shard.node', 'host');
+SELECT pg_shard.create_lookup('lk_customers', 'id');
+SELECT pg_shard.create_lookup('lk_customers', 'nope');
+CREATE TABLE lk_numbers (id bigint PRIMARY KEY, amount numeric);
+SELECT pg_shard.create_distributed_table('lk_numbers', 'id', shard_count => 2, colocate_with => 'none');
+SELECT pg_shard.create_lookup('lk_numbers', 'amount');
+SELECT pg_shard.drop_lookup('lk_customers', 'email');
+SELECT count(*) AS lookups FROM pg_shard.lookup;
+
+-- create: filled from the rows, in its own co-location group, same shard count
+SELECT pg_shard.create_lookup('lk_customers', 'email', "unique" => true);
+SELECT * FROM pg_shard.lookups;
+SELECT count(*) AS shards, count(DISTINCT node_id) > 1 AS spread
+  FROM pg_shard.shards WHERE table_name = 'lk_customers_email_lookup'::regclass;
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
+SELECT value, keyspace_id = pg_shard.keyspace_id(7::bigint) AS right_key, rows
+  FROM lk_customers_email_lookup WHERE value = 'user7@example.com';
+SELECT pg_shard.create_lookup('lk_customers', 'email');
+SELECT pg_shard.create_lookup('lk_customers_email_lookup', 'keyspace_id');
+-- a non-unique lookup counts rows per value and key
+SELECT pg_shard.create_lookup('lk_customers', 'region');
+SELECT sum(rows) AS region_rows, count(*) AS region_entries FROM lk_customers_region_lookup;
+
+-- router writes (one key): INSERT, UPDATE of the column, DELETE
+INSERT INTO lk_customers VALUES (1001, 'new@example.com', 'x', 1);
+SELECT value FROM lk_customers_email_lookup WHERE value = 'new@example.com';
+UPDATE lk_customers SET email = 'changed@example.com' WHERE id = 1001;
+SELECT value FROM lk_customers_email_lookup WHERE value IN ('new@example.com', 'changed@example.com');
+UPDATE lk_customers SET name = 'not the column' WHERE id = 1001;
+DELETE FROM lk_customers WHERE id = 1001;
+SELECT count(*) FROM lk_customers_email_lookup WHERE value IN ('new@example.com', 'changed@example.com');
+-- a value taken elsewhere: 23505 naming the lookup and the value, nothing written
+INSERT INTO lk_customers VALUES (1002, 'user7@example.com', 'dup', 1);
+\echo :SQLSTATE
+SELECT count(*) AS dup_rows FROM lk_customers WHERE id = 1002;
+UPDATE lk_customers SET email = 'user8@example.com' WHERE id = 9;
+SELECT email FROM lk_customers WHERE id = 9;
+-- swapping two values in one statement (removals before additions)
+UPDATE lk_customers SET email = CASE id WHEN 10 THEN 'user11@example.com' ELSE 'user10@example.com' END
+ WHERE id IN (10, 11);
+SELECT id, email FROM lk_customers WHERE id IN (10, 11) ORDER BY id;
+-- multi-shard UPDATE and DELETE
+UPDATE lk_customers SET email = upper(email), region = region + 1 WHERE id <= 20;
+DELETE FROM lk_customers WHERE id BETWEEN 21 AND 30;
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS email_differences,
+       lk_differences('lk_customers', 'region', 'id', 'lk_customers_region_lookup') AS region_differences;
+-- a multi-shard UPDATE that would duplicate a value writes nothing
+UPDATE lk_customers SET email = 'same@example.com' WHERE id IN (40, 41);
+\echo :SQLSTATE
+SELECT count(*) FROM lk_customers WHERE email = 'same@example.com';
+-- transactions, savepoints and rollbacks
+BEGIN;
+INSERT INTO lk_customers VALUES (3000, 'tx@example.com', 'a', 1);
+SAVEPOINT s;
+INSERT INTO lk_customers VALUES (3001, 'savepoint@example.com', 'a', 1);
+ROLLBACK TO s;
+INSERT INTO lk_customers VALUES (3002, 'after@example.com', 'a', 1);
+COMMIT;
+BEGIN;
+INSERT INTO lk_customers VALUES (3003, 'rolled-back@example.com', 'a', 1);
+ROLLBACK;
+SELECT value FROM lk_customers_email_lookup WHERE value LIKE '%@example.com' AND value NOT LIKE 'user%' AND value NOT LIKE 'USER%' ORDER BY 1;
+-- INSERT … SELECT between co-located tables (the modify scan)
+CREATE TABLE lk_staging (customer_id bigint NOT NULL, n int NOT NULL, email text, PRIMARY KEY (customer_id, n));
+SELECT pg_shard.create_distributed_table('lk_staging', 'customer_id', colocate_with => 'lk_customers');
+INSERT INTO lk_staging SELECT g, 1, 'order' || g || '@example.com' FROM generate_series(1, 5) g;
+SELECT pg_shard.create_lookup('lk_orders', 'email');
+INSERT INTO lk_orders SELECT * FROM lk_staging;
+SELECT lk_differences('lk_orders', 'email', 'customer_id', 'lk_orders_email_lookup') AS order_differences,
+       (SELECT count(*) FROM lk_orders_email_lookup) AS order_entries;
+-- COPY, and a COPY with a value taken writes nothing
+COPY lk_customers FROM stdin;
+5000	copy1@example.com	a	1
+5001	copy2@example.com	b	2
+\.
+COPY lk_customers FROM stdin;
+5002	copy3@example.com	a	1
+5003	copy1@example.com	b	2
+\.
+SELECT count(*) FROM lk_customers WHERE id BETWEEN 5000 AND 5003;
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
+-- the lookup table is pg_shard's to write; writes over postgres_fdw (a
+-- multi-row INSERT across shards, a function's statements) cannot keep it
+-- and are refused
+INSERT INTO lk_customers_email_lookup VALUES ('planted', 1, 1);
+INSERT INTO lk_customers VALUES (6000, 'm1@example.com', 'a', 1), (6001, 'm2@example.com', 'b', 1);
+DO $$ BEGIN INSERT INTO lk_customers VALUES (6002, 'm3@example.com', 'c', 1); END $$;
+SELECT count(*) FROM lk_customers WHERE id IN (6000, 6001, 6002);
+
+-- moves and splits of the table and of its lookup keep every entry
+SET pg_shard.move_drop_delay = 0;
+SELECT s.shard_id AS lk_shard, (SELECT min(node_id) FROM pg_shard.node n WHERE n.node_id <> s.node_id AND n.state = 'active') AS lk_target
+  FROM pg_shard.shards s WHERE s.table_name = 'lk_customers'::regclass ORDER BY range_start LIMIT 1 \gset
+SELECT pg_shard.move_shard(:lk_shard, :lk_target) AS lk_job \gset
+SELECT pg_shard.wait_job(:lk_job, '3 minutes');
+SELECT shard_id AS lk_split FROM pg_shard.shards WHERE table_name = 'lk_customers'::regclass ORDER BY range_start DESC LIMIT 1 \gset
+SELECT pg_shard.split_shard(:lk_split) AS lk_job \gset
+SELECT pg_shard.wait_job(:lk_job, '3 minutes');
+SELECT shard_id AS lk_lookup_shard FROM pg_shard.shards WHERE table_name = 'lk_customers_email_lookup'::regclass ORDER BY range_start LIMIT 1 \gset
+SELECT pg_shard.split_shard(:lk_lookup_shard) AS lk_job \gset
+SELECT pg_shard.wait_job(:lk_job, '3 minutes');
+-- writes after them reach every new shard's triggers
+SELECT format('INSERT INTO lk_customers VALUES (%s, %L, %L, 3)', g, 'late' || g || '@example.com', 'l')
+  FROM generate_series(7000, 7040) g \gexec
+UPDATE lk_customers SET email = 'moved-' || email WHERE id BETWEEN 100 AND 140;
+DELETE FROM lk_customers WHERE id BETWEEN 141 AND 160;
+INSERT INTO lk_customers VALUES (7100, 'user200@example.com', 'dup after split', 1);
+\echo :SQLSTATE
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS email_differences,
+       lk_differences('lk_customers', 'region', 'id', 'lk_customers_region_lookup') AS region_differences;
+
+-- a router that does not know of the lookup is refused by the shards: the
+-- epoch of every shard of the table was raised when it was made
+SELECT format('dbname=%s host=127.0.0.1 port=%s', current_database(), n.port) AS lk_dsn,
+       format('%I.%I', split_part(s.shard_table, '.', 1), split_part(s.shard_table, '.', 2)) AS lk_shard_table,
+       (SELECT version FROM pg_shard.map_state) AS lk_version
+  FROM pg_shard.shards s JOIN pg_shard.node n USING (node_id)
+ WHERE s.table_name = 'lk_customers'::regclass AND s.state = 'active' LIMIT 1 \gset
+\c :lk_dsn
+\set SHOW_CONTEXT never
+SELECT count(*) = 3 * 2 AS lookup_triggers FROM pg_trigger WHERE tgrelid = :'lk_shard_table'::regclass AND tgname LIKE 'pg_shard_lookup_%';
+\set VERBOSITY sqlstate
+SET pg_shard.map_version = 1;
+DELETE FROM :lk_shard_table WHERE false;
+RESET pg_shard.map_version;
+-- and rows written on a shard without their lookup changes being taken
+-- are refused at commit
+BEGIN;
+DELETE FROM :lk_shard_table WHERE id IN (SELECT id FROM :lk_shard_table LIMIT 1);
+COMMIT;
+\set VERBOSITY default
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
+
+-- drop_lookup drops the table and the shards' triggers
+SELECT pg_shard.drop_lookup('lk_customers', 'region');
+SELECT to_regclass('lk_customers_region_lookup') AS gone;
+SELECT column_name FROM pg_shard.lookups WHERE table_name = 'lk_customers'::regclass;
+INSERT INTO lk_customers VALUES (8000, 'after-drop@example.com', 'a', 99);
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
+SELECT pg_shard.drop_lookup('lk_customers', 'email');
+SELECT pg_shard.drop_lookup('lk_orders', 'email');
+INSERT INTO lk_customers VALUES (8001, 'user300@example.com', 'no lookup, no uniqueness', 1);
+SELECT count(*) AS lookups FROM pg_shard.lookup;
+DROP FUNCTION lk_differences(regclass, text, text, regclass);
+DROP TABLE lk_orders, lk_staging, lk_customers, lk_numbers;
