@@ -977,7 +977,32 @@ DECLARE
     dropped record;
     logical oid[] := '{}';
     logical_names text[] := '{}';
+    dropped_oids oid[];
+    lookup_tables text[];
 BEGIN
+    -- Lookup tables go with their table (pg_shard.drop_lookup drops one on
+    -- its own); dropped alone, the table's writes could not keep them.
+    SELECT array_agg(objid) INTO dropped_oids
+      FROM pg_catalog.pg_event_trigger_dropped_objects()
+     WHERE classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND objsubid = 0
+       AND object_type = 'table';
+    IF EXISTS (SELECT 1 FROM pg_shard.lookup l
+                WHERE l.lookup_rel::oid = ANY (dropped_oids)
+                  AND l.table_rel::oid <> ALL (dropped_oids)) THEN
+        RAISE EXCEPTION 'cannot drop lookup table %',
+            (SELECT d.object_identity FROM pg_catalog.pg_event_trigger_dropped_objects() d
+               JOIN pg_shard.lookup l ON l.lookup_rel::oid = d.objid
+              WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objsubid = 0
+              LIMIT 1)
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Drop it with pg_shard.drop_lookup(table, column), or drop the table it looks up.';
+    END IF;
+    SELECT array_agg(pg_catalog.format('%I.%I', n.nspname, c.relname)) INTO lookup_tables
+      FROM pg_shard.lookup l
+      JOIN pg_catalog.pg_class c ON c.oid = l.lookup_rel
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE l.table_rel::oid = ANY (dropped_oids) AND l.lookup_rel::oid <> ALL (dropped_oids);
+    DELETE FROM pg_shard.lookup WHERE table_rel::oid = ANY (dropped_oids);
     FOR dropped IN
         SELECT objid, object_identity FROM pg_catalog.pg_event_trigger_dropped_objects()
         WHERE classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND objsubid = 0
@@ -1001,6 +1026,9 @@ BEGIN
     -- All at once: shard tables with foreign keys among them go together.
     IF cardinality(logical) > 0 THEN
         PERFORM pg_shard.drop_shards_internal(logical, logical_names);
+    END IF;
+    IF cardinality(lookup_tables) > 0 THEN
+        EXECUTE 'DROP TABLE ' || pg_catalog.array_to_string(lookup_tables, ', ');
     END IF;
 END $$;
 CREATE EVENT TRIGGER pg_shard_sql_drop ON sql_drop

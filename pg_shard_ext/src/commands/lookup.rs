@@ -323,6 +323,33 @@ fn drop_lookup(relid: pg_sys::Oid, column: &str) -> Result<()> {
     Ok(())
 }
 
+/// The lookups of `relid` as the catalog names them after a column was
+/// renamed in this transaction.
+pub(crate) fn lookups_after_rename(relid: pg_sys::Oid) -> Result<Vec<Lookup>> {
+    catalog::forget_cache();
+    catalog::lookups_of(relid)
+}
+
+/// The statements that make `lookups`' triggers on a shard table again
+/// (their arguments name the looked-up column and the key `key`).
+pub(crate) fn trigger_script(lookups: &[Lookup], qualified_shard: &str, key: &str) -> Vec<String> {
+    let mut script = Vec::new();
+    for lookup in lookups {
+        for name in trigger_names(lookup.lookup_id) {
+            script.push(format!(
+                "DROP TRIGGER IF EXISTS {name} ON {qualified_shard}"
+            ));
+        }
+        script.extend(trigger_ddl(
+            qualified_shard,
+            lookup.lookup_id,
+            &lookup.column,
+            key,
+        ));
+    }
+    script
+}
+
 /// A relation's schema and name.
 fn names(relid: pg_sys::Oid) -> Result<(String, String)> {
     crate::spi::connect(|client| {

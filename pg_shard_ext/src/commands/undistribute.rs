@@ -32,6 +32,16 @@ fn undistribute(relid: pg_sys::Oid) -> Result<()> {
     table.lock(pg_sys::AccessExclusiveLock);
     crate::commands::distribute::require_read_committed()?;
     table.refuse_during_job()?;
+    if crate::lookups::catalog::is_lookup_table(relid)? {
+        return Err(
+            table.refuse("it is a lookup table: drop it with pg_shard.drop_lookup(table, column)")
+        );
+    }
+    if !crate::lookups::catalog::lookups_of(relid)?.is_empty() {
+        return Err(
+            table.refuse("drop its lookup tables first (pg_shard.drop_lookup(table, column))")
+        );
+    }
     // (A reference table's keys to and from other reference tables are on
     // the metadata node too.)
     let foreign_keys = crate::spi::query_one::<String>(

@@ -161,6 +161,40 @@ COMMIT;
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
 
+-- schema changes: a looked-up column (or the key) renamed keeps its
+-- lookup; dropping it or changing its type is refused until drop_lookup
+ALTER TABLE lk_customers RENAME COLUMN email TO mail;
+SELECT table_name, column_name FROM pg_shard.lookups ORDER BY 1, 2;
+INSERT INTO lk_customers VALUES (9000, 'renamed@example.com', 'r', 1);
+INSERT INTO lk_customers VALUES (9001, 'renamed@example.com', 'r', 1);
+ALTER TABLE lk_customers RENAME COLUMN id TO customer;
+INSERT INTO lk_customers VALUES (9002, 'renamed-key@example.com', 'r', 1);
+UPDATE lk_customers SET mail = 'renamed-again@example.com' WHERE customer = 9000;
+SELECT lk_differences('lk_customers', 'mail', 'customer', 'lk_customers_email_lookup') AS differences;
+ALTER TABLE lk_customers RENAME COLUMN customer TO id;
+ALTER TABLE lk_customers RENAME COLUMN mail TO email;
+ALTER TABLE lk_customers DROP COLUMN email;
+ALTER TABLE lk_customers ALTER COLUMN email TYPE varchar(200);
+SELECT pg_shard.undistribute_table('lk_customers');
+SELECT pg_shard.undistribute_table('lk_customers_email_lookup');
+DROP TABLE lk_customers_email_lookup;
+TRUNCATE lk_customers_email_lookup;
+SELECT count(*) > 0 AS still_there FROM lk_customers_email_lookup;
+-- TRUNCATE empties the table's lookups with it
+CREATE TABLE lk_scratch (id bigint PRIMARY KEY, code int);
+SELECT pg_shard.create_distributed_table('lk_scratch', 'id', shard_count => 2, colocate_with => 'none');
+SELECT pg_shard.create_lookup('lk_scratch', 'code', "unique" => true);
+INSERT INTO lk_scratch VALUES (1, 10);
+INSERT INTO lk_scratch VALUES (2, 20);
+TRUNCATE lk_scratch;
+SELECT count(*) AS entries_after_truncate FROM lk_scratch_code_lookup;
+INSERT INTO lk_scratch VALUES (3, 10);
+SELECT lk_differences('lk_scratch', 'code', 'id', 'lk_scratch_code_lookup') AS differences;
+-- DROP TABLE drops its lookups, shards and all
+DROP TABLE lk_scratch;
+SELECT to_regclass('lk_scratch_code_lookup') AS lookup_gone,
+       (SELECT count(*) FROM pg_shard.logical_table WHERE table_rel::text LIKE 'lk_scratch%') AS catalog_rows;
+
 -- drop_lookup drops the table and the shards' triggers
 SELECT pg_shard.drop_lookup('lk_customers', 'region');
 SELECT to_regclass('lk_customers_region_lookup') AS gone;

@@ -126,8 +126,12 @@ pub(super) unsafe fn plan_rename(
             return rename_distribution_column(table, text, span, new_name).map(Some);
         }
         // The routers name the column of self-routing ids: a new map.
-        // SAFETY: a column name of the parse tree.
-        pg_sys::ObjectType::OBJECT_COLUMN => (true, unsafe { is_routing(rename.subname, &table) }),
+        // The routers name the column of self-routing ids and the
+        // looked-up columns: a new map (and the lookups' triggers again).
+        // SAFETY: column names of the parse tree.
+        pg_sys::ObjectType::OBJECT_COLUMN => (true, unsafe {
+            is_routing(rename.subname, &table) || is_looked_up(rename.subname, &table)?
+        }),
         // The shards keep their names; routers learn the new one.
         pg_sys::ObjectType::OBJECT_TABLE => (false, true),
         pg_sys::ObjectType::OBJECT_TABCONSTRAINT => {
@@ -161,13 +165,29 @@ fn splice_plan(
         false => None,
     };
     let relid = table.relid;
+    let key = table.dist_column.clone();
     Ok(Some(Planned::new(Local::Run, move || {
         let distributed = recorded.is_some();
         if let Some(recorded) = recorded {
             recorded.record(relid)?;
         }
         if on_shards {
-            on_shards_in_transaction(relid, |shard| vec![text.spliced(span, &shard.qualified)])?;
+            // A renamed looked-up column: the lookups' triggers name it.
+            let lookups = match (&key, new_map) {
+                (Some(_), true) => crate::commands::lookup::lookups_after_rename(relid)?,
+                _ => Vec::new(),
+            };
+            on_shards_in_transaction(relid, |shard| {
+                let mut sql = vec![text.spliced(span, &shard.qualified)];
+                if let Some(key) = &key {
+                    sql.extend(crate::commands::lookup::trigger_script(
+                        &lookups,
+                        &shard.qualified,
+                        key,
+                    ));
+                }
+                sql
+            })?;
             if distributed {
                 super::foreign_keys::refresh_recorded(relid)?;
             }
@@ -217,6 +237,7 @@ fn rename_distribution_column(
     Ok(Planned::new(Local::Run, move || {
         recorded.record(relid)?;
         let ranges = shard_ranges(relid)?;
+        let lookups = crate::commands::lookup::lookups_after_rename(relid)?;
         on_shards_in_transaction(relid, |shard| {
             let (range_start, range_end) = ranges.get(&shard.shard_id).copied().unwrap_or_default();
             let mut sql = vec![text.spliced(span, &shard.qualified)];
@@ -235,6 +256,12 @@ fn rename_distribution_column(
                  range_end, state, epoch) FROM pg_shard.local_shard WHERE shard_id = {}",
                 crate::quote::literal(&new_name),
                 shard.shard_id
+            ));
+            // (The lookups' triggers name the key too.)
+            sql.extend(crate::commands::lookup::trigger_script(
+                &lookups,
+                &shard.qualified,
+                &new_name,
             ));
             sql
         })?;
@@ -284,6 +311,21 @@ unsafe fn is_routing(name: *mut c_char, table: &LogicalTable) -> bool {
     unsafe { names(name, table.routing_column.as_deref()) }
 }
 
+/// Whether the column `name` (or null) has a lookup table.
+///
+/// # Safety
+/// `name` is a column name of the parse tree, or null.
+unsafe fn is_looked_up(name: *mut c_char, table: &LogicalTable) -> Result<bool> {
+    if name.is_null() || !table.is_distributed() {
+        return Ok(false);
+    }
+    // SAFETY: as the caller promises.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    Ok(crate::lookups::catalog::lookups_of(table.relid)?
+        .iter()
+        .any(|l| l.column == name))
+}
+
 /// Whether the parse tree's column name `name` (or null) is `column`.
 ///
 /// # Safety
@@ -314,6 +356,13 @@ unsafe fn judge_column_action(cmd: &pg_sys::AlterTableCmd, table: &LogicalTable)
             Err(table.refuse(
                 "the column holds routing ids (pg_shard.set_routing_id): run \
                  pg_shard.set_routing_id(table, NULL) first",
+            ))
+        }
+        // SAFETY: the command's column name, or null.
+        T::AT_DropColumn | T::AT_AlterColumnType if unsafe { is_looked_up(cmd.name, table)? } => {
+            Err(table.refuse(
+                "the column has a lookup table (pg_shard.create_lookup): run \
+                 pg_shard.drop_lookup(table, column) first",
             ))
         }
         T::AT_AlterColumnType if dist => Err(table.refuse(

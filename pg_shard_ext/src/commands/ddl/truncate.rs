@@ -39,6 +39,22 @@ pub(super) unsafe fn plan(
     if distributed.is_empty() {
         return Ok(None);
     }
+    // A table's lookups are emptied with it; a lookup table only so.
+    let mut lookup_tables = Vec::new();
+    for table in &distributed {
+        lookup_tables.extend(
+            crate::lookups::catalog::lookups_of(table.relid)?
+                .into_iter()
+                .map(|l| l.lookup_rel),
+        );
+    }
+    for table in &distributed {
+        if crate::lookups::catalog::is_lookup_table(table.relid)?
+            && !lookup_tables.contains(&table.relid)
+        {
+            return Err(table.refuse("it is a lookup table: TRUNCATE the table it looks up"));
+        }
+    }
     let mut sequences = Vec::new();
     for table in &distributed {
         let allowed = query_one::<bool>(
@@ -96,7 +112,13 @@ pub(super) unsafe fn plan(
         }
         // One TRUNCATE per node: shard tables with foreign keys among
         // them can only be emptied together.
-        let relids: Vec<pg_sys::Oid> = distributed.iter().map(|t| t.relid).collect();
+        let mut relids: Vec<pg_sys::Oid> = distributed.iter().map(|t| t.relid).collect();
+        relids.extend(
+            lookup_tables
+                .iter()
+                .filter(|l| !relids.contains(l))
+                .collect::<Vec<_>>(),
+        );
         for (node, shards) in crate::metadata::catalog::shards_by_node(Some(&relids))?.into_values()
         {
             let tables: Vec<String> = shards.into_iter().map(|(_, name)| name).collect();
