@@ -85,7 +85,7 @@ pub(crate) fn apply(changes: Vec<Change>, map_version: i64) -> Result<()> {
                 lookup
             }
         };
-        let (node, qualified) = owner(&lookup, change.value_id)?;
+        let (node, qualified) = owner(&lookup, change.value_id, map_version)?;
         let (_, writes) = shards
             .entry((node.node_id, qualified.clone()))
             .or_insert_with(|| {
@@ -130,10 +130,15 @@ pub(crate) fn apply(changes: Vec<Change>, map_version: i64) -> Result<()> {
     })
 }
 
-/// The lookup shard that holds `value_id`: its node and table.
-fn owner(lookup: &Lookup, value_id: i64) -> Result<(Node, String)> {
-    if let Some(shard) = crate::metadata::shard_lookup::shard_of(lookup.lookup_rel, value_id)? {
-        return Ok((shard.node, shard.qualified));
+/// The lookup shard that holds `value_id` at map `map_version`: its node
+/// and table.
+fn owner(lookup: &Lookup, value_id: i64, map_version: i64) -> Result<(Node, String)> {
+    // (A statement run again after a move or split knows of a newer map
+    // than its snapshot's catalog: then the owner committed now.)
+    if crate::metadata::shard_lookup::map_version_now()? >= map_version {
+        if let Some(shard) = crate::metadata::shard_lookup::shard_of(lookup.lookup_rel, value_id)? {
+            return Ok((shard.node, shard.qualified));
+        }
     }
     // Between a move's or split's map changes: the owner committed now.
     crate::metadata::shard_lookup::latest_owner(lookup.lookup_rel, value_id)?.ok_or_else(|| {
