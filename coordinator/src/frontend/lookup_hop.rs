@@ -3,10 +3,13 @@
 //! pooled connection of the client's role, outside any transaction, and
 //! the statement is then routed by the keyspace ids it gave.
 
+use super::server_statements::server_statement_name;
 use super::Session;
 use crate::backend::cluster::ClusterMap;
 use crate::backend::pool::PoolKey;
+use crate::net::protocol;
 use crate::router::LookupHop;
+use bytes::{Bytes, BytesMut};
 use std::time::Duration;
 
 /// How long the hop waits for a free connection to the lookup's node
@@ -30,10 +33,33 @@ impl Session {
             .ok()?
             .ok()?;
         let connection = lease.connection();
-        connection.send_query(&hop.sql).await.ok()?;
+        // Prepared on the connection the first time (named by its text,
+        // as clients' statements are): later hops skip parsing and planning.
+        let name = server_statement_name("lookup", &hop.sql, &[]);
+        let parse = !connection.prepared.contains(&name);
+        let mut request = BytesMut::new();
+        if parse {
+            protocol::parse(&mut request, &name, &hop.sql, &[]);
+        }
+        let bind = protocol::Bind {
+            portal: String::new(),
+            statement: name.clone(),
+            parameter_formats: Vec::new(),
+            parameters: vec![Some(Bytes::from(hop.value.clone()))],
+            result_formats: Vec::new(),
+        };
+        bind.encode(&name, &mut request);
+        protocol::execute(&mut request, "", 0);
+        protocol::sync(&mut request);
+        connection.write(&request).await.ok()?;
         let answer = connection.read_answer().await.ok()?;
         if answer.error.is_some() {
+            // (A statement the server no longer has is prepared again.)
+            connection.prepared.remove(&name);
             return None;
+        }
+        if parse {
+            connection.prepared.insert(name);
         }
         self.shared.metrics.shard(hop.shard);
         answer

@@ -58,7 +58,11 @@ impl ServerStatements<'_> {
 /// Server-side statement name: the client's unnamed statement stays
 /// unnamed; named ones are named by their text, so every client preparing
 /// the same text on a connection shares one server statement.
-fn server_statement_name(client_name: &str, text: &str, parameter_types: &[u32]) -> String {
+pub(super) fn server_statement_name(
+    client_name: &str,
+    text: &str,
+    parameter_types: &[u32],
+) -> String {
     if client_name.is_empty() {
         return String::new();
     }

@@ -21,8 +21,10 @@ pub struct LookupHop {
     /// The node of the lookup's shard, and the shard (for the counters).
     pub node: NodeId,
     pub shard: i64,
-    /// `SELECT keyspace_id FROM <lookup shard> WHERE value = <value>`.
+    /// `SELECT keyspace_id FROM <lookup shard> WHERE value = $1`.
     pub sql: String,
+    /// The value, as text (its type's input reads it).
+    pub value: String,
 }
 
 /// The lookup hop for a read of `table` (the statement's only relation)
@@ -64,10 +66,10 @@ pub(super) fn lookup_hop(
             node: placement.node,
             shard: placement.shard_id,
             sql: format!(
-                "SELECT keyspace_id FROM {} WHERE value OPERATOR(pg_catalog.=) {}",
-                placement.qualified_name,
-                quote::literal(&text)
+                "SELECT keyspace_id FROM {} WHERE value OPERATOR(pg_catalog.=) $1",
+                placement.qualified_name
             ),
+            value: text,
         });
     }
     None
