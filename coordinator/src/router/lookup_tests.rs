@@ -56,10 +56,11 @@ fn reads_by_a_looked_up_column_take_two_single_shard_hops() {
     assert_eq!((hop.node, hop.shard), (holder.node, holder.shard_id));
     assert!(hop.sql.contains(&holder.qualified_name), "{}", hop.sql);
     assert!(
-        hop.sql.ends_with("OPERATOR(pg_catalog.=) '42'"),
+        hop.sql.ends_with("OPERATOR(pg_catalog.=) $1"),
         "{}",
         hop.sql
     );
+    assert_eq!(hop.value, "42");
     // One keyspace id: its shard; none: any one shard; two shards: the
     // metadata node.
     let in_shard = |shard: i64| {
