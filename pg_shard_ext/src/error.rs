@@ -159,6 +159,10 @@ pub(crate) enum ShardError {
     /// A statement pg_shard cannot run as it is written.
     #[error("{statement}")]
     UnsupportedStatement { statement: String, hint: String },
+    /// A lookup entry to remove was not there (a transaction that wrote it
+    /// may still be committing on its node).
+    #[error("could not serialize access due to a concurrent change of lookup {0}")]
+    LookupEntryMissing(String),
     /// A value a unique lookup holds already, for another row.
     #[error("duplicate key value violates unique lookup {lookup}")]
     LookupDuplicate {
@@ -239,6 +243,7 @@ impl ShardError {
             ShardError::SubtransactionRolledBack => ERRCODE_INVALID_TRANSACTION_STATE,
             ShardError::CannotPrepare | ShardError::KeyUpdate => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::LookupDuplicate { .. } => ERRCODE_UNIQUE_VIOLATION,
+            ShardError::LookupEntryMissing(_) => ERRCODE_T_R_SERIALIZATION_FAILURE,
             ShardError::UnsupportedStatement { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::PlanAfterFdwWrite | ShardError::PathsMixed => ERRCODE_FEATURE_NOT_SUPPORTED,
             ShardError::NeedsReadCommitted => ERRCODE_INVALID_TRANSACTION_STATE,
@@ -311,6 +316,12 @@ impl ShardError {
             ),
             ShardError::RemoteStatement { notes, .. } => notes.hint.clone(),
             ShardError::UnsupportedStatement { hint, .. } => Some(hint.clone()),
+            ShardError::LookupEntryMissing(_) => Some(
+                "an entry the write would remove is not there yet (its writer may still be \
+                 committing, or be settled by pg_shard.recover_prepared_transactions()): run \
+                 the transaction again"
+                    .into(),
+            ),
             ShardError::CopyRow { hint, .. } => hint.clone(),
             _ => None,
         }

@@ -300,20 +300,33 @@ fn route_one_table(
             )?;
             (placement, None)
         };
-        Some(Route::Worker {
-            node: placement.node,
-            sql: rewrite(
-                sql,
-                normalized,
-                &shape.relations,
-                std::slice::from_ref(&placement.qualified_name),
-            )?,
-            shard: Some(placement.shard_id),
-            writes,
-            key,
-        })
+        on_shard(placement, shape, sql, normalized, writes, key)
     })();
     Some(decided)
+}
+
+/// A one-table statement on one shard: its text with the shard table's
+/// name, on the shard's worker.
+pub(super) fn on_shard(
+    placement: &crate::backend::cluster::ShardPlacement,
+    shape: &Shape,
+    sql: &str,
+    normalized: &Normalized,
+    writes: bool,
+    key: Option<RoutedKey>,
+) -> Option<Route> {
+    Some(Route::Worker {
+        node: placement.node,
+        sql: rewrite(
+            sql,
+            normalized,
+            &shape.relations,
+            std::slice::from_ref(&placement.qualified_name),
+        )?,
+        shard: Some(placement.shard_id),
+        writes,
+        key,
+    })
 }
 
 /// The map a statement is routed by: the reads map while read routes are

@@ -11,7 +11,7 @@
 //! keeps the lookups; reads in a transaction go there too, and see its
 //! writes.
 
-use super::decision::serving;
+use super::decision::{on_shard, serving};
 use super::*;
 use crate::backend::cluster::Table;
 
@@ -114,18 +114,7 @@ pub fn route_looked_up(
                 first
             }
         };
-        Some(Route::Worker {
-            node: placement.node,
-            sql: rewrite(
-                sql,
-                normalized,
-                &shape.relations,
-                std::slice::from_ref(&placement.qualified_name),
-            )?,
-            shard: Some(placement.shard_id),
-            writes: false,
-            key: None,
-        })
+        on_shard(placement, shape, sql, normalized, false, None)
     })()
     .unwrap_or(Route::Metadata)
 }

@@ -77,7 +77,8 @@ pub(crate) unsafe fn run_if_distributed(
                 && !has_option((*stmt).options, c"freeze"),
         )
     };
-    if !takes_it || crate::transaction::paths::did_fdw_write() {
+    // SAFETY: a valid CopyStmt.
+    if relation.is_null() || !unsafe { (*stmt).is_from } {
         return Ok(false);
     }
     // SAFETY: a RangeVar from the parse tree, looked up in the caller's
@@ -91,6 +92,16 @@ pub(crate) unsafe fn run_if_distributed(
             std::ptr::null_mut(),
         )
     };
+    // (Whatever path the COPY would take.)
+    if relid != pg_sys::InvalidOid && crate::lookups::catalog::is_lookup_table(relid)? {
+        return Err(ShardError::InvalidArgument(format!(
+            "{} is a lookup table: pg_shard writes it with the rows of its table",
+            crate::spi::caller_relation_name(relid)
+        )));
+    }
+    if !takes_it || crate::transaction::paths::did_fdw_write() {
+        return Ok(false);
+    }
     let Some(table) = LogicalTable::of(relid)? else {
         return Ok(false);
     };

@@ -15,7 +15,7 @@ use crate::error::{OrReport, Result, ShardError};
 use crate::keyspace::key_encoding_of;
 use crate::lookups::apply::{self, Change};
 use crate::lookups::catalog::{self, Lookup};
-use crate::metadata::{LogicalTable, Node};
+use crate::metadata::LogicalTable;
 use crate::quote;
 use crate::transaction::remote::{in_transaction, run_in_transaction, scripts_by_node};
 use crate::worker::lookup_changes::{trigger_ddl, trigger_names};
@@ -44,6 +44,12 @@ fn base_table(relid: pg_sys::Oid) -> Result<LogicalTable> {
     table.require_owner()?;
     table.lock(pg_sys::ShareRowExclusiveLock);
     crate::commands::distribute::require_read_committed()?;
+    // A move or split queued meanwhile (pg_shard.queue_job takes this lock)
+    // is seen here, or sees the lookup when it makes its new shards.
+    crate::spi::run_with_args(
+        "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_shard co-location'), $1)",
+        &[table.colocation_id.into()],
+    )?;
     table.refuse_during_job()?;
     if catalog::is_lookup_table(relid)? {
         return Err(ShardError::InvalidArgument(format!(
@@ -58,6 +64,8 @@ fn base_table(relid: pg_sys::Oid) -> Result<LogicalTable> {
 struct ColumnInfo {
     attnum: i16,
     type_oid: pg_sys::Oid,
+    /// Its collation compares equal only equal bytes.
+    deterministic: bool,
     /// Type (and collation) as a column definition spells it.
     definition: String,
 }
@@ -69,7 +77,8 @@ fn column_info(table: &LogicalTable, column: &str) -> Result<ColumnInfo> {
                     pg_catalog.format_type(a.atttypid, a.atttypmod) || \
                     CASE WHEN a.attcollation IN (0, 100) THEN '' \
                          ELSE ' COLLATE ' || pg_catalog.quote_ident(n.nspname) || '.' \
-                              || pg_catalog.quote_ident(c.collname) END \
+                              || pg_catalog.quote_ident(c.collname) END, \
+                    coalesce(c.collisdeterministic, true) \
              FROM pg_catalog.pg_attribute a \
              LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation \
              LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace \
@@ -84,6 +93,7 @@ fn column_info(table: &LogicalTable, column: &str) -> Result<ColumnInfo> {
             attnum: row.get::<i16>(1)?.unwrap_or_default(),
             type_oid: row.get::<pg_sys::Oid>(2)?.unwrap_or_default(),
             definition: row.get::<String>(3)?.unwrap_or_default(),
+            deterministic: row.get::<bool>(4)?.unwrap_or(true),
         }))
     })?;
     found.ok_or_else(|| ShardError::UnknownColumn {
@@ -107,6 +117,27 @@ fn create_lookup(relid: pg_sys::Oid, column: &str, unique: bool) -> Result<pg_sy
             "column \"{column}\" of {} has type {}, which a lookup table cannot be distributed by",
             table.display,
             crate::keyspace::type_name(info.type_oid)
+        )));
+    }
+    if !info.deterministic {
+        return Err(ShardError::InvalidArgument(format!(
+            "column \"{column}\" of {} has a nondeterministic collation: values it calls equal \
+             would hash apart",
+            table.display
+        )));
+    }
+    // Rows a foreign key's action changes (a DELETE of the referenced row)
+    // change on the shards without a router that keeps the lookup.
+    if let Some(key) = crate::spi::query_one::<String>(
+        "SELECT name::text FROM pg_shard.table_constraint \
+         WHERE table_rel = $1 AND kind = 'f' \
+           AND definition ~ 'ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)' LIMIT 1",
+        &[relid.into()],
+    )? {
+        return Err(ShardError::InvalidArgument(format!(
+            "foreign key \"{key}\" of {} changes its rows by itself (ON DELETE / ON UPDATE \
+             CASCADE, SET NULL or SET DEFAULT), which a lookup could not follow",
+            table.display
         )));
     }
     if let Some(existing) = catalog::lookups_of(relid)?
@@ -134,7 +165,7 @@ fn create_lookup(relid: pg_sys::Oid, column: &str, unique: bool) -> Result<pg_sy
     crate::metadata::shard_lookup::at_version(version);
     catalog::forget_cache();
     let lookup = catalog::by_id(lookup_id)?;
-    for shard in base_shards(relid)? {
+    for shard in crate::transaction::fan_out::shard_tables(relid)? {
         let mut script = trigger_ddl(&shard.qualified, lookup_id, column, &key);
         script.push(format!(
             "UPDATE pg_shard.local_shard SET epoch = greatest(epoch, {version}) \
@@ -212,40 +243,6 @@ fn create_lookup_table(
     relation_now()
 }
 
-/// One placement of a shard of the base table.
-struct BaseShard {
-    node: Node,
-    shard_id: i64,
-    qualified: String,
-    /// Active placements hold the rows; the others (an old copy kept for a
-    /// revert) only get the triggers.
-    active: bool,
-}
-
-fn base_shards(relid: pg_sys::Oid) -> Result<Vec<BaseShard>> {
-    crate::spi::connect(|client| {
-        let mut shards = Vec::new();
-        for row in client.select(
-            "SELECT n.node_id, n.host, n.port, s.shard_id, \
-                    pg_catalog.quote_ident(s.shard_schema) || '.' || pg_catalog.quote_ident(s.shard_name), \
-                    p.state = 'active' \
-             FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
-             JOIN pg_shard.node n USING (node_id) \
-             WHERE s.table_rel = $1 ORDER BY n.node_id, s.shard_id",
-            None,
-            &[relid.into()],
-        )? {
-            shards.push(BaseShard {
-                node: Node::from_row(&row, 1)?,
-                shard_id: row.get::<i64>(4)?.unwrap_or_default(),
-                qualified: row.get::<String>(5)?.unwrap_or_default(),
-                active: row.get::<bool>(6)?.unwrap_or(false),
-            });
-        }
-        Ok::<_, ShardError>(shards)
-    })
-}
-
 /// The lookup entries of a shard's rows, counted per value and key.
 fn existing_rows(
     connection: &mut crate::transaction::connection::NodeConnection,
@@ -299,13 +296,15 @@ fn drop_lookup(relid: pg_sys::Oid, column: &str) -> Result<()> {
             table.display
         )));
     };
-    let pieces = base_shards(relid)?.into_iter().map(|shard| {
-        let drops: Vec<String> = trigger_names(lookup.lookup_id)
-            .iter()
-            .map(|name| format!("DROP TRIGGER IF EXISTS {name} ON {}", shard.qualified))
-            .collect();
-        (shard.node, drops.join(";\n"))
-    });
+    let pieces = crate::transaction::fan_out::shard_tables(relid)?
+        .into_iter()
+        .map(|shard| {
+            let drops: Vec<String> = trigger_names(lookup.lookup_id)
+                .iter()
+                .map(|name| format!("DROP TRIGGER IF EXISTS {name} ON {}", shard.qualified))
+                .collect();
+            (shard.node, drops.join(";\n"))
+        });
     for (node, script) in scripts_by_node(pieces) {
         run_in_transaction(&node, &script)?;
     }

@@ -6,9 +6,10 @@
 //! than one node wrote.
 //!
 //! Removals go before additions (a row whose value moves to another row
-//! in one statement), and every statement's shards are written in one
-//! order (node, shard, value), so two statements of this kind wait for
-//! each other rather than deadlock across nodes.
+//! in one statement), and a statement's shards are written in one order
+//! (node, shard, value). Two transactions that change each other's values
+//! on two nodes can still wait for each other there, which no node sees
+//! as a deadlock: they wait until a lock_timeout or statement_timeout.
 
 use super::catalog::{self, Lookup};
 use crate::error::{Result, ShardError};
@@ -172,8 +173,14 @@ fn write_shard(
                 .map(|(v, key_id, _)| format!("({}, {key_id}::bigint)", value(v)))
                 .collect();
             let keys = keys.join(", ");
-            let sql = if lookup.unique {
-                format!("DELETE FROM {table} WHERE (value, keyspace_id) IN (VALUES {keys})")
+            // Every entry removed must be found: one a transaction still
+            // commits there (between the two phases of its commit) is not
+            // visible yet, and a removal that missed it would leave it for
+            // good. Then the statement fails, to be run again.
+            let found = if lookup.unique {
+                connection.execute(&format!(
+                    "DELETE FROM {table} WHERE (value, keyspace_id) IN (VALUES {keys})"
+                ))?
             } else {
                 let counts: Vec<String> = batch
                     .iter()
@@ -181,15 +188,20 @@ fn write_shard(
                         format!("({}, {key_id}::bigint, {delta}::bigint)", value(v))
                     })
                     .collect();
-                format!(
+                let found = connection.execute(&format!(
                     "UPDATE {table} AS l SET rows = l.rows + c.delta \
                      FROM (VALUES {}) AS c (value, keyspace_id, delta) \
-                     WHERE l.value = c.value AND l.keyspace_id = c.keyspace_id; \
-                     DELETE FROM {table} WHERE rows <= 0 AND (value, keyspace_id) IN (VALUES {keys})",
+                     WHERE l.value = c.value AND l.keyspace_id = c.keyspace_id",
                     counts.join(", ")
-                )
+                ))?;
+                connection.execute(&format!(
+                    "DELETE FROM {table} WHERE rows <= 0 AND (value, keyspace_id) IN (VALUES {keys})"
+                ))?;
+                found
             };
-            connection.execute(&sql)?;
+            if found.rows < batch.len() as u64 {
+                return Err(ShardError::LookupEntryMissing(lookup.display.clone()));
+            }
             continue;
         }
         let values: Vec<String> = batch

@@ -309,8 +309,13 @@ impl NodeConnection {
                 ))?;
                 self.declared_version = Some(version);
             }
+            // (0, no version: a session-level one the RESET did not end —
+            // it is undone when the transaction that ran it rolls back —
+            // is not this transaction's either.)
             None => {
-                self.execute(&format!("{begin}{reset}"))?;
+                self.execute(&format!(
+                    "{begin}{reset}; SET LOCAL pg_shard.map_version = 0"
+                ))?;
             }
         }
         Ok(())

@@ -15,6 +15,9 @@ pub(crate) struct ShardTable {
     pub(crate) shard_id: i64,
     pub(crate) schema: String,
     pub(crate) qualified: String,
+    /// Whether the placement is the shard's active one (not an old copy a
+    /// revert could bring back, or a new one not yet published).
+    pub(crate) active: bool,
 }
 
 /// Every placement of `relid`'s shards, in node order.
@@ -22,7 +25,8 @@ pub(crate) fn shard_tables(relid: pg_sys::Oid) -> Result<Vec<ShardTable>> {
     crate::spi::connect(|client| {
         let mut tables = Vec::new();
         for row in client.select(
-            "SELECT n.node_id, n.host, n.port, s.shard_id, s.shard_schema, s.shard_name \
+            "SELECT n.node_id, n.host, n.port, s.shard_id, s.shard_schema, s.shard_name, \
+                    p.state = 'active' \
              FROM pg_shard.shard s JOIN pg_shard.placement p USING (shard_group_id) \
              JOIN pg_shard.node n USING (node_id) \
              WHERE s.table_rel = $1 ORDER BY n.node_id, s.shard_id",
@@ -36,6 +40,7 @@ pub(crate) fn shard_tables(relid: pg_sys::Oid) -> Result<Vec<ShardTable>> {
                 shard_id: row.get::<i64>(4)?.unwrap_or_default(),
                 qualified: quote::qualified(&schema, &name),
                 schema,
+                active: row.get::<bool>(7)?.unwrap_or(false),
             });
         }
         Ok(tables)

@@ -180,6 +180,18 @@ SELECT pg_shard.undistribute_table('lk_customers_email_lookup');
 DROP TABLE lk_customers_email_lookup;
 TRUNCATE lk_customers_email_lookup;
 SELECT count(*) > 0 AS still_there FROM lk_customers_email_lookup;
+COPY lk_customers_email_lookup FROM '/dev/null';
+ALTER TABLE lk_customers_email_lookup RENAME COLUMN value TO v;
+ALTER TABLE lk_customers_email_lookup ADD COLUMN extra int;
+-- rows a foreign key's action changes by themselves cannot keep a lookup
+CREATE TABLE lk_parent (id bigint PRIMARY KEY);
+CREATE TABLE lk_child (id bigint NOT NULL, n int NOT NULL, code int, PRIMARY KEY (id, n));
+SELECT pg_shard.create_distributed_table('lk_parent', 'id', shard_count => 2, colocate_with => 'none');
+SELECT pg_shard.create_distributed_table('lk_child', 'id', colocate_with => 'lk_parent');
+ALTER TABLE lk_child ADD FOREIGN KEY (id) REFERENCES lk_parent ON DELETE CASCADE;
+SELECT pg_shard.create_lookup('lk_child', 'code');
+SELECT count(*) AS lookups_of_refused FROM pg_shard.lookups WHERE table_name::text = 'lk_child';
+DROP TABLE lk_child, lk_parent;
 -- TRUNCATE empties the table's lookups with it
 CREATE TABLE lk_scratch (id bigint PRIMARY KEY, code int);
 SELECT pg_shard.create_distributed_table('lk_scratch', 'id', shard_count => 2, colocate_with => 'none');
@@ -190,6 +202,16 @@ TRUNCATE lk_scratch;
 SELECT count(*) AS entries_after_truncate FROM lk_scratch_code_lookup;
 INSERT INTO lk_scratch VALUES (3, 10);
 SELECT lk_differences('lk_scratch', 'code', 'id', 'lk_scratch_code_lookup') AS differences;
+-- … and TRUNCATE … CASCADE those of the tables whose keys reference it
+CREATE TABLE lk_scratch_refs (id bigint NOT NULL, n int NOT NULL, code int, PRIMARY KEY (id, n));
+SELECT pg_shard.create_distributed_table('lk_scratch_refs', 'id', colocate_with => 'lk_scratch');
+ALTER TABLE lk_scratch_refs ADD FOREIGN KEY (id) REFERENCES lk_scratch;
+SELECT pg_shard.create_lookup('lk_scratch_refs', 'code');
+INSERT INTO lk_scratch_refs VALUES (3, 1, 77);
+TRUNCATE lk_scratch CASCADE;
+SELECT (SELECT count(*) FROM lk_scratch_refs) AS refs, (SELECT count(*) FROM lk_scratch_refs_code_lookup) AS ref_entries,
+       (SELECT count(*) FROM lk_scratch_code_lookup) AS entries;
+DROP TABLE lk_scratch_refs;
 -- DROP TABLE drops its lookups, shards and all
 DROP TABLE lk_scratch;
 SELECT to_regclass('lk_scratch_code_lookup') AS lookup_gone,

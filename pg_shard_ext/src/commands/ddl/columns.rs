@@ -37,6 +37,7 @@ pub(super) unsafe fn plan_alter(
     let Some(table) = (unsafe { logical_table_named(alter.relation)? }) else {
         return Ok(None);
     };
+    refuse_lookup_table(&table)?;
     // SAFETY: the statement's list of AlterTableCmd nodes.
     let cmds = unsafe { pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds) };
     use pg_sys::AlterTableType as T;
@@ -113,6 +114,7 @@ pub(super) unsafe fn plan_rename(
     let Some(table) = (unsafe { logical_table_named(rename.relation)? }) else {
         return Ok(None);
     };
+    refuse_lookup_table(&table)?;
     let (on_shards, new_map) = match rename.renameType {
         // SAFETY: a column name of the parse tree.
         pg_sys::ObjectType::OBJECT_COLUMN if unsafe { is_dist(rename.subname, &table) } => {
@@ -309,6 +311,16 @@ unsafe fn is_dist(name: *mut c_char, table: &LogicalTable) -> bool {
 unsafe fn is_routing(name: *mut c_char, table: &LogicalTable) -> bool {
     // SAFETY: as the caller promises.
     unsafe { names(name, table.routing_column.as_deref()) }
+}
+
+/// A lookup table's shape is pg_shard's: the writes of its table rely on it.
+fn refuse_lookup_table(table: &LogicalTable) -> Result<()> {
+    if crate::lookups::catalog::is_lookup_table(table.relid)? {
+        return Err(table.refuse(
+            "it is a lookup table (pg_shard.create_lookup), whose columns pg_shard writes",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the column `name` (or null) has a lookup table.

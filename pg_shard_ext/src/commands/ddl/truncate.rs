@@ -39,11 +39,16 @@ pub(super) unsafe fn plan(
     if distributed.is_empty() {
         return Ok(None);
     }
-    // A table's lookups are emptied with it; a lookup table only so.
+    // A table's lookups are emptied with it (with CASCADE, those of the
+    // tables whose foreign keys reference it too); a lookup table only so.
+    let mut emptied: Vec<pg_sys::Oid> = distributed.iter().map(|t| t.relid).collect();
+    if cascade {
+        emptied = referencing_tables(&emptied)?;
+    }
     let mut lookup_tables = Vec::new();
-    for table in &distributed {
+    for relid in &emptied {
         lookup_tables.extend(
-            crate::lookups::catalog::lookups_of(table.relid)?
+            crate::lookups::catalog::lookups_of(*relid)?
                 .into_iter()
                 .map(|l| l.lookup_rel),
         );
@@ -131,4 +136,19 @@ pub(super) unsafe fn plan(
         }
         Ok(())
     })))
+}
+
+/// `tables` and every distributed table whose foreign keys reference one
+/// of them, directly or through others (what TRUNCATE … CASCADE empties).
+fn referencing_tables(tables: &[pg_sys::Oid]) -> Result<Vec<pg_sys::Oid>> {
+    Ok(query_one::<Vec<pg_sys::Oid>>(
+        "WITH RECURSIVE reached(relid) AS ( \
+             SELECT unnest($1::oid[]) \
+           UNION \
+             SELECT c.table_rel::oid FROM pg_shard.table_constraint c \
+             JOIN reached r ON c.referenced_rel = r.relid WHERE c.kind = 'f') \
+         SELECT array_agg(relid) FROM reached",
+        &[tables.to_vec().into()],
+    )?
+    .unwrap_or_default())
 }
