@@ -13,6 +13,7 @@ pub(crate) struct Lookup {
     /// The table it looks up rows of, and the column.
     pub(crate) table_rel: pg_sys::Oid,
     pub(crate) column: String,
+    pub(crate) attnum: i16,
     /// The lookup table (distributed by its `value` column).
     pub(crate) lookup_rel: pg_sys::Oid,
     pub(crate) unique: bool,
@@ -65,7 +66,8 @@ fn read_all() -> Result<Vec<Lookup>> {
         let mut lookups = Vec::new();
         for row in client.select(
             "SELECT l.lookup_id, l.table_rel::oid, a.attname::text, l.lookup_rel::oid, l.is_unique, \
-                    pg_catalog.format_type(v.atttypid, v.atttypmod), l.lookup_rel::text \
+                    pg_catalog.format_type(v.atttypid, v.atttypmod), l.lookup_rel::text, \
+                    l.column_attnum \
              FROM pg_shard.lookup l \
              JOIN pg_catalog.pg_attribute a \
                ON a.attrelid = l.table_rel AND a.attnum = l.column_attnum \
@@ -83,6 +85,7 @@ fn read_all() -> Result<Vec<Lookup>> {
                 unique: row.get::<bool>(5)?.unwrap_or(false),
                 value_type: row.get::<String>(6)?.unwrap_or_default(),
                 display: row.get::<String>(7)?.unwrap_or_default(),
+                attnum: row.get::<i16>(8)?.unwrap_or_default(),
             });
         }
         Ok::<_, ShardError>(lookups)

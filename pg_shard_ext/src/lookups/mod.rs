@@ -8,7 +8,9 @@
 //! the table record what each write changed (`worker::lookup_changes`), the
 //! metadata node takes it and writes the lookup's shards ([`apply`]) in the
 //! same distributed transaction. The catalog ([`catalog`]) says which
-//! tables have lookups; the DBA functions are in `commands::lookup`.
+//! tables have lookups; [`read`] reads a value's keyspace ids for the
+//! planner's pruning; the DBA functions are in `commands::lookup`.
 
 pub(crate) mod apply;
 pub(crate) mod catalog;
+pub(crate) mod read;

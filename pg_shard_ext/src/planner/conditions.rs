@@ -160,8 +160,10 @@ unsafe fn keyspace_condition(
                     is_distribution_column(query, right),
                 );
                 if !left_is_key && !right_is_key {
-                    // `id = value` on a column of self-routing ids.
-                    return super::routing_ids::condition(query, left, right);
+                    // `id = value` on a column of self-routing ids, or
+                    // `column = value` on a looked-up column.
+                    return super::routing_ids::condition(query, left, right)
+                        .or_else(|| super::lookup_pruning::condition(query, left, right));
                 }
                 let (column, value, value_is_column) = match (left_is_key, right_is_key) {
                     // Equal keys have equal keyspace ids: a join on the
@@ -271,38 +273,68 @@ unsafe fn any_of_array_value(
     column: *mut pg_sys::Node,
     array: *mut pg_sys::Node,
 ) -> Option<*mut pg_sys::Node> {
+    let function = lookup_function(
+        &NTH_KEYSPACE_FUNCTION,
+        "pg_shard.nth_keyspace_id(anyarray, integer)",
+    )?;
     // SAFETY: column is a Var of a distributed table (checked by the
     // caller); array is a valid expression, copied into every call.
+    unsafe { listed_or_above(query, column, |n| nth_call(function, &[array], n)) }
+}
+
+/// `function(args…, n)` returning bigint (the args copied).
+///
+/// # Safety
+/// `args` are valid expressions of the function's argument types.
+pub(super) unsafe fn nth_call(
+    function: pg_sys::Oid,
+    args: &[*mut pg_sys::Node],
+    n: i32,
+) -> *mut pg_sys::Node {
+    // SAFETY: as the function's; the nodes are built new.
+    unsafe {
+        let mut list = PgList::<pg_sys::Node>::new();
+        for arg in args {
+            list.push(pg_sys::copyObjectImpl(*arg as *const std::ffi::c_void) as *mut pg_sys::Node);
+        }
+        list.push(pg_sys::makeConst(
+            pg_sys::INT4OID,
+            -1,
+            pg_sys::InvalidOid,
+            4,
+            pg_sys::Datum::from(n),
+            false,
+            true,
+        ) as *mut pg_sys::Node);
+        pg_sys::makeFuncExpr(
+            function,
+            pg_sys::INT8OID,
+            list.into_pg(),
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+        ) as *mut pg_sys::Node
+    }
+}
+
+/// `keyspace_id(key) = ANY (ARRAY[nth(1), …, nth(S)]) OR keyspace_id(key)
+/// >= nth(S + 1)` for the table of `column` (S its shard count): the
+/// keyspace ids a value known when the plan starts gives, as a list
+/// PostgreSQL prunes partitions with then.
+///
+/// # Safety
+/// `column` is a Var of a distributed table of `query`.
+pub(super) unsafe fn listed_or_above(
+    query: *mut pg_sys::Query,
+    column: *mut pg_sys::Node,
+    nth: impl Fn(i32) -> *mut pg_sys::Node,
+) -> Option<*mut pg_sys::Node> {
+    // SAFETY: as the function's.
     unsafe {
         let var = strip_relabel(column) as *mut pg_sys::Var;
         let relid = (*range_table_entry(query, (*var).varno)?).relid;
         let shards = pg_sys::list_length(find_inheritance_children(relid, pg_sys::NoLock as i32))
             .clamp(1, MOST_LISTED_SHARDS);
-        let function = lookup_function(
-            &NTH_KEYSPACE_FUNCTION,
-            "pg_shard.nth_keyspace_id(anyarray, integer)",
-        )?;
-        let nth = |n: i32| {
-            let mut args = PgList::<pg_sys::Node>::new();
-            args.push(pg_sys::copyObjectImpl(array as *const std::ffi::c_void) as *mut pg_sys::Node);
-            args.push(pg_sys::makeConst(
-                pg_sys::INT4OID,
-                -1,
-                pg_sys::InvalidOid,
-                4,
-                pg_sys::Datum::from(n),
-                false,
-                true,
-            ) as *mut pg_sys::Node);
-            pg_sys::makeFuncExpr(
-                function,
-                pg_sys::INT8OID,
-                args.into_pg(),
-                pg_sys::InvalidOid,
-                pg_sys::InvalidOid,
-                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-            ) as *mut pg_sys::Node
-        };
         let mut listed_ids = PgList::<pg_sys::Node>::new();
         for n in 1..=shards {
             listed_ids.push(nth(n));

@@ -22,6 +22,9 @@
 //! * `id = <expr>` on a column of self-routing ids ([`routing_ids`]) →
 //!   `keyspace_id(key)` between the first and last keyspace id of the
 //!   prefix the id carries
+//! * `column = <expr>` on a looked-up column, in a SELECT
+//!   ([`lookup_pruning`]) → the keyspace ids the lookup holds for the value,
+//!   read when the plan starts (such a SELECT is not pushed down)
 //!
 //! where `<expr>` refers to no column of the same query level and is not
 //! volatile. Constants fold at plan time (plan-time pruning); parameters of a
@@ -36,6 +39,7 @@ mod conditions;
 mod explain;
 mod hook;
 pub(crate) mod intermediate;
+mod lookup_pruning;
 mod lookup_writes;
 mod modify;
 mod partition_key;
@@ -67,5 +71,6 @@ pub(crate) fn register_gucs() {
 pub(crate) fn forget_cache() {
     partition_key::forget_cache();
     routing_ids::forget_cache();
+    lookup_pruning::forget_cache();
     crate::metadata::shard_lookup::forget();
 }

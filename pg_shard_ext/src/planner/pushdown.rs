@@ -71,6 +71,7 @@ pub(super) unsafe fn plan(
             || !(*parse).setOperations.is_null()
             || !(*parse).groupingSets.is_null()
             || cursor_options & pg_sys::CURSOR_OPT_SCROLL as i32 != 0
+            || super::lookup_pruning::prunes_by_lookup(parse)
         {
             return Ok(None);
         }

@@ -50,6 +50,38 @@ SELECT pg_shard.create_lookup('lk_customers_email_lookup', 'keyspace_id');
 SELECT pg_shard.create_lookup('lk_customers', 'region');
 SELECT sum(rows) AS region_rows, count(*) AS region_entries FROM lk_customers_region_lookup;
 
+-- the metadata node prunes a read by a looked-up column to the shards the
+-- lookup names for the value (read when the plan starts)
+CREATE FUNCTION lk_scans(query text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    line text;
+    scans bigint := 0;
+BEGIN
+    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+        IF line ~ 'Scan on lk_customers_[0-9]' THEN
+            scans := scans + 1;
+        END IF;
+    END LOOP;
+    RETURN scans;
+END $$;
+SELECT lk_scans('SELECT * FROM lk_customers WHERE email = ''user7@example.com''') AS by_email,
+       lk_scans('SELECT * FROM lk_customers WHERE email = ''nobody@example.com''') AS by_missing_email,
+       lk_scans('SELECT * FROM lk_customers WHERE name = ''n7''') AS by_other_column;
+SELECT id, name FROM lk_customers WHERE email = 'user7@example.com';
+SELECT count(*) FROM lk_customers WHERE email = 'nobody@example.com';
+PREPARE lk_by_email(text) AS SELECT id FROM lk_customers WHERE email = $1;
+EXECUTE lk_by_email('user1@example.com');
+EXECUTE lk_by_email('user2@example.com');
+EXECUTE lk_by_email('user3@example.com');
+EXECUTE lk_by_email('user4@example.com');
+EXECUTE lk_by_email('user5@example.com');
+EXECUTE lk_by_email('user6@example.com');
+-- (a generic plan by now: the lookup is read when it starts)
+SELECT lk_scans('EXECUTE lk_by_email(''user7@example.com'')') AS prepared_by_email;
+DEALLOCATE lk_by_email;
+SELECT count(*) AS by_region, (SELECT count(*) FROM lk_customers WHERE region + 0 = 3) AS by_scan
+  FROM lk_customers WHERE region = 3;
+
 -- router writes (one key): INSERT, UPDATE of the column, DELETE
 INSERT INTO lk_customers VALUES (1001, 'new@example.com', 'x', 1);
 SELECT value FROM lk_customers_email_lookup WHERE value = 'new@example.com';
@@ -228,4 +260,5 @@ SELECT pg_shard.drop_lookup('lk_orders', 'email');
 INSERT INTO lk_customers VALUES (8001, 'user300@example.com', 'no lookup, no uniqueness', 1);
 SELECT count(*) AS lookups FROM pg_shard.lookup;
 DROP FUNCTION lk_differences(regclass, text, text, regclass);
+DROP FUNCTION lk_scans(text);
 DROP TABLE lk_orders, lk_staging, lk_customers, lk_numbers;
