@@ -317,10 +317,10 @@ pub(super) unsafe fn nth_call(
     }
 }
 
-/// `keyspace_id(key) = ANY (ARRAY[nth(1), …, nth(S)]) OR keyspace_id(key)
-/// >= nth(S + 1)` for the table of `column` (S its shard count): the
-/// keyspace ids a value known when the plan starts gives, as a list
-/// PostgreSQL prunes partitions with then.
+/// `keyspace_id(key) = ANY (ARRAY[nth(1), …, nth(S)])
+/// OR keyspace_id(key) >= nth(S + 1)` for the table of `column` (S its
+/// shard count): the keyspace ids a value known when the plan starts
+/// gives, as a list PostgreSQL prunes partitions with then.
 ///
 /// # Safety
 /// `column` is a Var of a distributed table of `query`.
