@@ -276,6 +276,24 @@ pub(crate) fn caller_schemas() -> Vec<String> {
     })
 }
 
+/// A relation's schema and name.
+pub(crate) fn schema_and_name(relid: pg_sys::Oid) -> crate::error::Result<(String, String)> {
+    connect(|client| {
+        let row = client
+            .select(
+                "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+                Some(1),
+                &[relid.into()],
+            )?
+            .first();
+        Ok::<_, crate::error::ShardError>((
+            row.get::<String>(1)?.unwrap_or_default(),
+            row.get::<String>(2)?.unwrap_or_default(),
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_safe;

@@ -197,7 +197,7 @@ fn create_lookup_table(
     info: &ColumnInfo,
     unique: bool,
 ) -> Result<pg_sys::Oid> {
-    let (schema, relname) = names(table.relid)?;
+    let (schema, relname) = crate::spi::schema_and_name(table.relid)?;
     let mut name = format!("{relname}_{column}_lookup");
     while name.len() > 63 {
         name.pop();
@@ -314,7 +314,7 @@ fn drop_lookup(relid: pg_sys::Oid, column: &str) -> Result<()> {
     )?;
     crate::metadata::catalog::bump_map_version()?;
     catalog::forget_cache();
-    let (schema, name) = names(lookup.lookup_rel)?;
+    let (schema, name) = crate::spi::schema_and_name(lookup.lookup_rel)?;
     crate::spi::under_safe_path(|| {
         crate::spi::run(&format!("DROP TABLE {}", quote::qualified(&schema, &name)))
     })?;
@@ -347,24 +347,6 @@ pub(crate) fn trigger_script(lookups: &[Lookup], qualified_shard: &str, key: &st
         ));
     }
     script
-}
-
-/// A relation's schema and name.
-fn names(relid: pg_sys::Oid) -> Result<(String, String)> {
-    crate::spi::connect(|client| {
-        let row = client
-            .select(
-                "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
-                Some(1),
-                &[relid.into()],
-            )?
-            .first();
-        Ok::<_, ShardError>((
-            row.get::<String>(1)?.unwrap_or_default(),
-            row.get::<String>(2)?.unwrap_or_default(),
-        ))
-    })
 }
 
 /// Plans of this node that write the table are made again.

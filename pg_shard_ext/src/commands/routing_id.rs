@@ -193,20 +193,7 @@ fn drop_checks(table: &LogicalTable) -> Result<()> {
 }
 
 fn qualified_name(table: &LogicalTable) -> Result<String> {
-    let (schema, name) = crate::spi::connect(|client| {
-        let row = client
-            .select(
-                "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
-                Some(1),
-                &[table.relid.into()],
-            )?
-            .first();
-        Ok::<_, ShardError>((
-            row.get::<String>(1)?.unwrap_or_default(),
-            row.get::<String>(2)?.unwrap_or_default(),
-        ))
-    })?;
+    let (schema, name) = crate::spi::schema_and_name(table.relid)?;
     Ok(quote::qualified(&schema, &name))
 }
 

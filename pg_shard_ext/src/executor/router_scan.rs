@@ -204,8 +204,10 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let descriptor = (*slot).tts_tupleDescriptor;
         // A write of a table with lookups: its changes are taken from the
         // node and written to the lookups in the same transaction.
-        let relids: Vec<pg_sys::Oid> = targets.iter().map(|t| t.relid).collect();
-        let lookups = writes && crate::lookups::catalog::any_has_lookups(&relids)?;
+        let lookups = writes && {
+            let relids: Vec<pg_sys::Oid> = targets.iter().map(|t| t.relid).collect();
+            crate::lookups::catalog::any_has_lookups(&relids)?
+        };
         let statement = Statement {
             types,
             texts,

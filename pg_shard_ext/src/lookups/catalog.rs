@@ -39,26 +39,22 @@ pub(crate) fn forget_cache() {
     CACHE.with(|cache| *cache.borrow_mut() = Cache::default());
 }
 
-/// Every lookup of the catalog, read once per map version.
-fn all() -> Result<Vec<Lookup>> {
+/// `work` over every lookup of the catalog, read once per map version
+/// (borrowed from the cache: the executor asks on every write).
+fn with_all<T>(work: impl FnOnce(&[Lookup]) -> T) -> Result<T> {
     let version = crate::metadata::shard_lookup::map_version_now()?;
-    let cached = CACHE.with(|cache| {
-        let cache = cache.borrow();
-        (cache.version == Some(version))
-            .then(|| cache.lookups.clone())
-            .flatten()
-    });
-    if let Some(lookups) = cached {
-        return Ok(lookups);
+    let fresh =
+        CACHE.with_borrow(|cache| cache.version == Some(version) && cache.lookups.is_some());
+    if !fresh {
+        let lookups = read_all()?;
+        CACHE.with_borrow_mut(|cache| {
+            *cache = Cache {
+                version: Some(version),
+                lookups: Some(lookups),
+            }
+        });
     }
-    let lookups = read_all()?;
-    CACHE.with(|cache| {
-        *cache.borrow_mut() = Cache {
-            version: Some(version),
-            lookups: Some(lookups.clone()),
-        }
-    });
-    Ok(lookups)
+    Ok(CACHE.with_borrow(|cache| work(cache.lookups.as_deref().unwrap_or_default())))
 }
 
 fn read_all() -> Result<Vec<Lookup>> {
@@ -97,30 +93,29 @@ pub(crate) fn any_has_lookups(tables: &[pg_sys::Oid]) -> Result<bool> {
     if tables.is_empty() {
         return Ok(false);
     }
-    Ok(all()?.iter().any(|l| tables.contains(&l.table_rel)))
+    with_all(|all| all.iter().any(|l| tables.contains(&l.table_rel)))
 }
 
 /// The lookups of table `relid`.
 pub(crate) fn lookups_of(relid: pg_sys::Oid) -> Result<Vec<Lookup>> {
-    Ok(all()?
-        .into_iter()
-        .filter(|l| l.table_rel == relid)
-        .collect())
+    with_all(|all| {
+        all.iter()
+            .filter(|l| l.table_rel == relid)
+            .cloned()
+            .collect()
+    })
 }
 
 /// The lookup with id `lookup_id`.
 pub(crate) fn by_id(lookup_id: i32) -> Result<Lookup> {
-    all()?
-        .into_iter()
-        .find(|l| l.lookup_id == lookup_id)
-        .ok_or_else(|| {
-            ShardError::Internal(format!(
-                "a shard recorded changes of lookup {lookup_id}, which the catalog does not hold"
-            ))
-        })
+    with_all(|all| all.iter().find(|l| l.lookup_id == lookup_id).cloned())?.ok_or_else(|| {
+        ShardError::Internal(format!(
+            "a shard recorded changes of lookup {lookup_id}, which the catalog does not hold"
+        ))
+    })
 }
 
 /// Whether `relid` is a lookup table (written only by pg_shard).
 pub(crate) fn is_lookup_table(relid: pg_sys::Oid) -> Result<bool> {
-    Ok(all()?.iter().any(|l| l.lookup_rel == relid))
+    with_all(|all| all.iter().any(|l| l.lookup_rel == relid))
 }
