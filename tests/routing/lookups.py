@@ -139,6 +139,36 @@ got = coordinator.execute(f"SELECT id FROM {TABLE} WHERE email = 'w2@example.com
 check(f"writes through the coordinator keep the lookup exact ({differences()} differences, {got})",
       differences() == 0 and got == [(5001,)])
 
+# 2b. A role other than the table's owner, granted SELECT and writes on
+# the table only: the lookup's privileges follow the table's, so it writes
+# the table and reads by email (two hops, as itself) through the coordinator.
+APP = "lk_route_app"
+for port in [metadata_port] + [str(r[0]) for r in meta.execute(
+        "SELECT port FROM pg_shard.node ORDER BY 1").fetchall()]:
+    node = connect(dsn.format(port))
+    # (Not dropped and made again: a coordinator's pooled sessions of a
+    # dropped role would run as no role.)
+    if not node.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP,)).fetchall():
+        node.execute(f"CREATE ROLE {APP} LOGIN")
+    node.close()
+meta.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO {APP}")
+app = connect(f"host=127.0.0.1 port={coordinator_port} dbname={database} user={APP}")
+try:
+    app.execute(f"INSERT INTO {TABLE} VALUES (5003, 'app@example.com', 'app')")
+    app.execute(f"UPDATE {TABLE} SET email = 'app2@example.com' WHERE id = 5003")
+    before, meta_before = counts(coordinator)
+    got = app.execute(f"SELECT id FROM {TABLE} WHERE email = %s", ("app2@example.com",)).fetchall()
+    after, meta_after = counts(coordinator)
+    hops = sum(after.get(s, 0) - before.get(s, 0) for s in after)
+    app_outcome = f"{got}, {hops} shard statements, {meta_after - meta_before} on the metadata node"
+    app_ok = got == [(5003,)] and hops == 2 and meta_after == meta_before
+except psycopg.Error as e:
+    app_outcome, app_ok = f"{e.sqlstate} {e.diag.message_primary}", False
+app.close()
+check(f"a granted role writes the table and reads it by email in two hops ({app_outcome}; "
+      f"{differences()} differences)", app_ok and differences() == 0)
+meta.execute(f"REVOKE ALL ON {TABLE} FROM {APP}")
+
 # 3. One email, two coordinators, at once.
 wins, losses, other = 0, 0, []
 for round_ in range(30):

@@ -185,6 +185,7 @@ fn create_lookup(relid: pg_sys::Oid, column: &str, unique: bool) -> Result<pg_sy
         // same node, in the same remote transaction.)
         apply::apply(changes, version)?;
     }
+    crate::commands::ddl::lookups_follow(relid)?;
     invalidate(relid);
     Ok(lookup_rel)
 }

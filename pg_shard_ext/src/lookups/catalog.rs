@@ -117,5 +117,14 @@ pub(crate) fn by_id(lookup_id: i32) -> Result<Lookup> {
 
 /// Whether `relid` is a lookup table (written only by pg_shard).
 pub(crate) fn is_lookup_table(relid: pg_sys::Oid) -> Result<bool> {
-    with_all(|all| all.iter().any(|l| l.lookup_rel == relid))
+    Ok(table_of_lookup(relid)?.is_some())
+}
+
+/// The table whose lookup table is `relid`, if it is one.
+pub(crate) fn table_of_lookup(relid: pg_sys::Oid) -> Result<Option<pg_sys::Oid>> {
+    with_all(|all| {
+        all.iter()
+            .find(|l| l.lookup_rel == relid)
+            .map(|l| l.table_rel)
+    })
 }

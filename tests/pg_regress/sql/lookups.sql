@@ -249,6 +249,82 @@ DROP TABLE lk_scratch;
 SELECT to_regclass('lk_scratch_code_lookup') AS lookup_gone,
        (SELECT count(*) FROM pg_shard.logical_table WHERE table_rel::text LIKE 'lk_scratch%') AS catalog_rows;
 
+-- a lookup's owner and privileges follow its table's: whoever may write
+-- the table writes its lookups with it, whoever may read it reads them
+-- (roles are per server: they exist on every node)
+CREATE ROLE lk_owner LOGIN;
+CREATE ROLE lk_writer LOGIN;
+CREATE ROLE lk_reader LOGIN;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+CREATE ROLE lk_owner LOGIN;
+CREATE ROLE lk_writer LOGIN;
+CREATE ROLE lk_reader LOGIN;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+CREATE ROLE lk_owner LOGIN;
+CREATE ROLE lk_writer LOGIN;
+CREATE ROLE lk_reader LOGIN;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+CREATE ROLE lk_owner LOGIN;
+CREATE ROLE lk_writer LOGIN;
+CREATE ROLE lk_reader LOGIN;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+CREATE TABLE lk_accounts (id bigint PRIMARY KEY, login text);
+SELECT pg_shard.create_distributed_table('lk_accounts', 'id', shard_count => 2, colocate_with => 'none');
+ALTER TABLE lk_accounts OWNER TO lk_owner;
+GRANT SELECT ON lk_accounts TO lk_reader;
+GRANT SELECT, INSERT, UPDATE, DELETE ON lk_accounts TO lk_writer;
+INSERT INTO lk_accounts VALUES (1, 'ann');
+SELECT pg_shard.create_lookup('lk_accounts', 'login', "unique" => true);
+SELECT relowner::regrole AS owner, relacl FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass;
+SET ROLE lk_writer;
+INSERT INTO lk_accounts VALUES (2, 'bob');
+INSERT INTO lk_accounts VALUES (3, 'cy');
+UPDATE lk_accounts SET login = 'ann2' WHERE id = 1;
+DELETE FROM lk_accounts WHERE id = 3;
+INSERT INTO lk_accounts VALUES (4, 'bob');
+SELECT pg_shard.lookup_keyspace_id('lk_accounts_login_lookup'::regclass, 'bob'::text, 1)
+       = pg_shard.keyspace_id(2::bigint) AS writer_finds_bob;
+RESET ROLE;
+SET ROLE lk_reader;
+SELECT pg_shard.lookup_keyspace_id('lk_accounts_login_lookup'::regclass, 'ann2'::text, 1)
+       = pg_shard.keyspace_id(1::bigint) AS reader_finds_ann2;
+SELECT id, login FROM lk_accounts WHERE id = 1;
+SELECT value FROM lk_accounts_login_lookup ORDER BY 1;
+INSERT INTO lk_accounts VALUES (5, 'dee');
+RESET ROLE;
+-- privileges of the lookup table itself are not a DBA's to set
+GRANT INSERT ON lk_accounts_login_lookup TO lk_reader;
+ALTER TABLE lk_accounts_login_lookup OWNER TO lk_reader;
+-- REVOKE and OWNER TO on the table carry to its lookup and the lookup's shards
+REVOKE INSERT, UPDATE, DELETE ON lk_accounts FROM lk_writer;
+SET ROLE lk_writer;
+INSERT INTO lk_accounts VALUES (5, 'dee');
+RESET ROLE;
+ALTER TABLE lk_accounts OWNER TO lk_writer;
+SELECT relowner::regrole AS owner, relacl FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass;
+SELECT relacl::text AS lookup_acl FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass \gset
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+SELECT count(*) AS checked1, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR relacl::text <> :'lookup_acl') AS wrong1
+  FROM pg_class WHERE relname LIKE 'lk\_accounts\_login\_lookup\_%' AND relkind = 'r' \gset
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+SELECT count(*) AS checked2, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR relacl::text <> :'lookup_acl') AS wrong2
+  FROM pg_class WHERE relname LIKE 'lk\_accounts\_login\_lookup\_%' AND relkind = 'r' \gset
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+SELECT count(*) AS checked3, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR relacl::text <> :'lookup_acl') AS wrong3
+  FROM pg_class WHERE relname LIKE 'lk\_accounts\_login\_lookup\_%' AND relkind = 'r' \gset
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+SELECT :checked1 + :checked2 + :checked3 AS lookup_shards, :wrong1 + :wrong2 + :wrong3 AS wrong_owner_or_acl;
+SELECT lk_differences('lk_accounts', 'login', 'id', 'lk_accounts_login_lookup') AS differences;
+DROP TABLE lk_accounts;
+DROP ROLE lk_owner, lk_writer, lk_reader;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+DROP ROLE lk_owner, lk_writer, lk_reader;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+DROP ROLE lk_owner, lk_writer, lk_reader;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+DROP ROLE lk_owner, lk_writer, lk_reader;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+
 -- drop_lookup drops the table and the shards' triggers
 SELECT pg_shard.drop_lookup('lk_customers', 'region');
 SELECT to_regclass('lk_customers_region_lookup') AS gone;

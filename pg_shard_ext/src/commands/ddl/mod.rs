@@ -41,3 +41,4 @@ pub(crate) use foreign_keys::{copy_names, references_copies};
 pub(crate) use hook::install;
 pub(crate) use internal::run_internal;
 pub(crate) use objects::recorded_objects_sql;
+pub(crate) use privileges::lookups_follow;

@@ -5,6 +5,10 @@
 //! as they now are), its owner, or the comment. Roles are per server: a role
 //! granted to or made owner must exist on every worker, or the statement
 //! fails everywhere.
+//!
+//! A lookup table's owner and privileges follow its table's
+//! ([`lookups_follow`]): whoever may write the table writes its lookups
+//! with it, and whoever may read it reads them to find its rows.
 
 use super::parse::{logical_table_named, string_list};
 use super::plan::{Local, Planned};
@@ -32,6 +36,9 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
             for relation in relations.iter_ptr() {
                 // SAFETY: a RangeVar of the statement.
                 if let Some(table) = unsafe { logical_table_named(relation)? } {
+                    if crate::lookups::catalog::is_lookup_table(table.relid)? {
+                        return Err(lookup_refusal(&table));
+                    }
                     tables.push(table);
                 }
             }
@@ -42,6 +49,22 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
         }
         _ => return Ok(None),
     }
+    // Lookup tables the statement reaches (ALL TABLES IN SCHEMA) take
+    // their tables' privileges again afterwards, whatever it gave them.
+    let mut followed = Vec::new();
+    let mut own_tables = Vec::new();
+    for table in tables {
+        match crate::lookups::catalog::table_of_lookup(table.relid)? {
+            Some(base) => followed.push(base),
+            None => {
+                followed.push(table.relid);
+                own_tables.push(table);
+            }
+        }
+    }
+    followed.sort_by_key(|oid| oid.to_u32());
+    followed.dedup();
+    let tables = own_tables;
     let Some(first) = tables.first() else {
         return Ok(None);
     };
@@ -61,26 +84,116 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
     }
     Ok(Some(Planned::new(Local::Run, move || {
         for (table, before) in tables.iter().zip(before) {
-            let shape = TableShape::load(table.relid)?;
-            let mut grantees = before;
-            grantees.extend(shape.grantees());
-            grantees.sort();
-            grantees.dedup();
-            on_shards_in_transaction(table.relid, |shard| {
-                let mut sql = Vec::new();
-                if !grantees.is_empty() {
-                    sql.push(format!(
-                        "REVOKE ALL ON {} FROM {}",
-                        shard.qualified,
-                        grantees.join(", ")
-                    ));
-                }
-                sql.extend(shape.grant_sql(&shard.qualified));
-                sql
-            })?;
+            carry_privileges(table.relid, before)?;
+        }
+        for &table in &followed {
+            lookups_follow(table)?;
         }
         Ok(())
     })))
+}
+
+fn lookup_refusal(table: &LogicalTable) -> crate::error::ShardError {
+    table.refuse(
+        "it is a lookup table, whose owner and privileges follow its table's: \
+         GRANT, REVOKE or OWNER TO on the table itself",
+    )
+}
+
+/// Gives the shards of `relid` its privileges as they are now, revoked
+/// first from those it had (`before`) and has.
+fn carry_privileges(relid: pg_sys::Oid, before: Vec<String>) -> Result<()> {
+    let shape = TableShape::load(relid)?;
+    let mut grantees = before;
+    grantees.extend(shape.grantees());
+    grantees.sort();
+    grantees.dedup();
+    on_shards_in_transaction(relid, |shard| {
+        let mut sql = Vec::new();
+        if !grantees.is_empty() {
+            sql.push(format!(
+                "REVOKE ALL ON {} FROM {}",
+                shard.qualified,
+                grantees.join(", ")
+            ));
+        }
+        sql.extend(shape.grant_sql(&shard.qualified));
+        sql
+    })
+}
+
+/// Gives the lookup tables of table `relid`, and their shards, the table's
+/// owner and the privileges its own imply: SELECT to those who may read
+/// or write it (reads find rows through the lookup, writes check and
+/// change entries), INSERT, UPDATE and DELETE to those who may write it,
+/// TRUNCATE to those who may truncate it. No grant options: the lookup's
+/// privileges are not the grantees' to pass on.
+pub(crate) fn lookups_follow(relid: pg_sys::Oid) -> Result<()> {
+    for lookup in crate::lookups::catalog::lookups_of(relid)? {
+        let (owner, grants) = crate::spi::connect(|client| {
+            let owner = client
+                .select(
+                    "SELECT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(relowner)) \
+                     FROM pg_catalog.pg_class WHERE oid = $1",
+                    Some(1),
+                    &[relid.into()],
+                )?
+                .first()
+                .get::<String>(1)?
+                .unwrap_or_default();
+            let mut grants = Vec::new();
+            for row in client.select(
+                "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
+                             ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) \
+                        END, \
+                        pg_catalog.bool_or(a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE')), \
+                        pg_catalog.bool_or(a.privilege_type = 'SELECT'), \
+                        pg_catalog.bool_or(a.privilege_type = 'TRUNCATE') \
+                 FROM pg_catalog.pg_class c, \
+                      pg_catalog.aclexplode(coalesce(c.relacl, \
+                                                     pg_catalog.acldefault('r', c.relowner))) a \
+                 WHERE c.oid = $1 GROUP BY 1 ORDER BY 1",
+                None,
+                &[relid.into()],
+            )? {
+                let grantee = row.get::<String>(1)?.unwrap_or_default();
+                let writes = row.get::<bool>(2)?.unwrap_or(false);
+                let reads = row.get::<bool>(3)?.unwrap_or(false);
+                let truncates = row.get::<bool>(4)?.unwrap_or(false);
+                let mut privileges = Vec::new();
+                if reads || writes {
+                    privileges.push("SELECT");
+                }
+                if writes {
+                    privileges.extend(["INSERT", "UPDATE", "DELETE"]);
+                }
+                if truncates {
+                    privileges.push("TRUNCATE");
+                }
+                if !privileges.is_empty() {
+                    grants.push((grantee, privileges.join(", ")));
+                }
+            }
+            Ok::<_, crate::error::ShardError>((owner, grants))
+        })?;
+        let before = TableShape::load(lookup.lookup_rel)?.grantees();
+        let (schema, name) = crate::spi::schema_and_name(lookup.lookup_rel)?;
+        let target = quote::qualified(&schema, &name);
+        super::internal::run_internal(&format!("ALTER TABLE {target} OWNER TO {owner}"))?;
+        carry_owner(lookup.lookup_rel)?;
+        let mut sql = Vec::new();
+        if !before.is_empty() {
+            sql.push(format!("REVOKE ALL ON {target} FROM {}", before.join(", ")));
+        }
+        for (grantee, privileges) in &grants {
+            sql.push(format!("GRANT {privileges} ON {target} TO {grantee}"));
+        }
+        for statement in sql {
+            super::internal::run_internal(&statement)?;
+        }
+        carry_privileges(lookup.lookup_rel, before)?;
+    }
+    Ok(())
 }
 
 fn tables_in_schemas(schemas: &[String]) -> Result<Vec<LogicalTable>> {
@@ -157,23 +270,32 @@ pub(super) unsafe fn plan_comment(comment: *mut pg_sys::CommentStmt) -> Result<O
 /// follow, so the new owner may change and use them.
 pub(super) fn plan_owner(table: LogicalTable) -> Result<Planned> {
     table.refuse_during_job()?;
+    if crate::lookups::catalog::is_lookup_table(table.relid)? {
+        return Err(lookup_refusal(&table));
+    }
     Ok(Planned::new(Local::Run, move || {
-        let shape = TableShape::load(table.relid)?;
-        let partitions = crate::spi::connect(|client| {
-            let mut partitions = Vec::new();
-            for row in client.select(
-                "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = $1 \
-                 ORDER BY 1",
-                None,
-                &[table.relid.into()],
-            )? {
-                partitions.push(row.get::<String>(1)?.unwrap_or_default());
-            }
-            Ok::<_, crate::error::ShardError>(partitions)
-        })?;
-        for partition in partitions {
-            super::internal::run_internal(&shape.owner_sql(&partition))?;
-        }
-        on_shards_in_transaction(table.relid, |shard| vec![shape.owner_sql(&shard.qualified)])
+        carry_owner(table.relid)?;
+        lookups_follow(table.relid)
     }))
+}
+
+/// Gives the foreign partitions and the shards of `relid` its owner.
+fn carry_owner(relid: pg_sys::Oid) -> Result<()> {
+    let shape = TableShape::load(relid)?;
+    let partitions = crate::spi::connect(|client| {
+        let mut partitions = Vec::new();
+        for row in client.select(
+            "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = $1 \
+             ORDER BY 1",
+            None,
+            &[relid.into()],
+        )? {
+            partitions.push(row.get::<String>(1)?.unwrap_or_default());
+        }
+        Ok::<_, crate::error::ShardError>(partitions)
+    })?;
+    for partition in partitions {
+        super::internal::run_internal(&shape.owner_sql(&partition))?;
+    }
+    on_shards_in_transaction(relid, |shard| vec![shape.owner_sql(&shard.qualified)])
 }
