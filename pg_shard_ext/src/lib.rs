@@ -94,6 +94,7 @@ pub extern "C-unwind" fn _PG_init() {
     worker::fencing::register_cache_invalidation();
     worker::lookup_changes::register_callbacks();
     worker::read_fence::install();
+    executor::fdw_writes::install();
     planner::install();
     commands::ddl::install();
 }

@@ -128,6 +128,15 @@ coordinator.execute(f"DELETE FROM {TABLE} WHERE id BETWEEN 10 AND 20")
 with coordinator.cursor().copy(f"COPY {TABLE} (id, email, name) FROM STDIN") as copy:
     for i in range(6000, 6050):
         copy.write_row((i, f"copied{i}@example.com", "c"))
+# Multi-row INSERTs across shards, as a prepared statement run past the
+# plan cache's switch to a generic plan (8 times).
+for n in range(8):
+    coordinator.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, 'm'), (%s, %s, 'm'), (%s, %s, 'm')",
+                        (7000 + 3 * n, f"multi{3 * n}@example.com", 7001 + 3 * n,
+                         f"multi{3 * n + 1}@example.com", 7002 + 3 * n, f"multi{3 * n + 2}@example.com"),
+                        prepare=True)
+multi = meta.execute(f"SELECT count(*) FROM {TABLE} WHERE email LIKE 'multi%%'").fetchone()[0]
+check(f"24 rows by prepared multi-row INSERTs through the coordinator ({multi})", multi == 24)
 try:
     coordinator.execute(f"INSERT INTO {TABLE} VALUES (5002, 'w2@example.com', 'dup')")
     duplicate = "committed"

@@ -10,6 +10,8 @@
 //!   first (an `EXISTS` test on a distributed table not tied to its key);
 //! * [`modify_scan`]: a multi-shard UPDATE, DELETE or INSERT … SELECT, one
 //!   statement per shard group, every node at once;
+//! * [`fdw_writes`]: a plan writing a distributed table over postgres_fdw
+//!   marks the transaction as it starts;
 //! * [`aggregate_states`]: the metadata node's side of partial variance
 //!   and standard deviation: workers' serialized states combined;
 //! * [`moved_shards`]: a router statement refused by a shard that moved
@@ -19,6 +21,7 @@
 //! * [`row_store`]: the rows nodes send, as the scans' tuples.
 
 mod aggregate_states;
+pub(crate) mod fdw_writes;
 pub(crate) mod intermediate_scan;
 pub(crate) mod modify_scan;
 pub(crate) mod moved_shards;

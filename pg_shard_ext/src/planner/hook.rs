@@ -126,11 +126,23 @@ unsafe extern "C-unwind" fn plan(
             };
         }
         if writes {
-            // SAFETY: raising an error from the hook, which owns nothing.
-            unsafe {
-                pg_sys::panic::pgrx_extern_c_guard(|| super::lookup_writes::refuse_fdw_write(parse))
-            };
-            crate::transaction::paths::fdw_wrote();
+            // (Not a generic plan, priced out below: the plan cache plans
+            // one to compare after a few custom plans, which take the
+            // other paths. Were one run, the shards would refuse to commit
+            // its untaken lookup changes.)
+            // SAFETY: reads of the parse tree.
+            let generic = unsafe { bound_params.is_null() && has_parameters(parse) };
+            if !generic {
+                // SAFETY: raising an error from the hook, which owns nothing.
+                unsafe {
+                    pg_sys::panic::pgrx_extern_c_guard(|| {
+                        super::lookup_writes::refuse_fdw_write(parse)
+                    })
+                };
+                // (A generic plan marks it when it runs, if ever:
+                // `executor::fdw_writes`.)
+                crate::transaction::paths::fdw_wrote();
+            }
         }
         super::explain::note_fallback();
     }

@@ -68,7 +68,9 @@ pub(super) unsafe fn refuse_fdw_write(query: *mut pg_sys::Query) {
                     "this write of {} would run over postgres_fdw, which cannot keep its lookups",
                     crate::spi::caller_relation_name(relid)
                 ),
-                hint: "write the rows of one key per statement, or load many with COPY".into(),
+                hint: "write the rows of one key per statement, many rows in an INSERT without RETURNING, \
+                       or load them with COPY"
+                    .into(),
             }
             .report();
         }

@@ -38,6 +38,7 @@ mod combine;
 mod conditions;
 mod explain;
 mod hook;
+mod insert_values;
 pub(crate) mod intermediate;
 mod lookup_pruning;
 mod lookup_writes;
@@ -61,6 +62,12 @@ pub(crate) fn install() {
 /// A pushdown or multi-shard DML plan's node tasks again, under a newer map
 /// (their executors run a statement again after a move or split).
 pub(crate) use pushdown::tasks_again as shard_group_tasks_again;
+
+/// Whether `relid` is a distributed table (its partition key is pg_shard's
+/// keyspace id): a syscache read.
+pub(crate) fn is_distributed_table(relid: pgrx::pg_sys::Oid) -> bool {
+    partition_key::partition_key(relid).is_some()
+}
 
 pub(crate) fn register_gucs() {
     router::register_gucs();

@@ -1,10 +1,10 @@
 //! The multi-shard DML class: an UPDATE or DELETE of a distributed table
-//! that does not come down to one shard group, or an INSERT … SELECT
-//! between co-located tables that keeps the distribution column, runs as
-//! one statement per shard group, all of a node's in one round trip and
-//! every node at once ([`crate::executor::modify_scan`]), in the local
-//! transaction's remote transactions (so several writing nodes commit by
-//! two-phase commit).
+//! that does not come down to one shard group, an INSERT … SELECT between
+//! co-located tables that keeps the distribution column, or a multi-row
+//! INSERT … VALUES, runs as one statement per shard group, all of a node's
+//! in one round trip and every node at once
+//! ([`crate::executor::modify_scan`]), in the local transaction's remote
+//! transactions (so several writing nodes commit by two-phase commit).
 //!
 //! Each shard group's statement is the statement itself on that group's
 //! shards, which holds when every row it changes and every row it reads
@@ -16,13 +16,14 @@
 //!   alone (a row would have to move to another shard);
 //! * INSERT … SELECT: the SELECT is separable and runs whole per shard
 //!   group, and the value it inserts into the distribution column is the
-//!   SELECT's own distribution column, of a type that hashes alike.
+//!   SELECT's own distribution column, of a type that hashes alike;
+//! * a multi-row INSERT … VALUES whose keys are constants: each group's
+//!   statement inserts the group's rows ([`super::insert_values`]).
 //!
 //! Reference tables may appear anywhere. What does not qualify takes the
 //! postgres_fdw path.
 
-use super::conditions::same_key_types;
-use super::partition_key::{partition_key, range_table_entry, strip_relabel};
+use super::partition_key::{only_from_entry, partition_key, range_table_entry};
 use super::pushdown::{
     across_shard_groups, node_tasks, shard_group_targets, AcrossShardGroups, Grouping,
 };
@@ -84,7 +85,10 @@ pub(super) unsafe fn plan(
         let (accounted, keyspace_ids) = if (*query).commandType == CMD_INSERT {
             match insert_select_accounted(query, target, key_attno) {
                 Some(accounted) => (accounted, None),
-                None => return Ok(None),
+                None => match super::insert_values::row_keyspace_ids(query) {
+                    Some(ids) => (Vec::new(), Some(ids)),
+                    None => return Ok(None),
+                },
             }
         } else {
             if (*query).commandType == CMD_UPDATE && sets_column(query, key_attno) {
@@ -123,6 +127,16 @@ pub(super) unsafe fn plan(
         else {
             return Ok(None);
         };
+        // The RETURNING rows of an INSERT … VALUES come in the order of its
+        // rows only from one statement: across shard groups they would come
+        // group by group (the postgres_fdw path keeps the order).
+        if !(*query).returningList.is_null()
+            && (*query).commandType == CMD_INSERT
+            && keyspace_ids.is_some()
+            && tasks.iter().map(|t| t.queries.len()).sum::<usize>() > 1
+        {
+            return Ok(None);
+        }
         let again = shard_group_targets(
             query,
             &distributed,
@@ -164,33 +178,13 @@ unsafe fn insert_select_accounted(
     // SAFETY: a valid INSERT Query: its target list names the target's
     // columns by resno, its FROM is the SELECT's subquery entry.
     unsafe {
-        let from = PgList::<pg_sys::Node>::from_pg((*(*query).jointree).fromlist);
-        if from.len() != 1 {
-            return None;
-        }
-        let item = from.get_ptr(0)?;
-        if (*item).type_ != pg_sys::NodeTag::T_RangeTblRef {
-            return None;
-        }
-        let index = (*(item as *mut pg_sys::RangeTblRef)).rtindex;
-        let select = range_table_entry(query, index)?;
+        let (index, select) = only_from_entry(query)?;
         if (*select).rtekind != pg_sys::RTEKind::RTE_SUBQUERY || (*select).subquery.is_null() {
             return None;
         }
         let (columns, accounted) = separable_subquery((*select).subquery)?;
-        let key_entry = PgList::<pg_sys::TargetEntry>::from_pg((*query).targetList)
-            .iter_ptr()
-            .find(|t| !(**t).resjunk && (**t).resno == key_attno)?;
-        let value = strip_relabel((*key_entry).expr as *mut pg_sys::Node);
-        if value.is_null() || (*value).type_ != pg_sys::NodeTag::T_Var {
-            return None;
-        }
-        let var = value as *mut pg_sys::Var;
-        if (*var).varno != index || (*var).varlevelsup != 0 || !columns.contains(&(*var).varattno) {
-            return None;
-        }
-        let key_type = pg_sys::get_atttype((*target).relid, key_attno);
-        if !same_key_types(pg_sys::exprType(value), key_type) {
+        let column = super::insert_values::inserted_key_column(query, target, key_attno, index)?;
+        if !columns.contains(&column) {
             return None;
         }
         Some(accounted)

@@ -197,6 +197,32 @@ pub(super) unsafe fn range_table_entry(
     unsafe { PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).get_ptr(varno as usize - 1) }
 }
 
+/// The one entry an INSERT's FROM names (its SELECT's subquery or its
+/// VALUES), with its index.
+///
+/// # Safety
+/// `query` is a valid Query.
+pub(super) unsafe fn only_from_entry(
+    query: *mut pg_sys::Query,
+) -> Option<(i32, *mut pg_sys::RangeTblEntry)> {
+    // SAFETY: the join tree and range table of a valid Query.
+    unsafe {
+        if (*query).jointree.is_null() {
+            return None;
+        }
+        let from = PgList::<pg_sys::Node>::from_pg((*(*query).jointree).fromlist);
+        if from.len() != 1 {
+            return None;
+        }
+        let item = from.get_ptr(0)?;
+        if (*item).type_ != pg_sys::NodeTag::T_RangeTblRef {
+            return None;
+        }
+        let index = (*(item as *mut pg_sys::RangeTblRef)).rtindex;
+        Some((index, range_table_entry(query, index)?))
+    }
+}
+
 /// `pg_shard.keyspace_id(<copy of node>)`.
 pub(super) unsafe fn keyspace_call(node: *mut pg_sys::Node) -> Option<*mut pg_sys::Node> {
     let function = lookup_function(&KEYSPACE_FUNCTION, "pg_shard.keyspace_id(anyelement)")?;

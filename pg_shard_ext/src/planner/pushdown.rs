@@ -500,6 +500,17 @@ unsafe fn node_query(
     // distributed entries point at a partition of theirs there.
     unsafe {
         let copy = pg_sys::copyObjectImpl(worker as *const std::ffi::c_void) as *mut pg_sys::Query;
+        // (A multi-row INSERT … VALUES: the rows of these groups only.)
+        if let Some((_, ranges)) = per_table.first() {
+            let group_ranges: Vec<(i64, i64)> = groups
+                .iter()
+                .map(|&g| {
+                    let end = ranges.get(g + 1).map_or(i64::MAX, |(next, _)| next - 1);
+                    (ranges[g].0, end)
+                })
+                .collect();
+            super::insert_values::keep_rows_in(copy, &group_ranges);
+        }
         let mut shards = Vec::new();
         let mut partitions = Vec::new();
         for rte in contents(copy).range_entries {

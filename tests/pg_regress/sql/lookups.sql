@@ -140,13 +140,44 @@ COPY lk_customers FROM stdin;
 \.
 SELECT count(*) FROM lk_customers WHERE id BETWEEN 5000 AND 5003;
 SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
+-- a multi-row INSERT across shards: one statement per shard group, each
+-- with its group's rows; a value twice in one statement, or taken, writes
+-- nothing
+\o | grep -oE 'Class: .*|INSERT INTO' | sort | uniq -c
+EXPLAIN (COSTS OFF) INSERT INTO lk_customers VALUES (6000, 'm1@example.com', 'a', 1), (6001, 'm2@example.com', 'b', 1),
+                                                 (6003, 'm4@example.com', 'd', 2), (6004, NULL, 'e', 2);
+\o
+INSERT INTO lk_customers VALUES (6000, 'm1@example.com', 'a', 1), (6001, 'm2@example.com', 'b', 1),
+                                (6003, 'm4@example.com', 'd', 2), (6004, NULL, 'e', 2);
+INSERT INTO lk_customers VALUES (6005, 'm5@example.com', 'f', 1), (6006, 'm5@example.com', 'g', 1);
+INSERT INTO lk_customers VALUES (6005, 'm5@example.com', 'f', 1), (6006, 'm2@example.com', 'g', 1);
+SELECT id, email FROM lk_customers WHERE id BETWEEN 6000 AND 6009 ORDER BY id;
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
+-- … with RETURNING, in the order of its rows: within one shard group only
+-- (across groups it would take the postgres_fdw path)
+CREATE TEMP TABLE lk_ids AS
+  SELECT i, (SELECT shard_id FROM pg_shard.shards WHERE table_name = 'lk_customers'::regclass AND state = 'active'
+               AND pg_shard.keyspace_id(i::bigint) BETWEEN range_start AND range_end) AS shard
+  FROM generate_series(6010, 6100) i;
+SELECT a.i AS first_id, b.i AS second_id FROM lk_ids a JOIN lk_ids b ON a.shard = b.shard AND a.i < b.i
+ ORDER BY 1, 2 LIMIT 1 \gset
+INSERT INTO lk_customers VALUES (:second_id, 'r2@example.com', 'r', 1), (:first_id, 'r1@example.com', 'r', 1)
+  RETURNING id = :second_id AS second_first, email;
+SELECT min(i) AS third_id FROM lk_ids WHERE shard = (SELECT shard FROM lk_ids WHERE i = :first_id) AND i > :second_id \gset
+SELECT min(i) AS other_id FROM lk_ids WHERE shard <> (SELECT shard FROM lk_ids WHERE i = :first_id) \gset
+INSERT INTO lk_customers VALUES (:third_id, 'r3@example.com', 'r', 1), (:other_id, 'r4@example.com', 'r', 1) RETURNING id;
+-- … and an upsert of many rows
+INSERT INTO lk_customers VALUES (6000, 'm1-new@example.com', 'a', 1), (6003, 'm4@example.com', 'd', 3),
+                                (6007, 'm7@example.com', 'h', 1)
+  ON CONFLICT (id) DO UPDATE SET email = excluded.email, region = excluded.region;
+SELECT id, email, region FROM lk_customers WHERE id IN (6000, 6003, 6007) ORDER BY id;
+SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
 -- the lookup table is pg_shard's to write; writes over postgres_fdw (a
--- multi-row INSERT across shards, a function's statements) cannot keep it
--- and are refused
+-- function's statements) cannot keep it and are refused
 INSERT INTO lk_customers_email_lookup VALUES ('planted', 1, 1);
-INSERT INTO lk_customers VALUES (6000, 'm1@example.com', 'a', 1), (6001, 'm2@example.com', 'b', 1);
 DO $$ BEGIN INSERT INTO lk_customers VALUES (6002, 'm3@example.com', 'c', 1); END $$;
-SELECT count(*) FROM lk_customers WHERE id IN (6000, 6001, 6002);
+SELECT count(*) FROM lk_customers WHERE id = 6002;
+DROP TABLE lk_ids;
 
 -- moves and splits of the table and of its lookup keep every entry
 SET pg_shard.move_drop_delay = 0;

@@ -1,8 +1,9 @@
--- The multi-shard DML class: an UPDATE or DELETE across shard groups, or an
+-- The multi-shard DML class: an UPDATE or DELETE across shard groups, an
 -- INSERT … SELECT between co-located tables that keeps the distribution
--- column, runs as one statement per shard group on the workers (a node's
--- in one round trip, every node at once), committed with the local
--- transaction (two-phase commit when several nodes wrote).
+-- column, or a multi-row INSERT … VALUES, runs as one statement per shard
+-- group on the workers (a node's in one round trip, every node at once),
+-- committed with the local transaction (two-phase commit when several
+-- nodes wrote).
 CREATE TABLE md_accounts (id bigint PRIMARY KEY, owner bigint, balance numeric(12,2) NOT NULL,
                           kind text, CHECK (balance >= -100));
 CREATE TABLE md_history (id bigint, seq int, amount numeric(12,2), PRIMARY KEY (id, seq));
@@ -67,6 +68,25 @@ SELECT kind, count(*), sum(balance) FROM md_copy GROUP BY kind ORDER BY kind;
 EXPLAIN (COSTS OFF) INSERT INTO md_copy (id, balance) SELECT owner, sum(balance) FROM md_accounts GROUP BY owner;
 INSERT INTO md_copy (id, balance) SELECT owner + 1000, sum(balance) FROM md_accounts GROUP BY owner;
 SELECT count(*) FROM md_copy WHERE id > 1000;
+-- a multi-row INSERT … VALUES: each shard group's statement inserts its
+-- own rows; a row a shard refuses writes none of them
+EXPLAIN (COSTS OFF) INSERT INTO md_copy VALUES (2001, 1, 5, 'v'), (2002, 1, 6, 'v'), (2003, 2, 7, 'v'), (2004, 2, 8, 'v');
+INSERT INTO md_copy VALUES (2001, 1, 5, 'v'), (2002, 1, 6, 'v'), (2003, 2, 7, 'v'), (2004, 2, 8, 'v');
+INSERT INTO md_copy VALUES (2005, 1, 5, 'v'), (2006, 1, 6, 'v'), (2001, 2, 7, 'v');
+SELECT id, balance FROM md_copy WHERE kind = 'v' ORDER BY id;
+-- … a key that is not a constant: postgres_fdw
+EXPLAIN (COSTS OFF) INSERT INTO md_copy VALUES (2005 + (random() * 0)::int, 1, 1, 'w'), (2006, 1, 1, 'w');
+DELETE FROM md_copy WHERE kind = 'v';
+-- a generic plan takes postgres_fdw, and marks the transaction when it
+-- runs: the statements after it take that path too, and see its rows
+SET plan_cache_mode = force_generic_plan;
+PREPARE md_generic(bigint, bigint) AS INSERT INTO md_copy (id, kind) VALUES ($1, 'g'), ($2, 'g');
+BEGIN;
+EXECUTE md_generic(3001, 3002);
+SELECT id, kind FROM md_copy WHERE id = 3001;
+ROLLBACK;
+RESET plan_cache_mode;
+DEALLOCATE md_generic;
 
 -- all or nothing: a shard's error (here a CHECK) changes nothing anywhere
 \set VERBOSITY sqlstate
