@@ -12,7 +12,11 @@
 # login), both through the coordinator (a write of a table with lookups
 # runs on the metadata node, which writes the lookup in the same
 # transaction), and into plain_inserts through the metadata node too (its
-# hop without the lookup's write). Rounds alternate (ROUNDS, default 3, of
+# hop without the lookup's write); and ten rows per INSERT, each with its
+# own random key, into either on the metadata node (one statement per
+# shard group), and into plain_inserts over postgres_fdw (the path such
+# INSERTs took before; pg_shard.enable_pushdown_executor = off).
+# Rounds alternate (ROUNDS, default 3, of
 # SECONDS, default 10, with 4 clients); prints each round's tps and the
 # ratios of the sums.
 #
@@ -53,12 +57,21 @@ for table in plain_inserts looked_inserts; do
 INSERT INTO $table VALUES (:id, :id, 'x');
 SQL
 done
-run() { # run SCRIPT PORT
-    pgbench -n -M extended -c 4 -j 2 -T "$seconds" -h 127.0.0.1 -p "$2" -f "$scratch/$1.sql" bench 2>&1 |
-        awk '/^tps/ {print $3; exit}'
+# Ten rows per INSERT, each with its own random key (so across shards).
+for table in plain_inserts looked_inserts; do
+    {
+        for i in $(seq 1 10); do echo "\\set id$i random(1, 4611686018427387903)"; done
+        printf 'INSERT INTO %s VALUES ' "$table"
+        for i in $(seq 1 10); do printf '(:id%s, :id%s, %s)%s' "$i" "$i" "'x'" "$([ "$i" = 10 ] && echo ';' || echo ', ')"; done
+        echo
+    } >"$scratch/multi_$table.sql"
+done
+run() { # run SCRIPT PORT [PGOPTIONS]
+    PGOPTIONS=${3:-} pgbench -n -M extended -c 4 -j 2 -T "$seconds" -h 127.0.0.1 -p "$2" \
+        -f "$scratch/$1.sql" bench 2>&1 | awk '/^tps/ {print $3; exit}'
 }
 sum() { echo "$1 + $2" | bc -l; }
-key_sum=0 login_sum=0 plain_sum=0 looked_sum=0 meta_sum=0
+key_sum=0 login_sum=0 plain_sum=0 looked_sum=0 meta_sum=0 multi_sum=0 multi_fdw_sum=0 multi_looked_sum=0
 for round in $(seq 1 "$rounds"); do
     key=$(run by_key "$coordinator_port")
     login=$(run by_login "$coordinator_port")
@@ -70,10 +83,19 @@ for round in $(seq 1 "$rounds"); do
     key_sum=$(sum "$key_sum" "$key") login_sum=$(sum "$login_sum" "$login")
     plain_sum=$(sum "$plain_sum" "$plain") looked_sum=$(sum "$looked_sum" "$looked")
     meta_sum=$(sum "$meta_sum" "$via_meta")
+    multi=$(run multi_plain_inserts "$meta_port")
+    multi_fdw=$(run multi_plain_inserts "$meta_port" "-c pg_shard.enable_pushdown_executor=off")
+    multi_looked=$(run multi_looked_inserts "$meta_port")
+    echo "round $round: 10-row inserts on the metadata node without a lookup $multi tps" \
+        "(over postgres_fdw: $multi_fdw tps), with one $multi_looked tps"
+    multi_sum=$(sum "$multi_sum" "$multi") multi_fdw_sum=$(sum "$multi_fdw_sum" "$multi_fdw")
+    multi_looked_sum=$(sum "$multi_looked_sum" "$multi_looked")
 done
 printf 'read by login / read by key: %.3f\n' "$(echo "$login_sum / $key_sum" | bc -l)"
 printf 'insert with a lookup / without: %.3f (without, through the metadata node / through the coordinator: %.3f)\n' \
     "$(echo "$looked_sum / $plain_sum" | bc -l)" "$(echo "$meta_sum / $plain_sum" | bc -l)"
+printf '10-row insert: over postgres_fdw / one statement per shard group: %.3f; with a lookup / without: %.3f\n' \
+    "$(echo "$multi_fdw_sum / $multi_sum" | bc -l)" "$(echo "$multi_looked_sum / $multi_sum" | bc -l)"
 # Where the statements went.
 psql -X -At -h 127.0.0.1 -p "$coordinator_port" -d bench -c "SHOW STATS" | sed 's/^/servers: /'
 meta -c "SELECT count(*) = (SELECT count(*) FROM looked_inserts_login_lookup) FROM looked_inserts" |
