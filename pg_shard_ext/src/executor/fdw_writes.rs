@@ -1,12 +1,17 @@
-//! Marks the transaction when a plan that writes a distributed table over
-//! postgres_fdw starts ([`crate::transaction::paths`]): pg_shard's own
-//! connections would not see its writes, so the transaction's later
-//! statements take that path too. The planner marks the statements it
-//! plans so; this covers the generic plans it leaves unmarked (a plan the
-//! plan cache makes only to compare with its custom plans, which take the
-//! other paths), should one run after all (`plan_cache_mode =
-//! force_generic_plan`).
+//! Checks and marks a plan that writes a distributed table over
+//! postgres_fdw as it starts ([`crate::transaction::paths`]): one after
+//! writes through pg_shard's own connections in the transaction is
+//! refused (its connections would not see them), one writing a table with
+//! lookups is refused (postgres_fdw's sessions on the workers cannot give
+//! their changes to the lookups), and the transaction is marked, so that
+//! its later statements take that path too. The planner checks and marks
+//! the statements it plans so; this covers the plans it leaves unchecked:
+//! generic plans (which the plan cache makes only to compare with its
+//! custom plans, which take the other paths), should one run after all
+//! (`plan_cache_mode = force_generic_plan`), and the statements of SQL
+//! functions, planned without their parameters' values.
 
+use crate::error::ShardError;
 use pgrx::prelude::*;
 
 static mut PREVIOUS_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
@@ -36,9 +41,18 @@ unsafe extern "C-unwind" fn executor_start(query: *mut pg_sys::QueryDesc, eflags
     // pgrx's guard.
     unsafe {
         pg_sys::panic::pgrx_extern_c_guard(|| {
-            if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 == 0 && writes_distributed(query) {
-                crate::transaction::paths::fdw_wrote();
+            if eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0 {
+                return;
             }
+            let written = written_distributed(query);
+            if written.is_empty() {
+                return;
+            }
+            if crate::transaction::paths::did_router_write() {
+                ShardError::PathsMixed.report();
+            }
+            crate::planner::refuse_fdw_writes_of(&written);
+            crate::transaction::paths::fdw_wrote();
         })
     };
     // SAFETY: chaining to the previous hook or the standard implementation
@@ -51,30 +65,30 @@ unsafe extern "C-unwind" fn executor_start(query: *mut pg_sys::QueryDesc, eflags
     }
 }
 
-/// Whether the plan modifies a distributed table itself (a ModifyTable
-/// over its partitions, postgres_fdw's foreign tables). pg_shard's own
-/// scans write through their connections and modify no local table.
+/// The distributed tables the plan modifies itself (a ModifyTable over
+/// their partitions, postgres_fdw's foreign tables). pg_shard's own scans
+/// write through their connections and modify no local table.
 ///
 /// # Safety
 /// `query` is the QueryDesc being started.
-unsafe fn writes_distributed(query: *mut pg_sys::QueryDesc) -> bool {
+unsafe fn written_distributed(query: *mut pg_sys::QueryDesc) -> Vec<pg_sys::Oid> {
     // SAFETY: the planned statement and its range table belong to the
     // query being started.
     unsafe {
         let planned = (*query).plannedstmt;
         if planned.is_null() || (*planned).resultRelations.is_null() {
-            return false;
+            return Vec::new();
         }
         let rtable = pgrx::PgList::<pg_sys::RangeTblEntry>::from_pg((*planned).rtable);
         pgrx::PgList::<i32>::from_pg((*planned).resultRelations)
             .iter_int()
-            .any(|index| {
-                let Some(entry) = rtable.get_ptr(index as usize - 1) else {
-                    return false;
-                };
+            .filter_map(|index| rtable.get_ptr(usize::try_from(index).ok()?.checked_sub(1)?))
+            .filter(|&entry| {
                 (*entry).rtekind == pg_sys::RTEKind::RTE_RELATION
                     && (*entry).relkind == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
                     && crate::planner::is_distributed_table((*entry).relid)
             })
+            .map(|entry| (*entry).relid)
+            .collect()
     }
 }

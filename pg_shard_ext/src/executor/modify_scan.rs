@@ -6,7 +6,8 @@
 //! commit when more than one node wrote ([`crate::transaction::remote`]).
 //!
 //! The statement's count is the sum of the shards' counts; RETURNING rows
-//! are the shards' rows, stored as the router's are.
+//! are the shards' rows, stored as the router's are — those of a multi-row
+//! INSERT … VALUES in the order of its rows, as PostgreSQL returns them.
 
 use super::moved_shards::{self, ShardGroupTargets, SHARD_GROUP_TARGET_FIELDS};
 use super::pushdown_scan::{explain_task_list, planned_tasks, task_strings, NodeTask, PlannedTask};
@@ -42,10 +43,11 @@ pub(crate) fn register() {
     unsafe { pg_sys::RegisterCustomScanMethods(&SCAN_METHODS.0) };
 }
 
-/// The order of `custom_private`'s strings: the map version, those of
-/// [`ShardGroupTargets`], then five per node.
+/// The order of `custom_private`'s strings: the map version, the row
+/// order, those of [`ShardGroupTargets`], then five per node.
 const MAP_VERSION: usize = 0;
-const TARGETS: std::ops::Range<usize> = 1..1 + SHARD_GROUP_TARGET_FIELDS;
+const ROW_ORDER: usize = 1;
+const TARGETS: std::ops::Range<usize> = 2..2 + SHARD_GROUP_TARGET_FIELDS;
 const FIRST_TASK: usize = TARGETS.end;
 
 /// The plan of a multi-shard statement: the modify scan, returning the
@@ -57,7 +59,16 @@ pub(crate) unsafe fn planned_statement(
     parse: *mut pg_sys::Query,
     plan: ModifyPlan,
 ) -> *mut pg_sys::PlannedStmt {
-    let mut private = vec![plan.map_version.to_string()];
+    // SAFETY: a valid Query.
+    let returns = unsafe { !(*parse).returningList.is_null() };
+    let mut private = vec![
+        plan.map_version.to_string(),
+        if returns {
+            encode_row_order(&plan.tasks)
+        } else {
+            String::new()
+        },
+    ];
     private.extend(plan.again.encode());
     for task in &plan.tasks {
         private.extend(task_strings(&task.node, &task.shards, statements(task)));
@@ -86,6 +97,42 @@ unsafe extern "C-unwind" fn next_row(node: *mut pg_sys::ScanState) -> *mut pg_sy
 unsafe fn run_scan(node: *mut pg_sys::ScanState) -> Result<()> {
     // SAFETY: node is our state.
     unsafe { run(node as *mut StoredScan) }
+}
+
+/// The positions of the rows each node's statements insert (a multi-row
+/// INSERT … VALUES), `0,2,5;1,3,4`; empty for other statements.
+fn encode_row_order(tasks: &[NodeTask]) -> String {
+    if tasks.iter().all(|t| t.rows.is_empty()) {
+        return String::new();
+    }
+    tasks
+        .iter()
+        .map(|t| {
+            t.rows
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// What [`encode_row_order`] wrote; None when the rows keep no order.
+fn decode_row_order(text: &str) -> Result<Option<Vec<Vec<usize>>>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let damaged = || ShardError::Internal("a modify plan with a damaged row order".into());
+    text.split(';')
+        .map(|node| {
+            node.split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.parse().map_err(|_| damaged()))
+                .collect()
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// A node's statements, one per shard group, as one string.
@@ -117,16 +164,26 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let targets = strings.get(TARGETS).unwrap_or_default();
         let written = ShardGroupTargets::decode(targets)?.distributed;
         let lookups = crate::lookups::catalog::any_has_lookups(&written)?;
+        let planned_order = decode_row_order(strings.get(ROW_ORDER).map_or("", String::as_str))?;
         let (rows, timings, changed) =
             moved_shards::run_over_shard_groups(map_version, targets, |again, map_version| {
                 match again {
-                    None => run_tasks(&planned, map_version, descriptor, lookups),
+                    None => run_tasks(
+                        &planned,
+                        map_version,
+                        descriptor,
+                        lookups,
+                        planned_order.as_deref(),
+                    ),
                     Some(tasks) => {
+                        let order: Option<Vec<Vec<usize>>> = planned_order
+                            .is_some()
+                            .then(|| tasks.iter().map(|t| t.rows.clone()).collect());
                         let tasks: Vec<PlannedTask> = tasks
                             .iter()
                             .map(|t| PlannedTask::of(t, statements(t)))
                             .collect();
-                        run_tasks(&tasks, map_version, descriptor, lookups)
+                        run_tasks(&tasks, map_version, descriptor, lookups, order.as_deref())
                     }
                 }
             })?;
@@ -138,7 +195,8 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
     }
 }
 
-/// One run of the nodes' statements: their RETURNING rows, each node's
+/// One run of the nodes' statements: their RETURNING rows (put in the
+/// statement's row order when `order` gives each node's), each node's
 /// time and count, and the total count.
 ///
 /// # Safety
@@ -148,6 +206,7 @@ unsafe fn run_tasks(
     map_version: i64,
     descriptor: pg_sys::TupleDesc,
     lookups: bool,
+    order: Option<&[Vec<usize>]>,
 ) -> Result<(RowStore, Timings, u64)> {
     // SAFETY: as this function's.
     let mut rows = unsafe { RowStore::new(descriptor) };
@@ -157,6 +216,8 @@ unsafe fn run_tasks(
     let nodes: Vec<Node> = tasks.iter().map(|t| t.node.clone()).collect();
     crate::transaction::paths::router_wrote();
     let mut lookup_changes = Vec::new();
+    // Each node's rows, kept until every node's are in (ordered runs).
+    let mut kept: Vec<Vec<KeptRow>> = vec![Vec::new(); tasks.len()];
     let changed =
         with_declared_transactions(&nodes, Access::Write, Some(map_version), |connections| {
             for connection in connections.iter_mut() {
@@ -170,8 +231,19 @@ unsafe fn run_tasks(
             // the transaction's end) before the first error is raised.
             let mut changed = 0;
             let mut first_error = None;
-            for (connection, task) in connections.iter_mut().zip(tasks) {
-                match connection.receive_rows(|row| rows.put(row, &task.node)) {
+            for (index, (connection, task)) in connections.iter_mut().zip(tasks).enumerate() {
+                let received = connection.receive_rows(|row| match order {
+                    None => rows.put(row, &task.node),
+                    Some(_) => {
+                        kept[index].push(
+                            (0..row.len())
+                                .map(|i| row.c_str(i).map(CStr::to_owned))
+                                .collect(),
+                        );
+                        Ok(())
+                    }
+                });
+                match received {
                     Ok(outcome) => {
                         changed += outcome.rows;
                         timings.push((started.elapsed().as_secs_f64() * 1000.0, outcome.rows));
@@ -193,9 +265,46 @@ unsafe fn run_tasks(
             }
             Ok(changed)
         })?;
+    if let Some(order) = order {
+        put_in_order(&mut rows, tasks, kept, order)?;
+    }
     // Once the nodes' connections are back: lookup shards may be on them.
     crate::lookups::apply::apply(lookup_changes, map_version)?;
     Ok((rows, timings, changed))
+}
+
+/// A RETURNING row kept as its columns' texts.
+type KeptRow = Vec<Option<CString>>;
+
+/// Puts the nodes' rows (`kept`, per node) into `rows` by the position of
+/// the row each came from: node `n`'s `i`-th row from `order[n][i]`. A
+/// node that returned another number of rows than it was sent (a trigger
+/// on its shard skipped some) has no positions to go by: then each node's
+/// rows follow the one before's.
+fn put_in_order(
+    rows: &mut RowStore,
+    tasks: &[PlannedTask],
+    kept: Vec<Vec<KeptRow>>,
+    order: &[Vec<usize>],
+) -> Result<()> {
+    let matches = kept.len() == order.len()
+        && kept
+            .iter()
+            .zip(order)
+            .all(|(rows, positions)| rows.len() == positions.len());
+    let mut placed: Vec<(usize, usize, KeptRow)> = Vec::new();
+    for (node, node_rows) in kept.into_iter().enumerate() {
+        for (i, row) in node_rows.into_iter().enumerate() {
+            let position = if matches { order[node][i] } else { 0 };
+            placed.push((position, node, row));
+        }
+    }
+    // (Stable: without positions, node by node as they came.)
+    placed.sort_by_key(|(position, _, _)| *position);
+    for (_, node, row) in placed {
+        rows.put_kept(&row, &tasks[node].node)?;
+    }
+    Ok(())
 }
 
 unsafe extern "C-unwind" fn explain(

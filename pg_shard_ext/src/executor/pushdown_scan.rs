@@ -46,6 +46,9 @@ pub(crate) struct NodeTask {
     pub(crate) queries: Vec<String>,
     pub(crate) partitions: Vec<pg_sys::Oid>,
     pub(crate) shards: Vec<String>,
+    /// A multi-row INSERT … VALUES: the positions in the statement of the
+    /// rows its queries insert, in their order (empty otherwise).
+    pub(crate) rows: Vec<usize>,
 }
 
 impl NodeTask {

@@ -8,7 +8,7 @@ use crate::metadata::Node;
 use crate::transaction::connection::TextRow;
 use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
-use std::ffi::c_char;
+use std::ffi::{c_char, CStr, CString};
 
 pub(crate) struct RowStore {
     store: *mut pg_sys::Tuplestorestate,
@@ -51,12 +51,27 @@ impl RowStore {
 
     /// Store one row `node` sent.
     pub(crate) fn put(&mut self, row: &TextRow<'_>, node: &Node) -> Result<()> {
+        self.put_texts(row.len(), |i| row.c_str(i), node)
+    }
+
+    /// Store one row `node` sent, kept as its columns' texts.
+    pub(crate) fn put_kept(&mut self, row: &[Option<CString>], node: &Node) -> Result<()> {
+        self.put_texts(row.len(), |i| row.get(i).and_then(|c| c.as_deref()), node)
+    }
+
+    /// Store a row of `length` columns whose texts `column` gives (None
+    /// for NULL).
+    fn put_texts<'r>(
+        &mut self,
+        length: usize,
+        column: impl Fn(usize) -> Option<&'r CStr>,
+        node: &Node,
+    ) -> Result<()> {
         let columns = self.inputs.len();
-        if row.len() != columns {
+        if length != columns {
             return Err(ShardError::Internal(format!(
-                "node {} returned {} columns for a statement of {columns}",
+                "node {} returned {length} columns for a statement of {columns}",
                 node.label(),
-                row.len()
             )));
         }
         let RowStore {
@@ -73,7 +88,7 @@ impl RowStore {
             row_context.reset();
             row_context.switch_to(|_| {
                 for (i, (info, io_param, typmod)) in inputs.iter_mut().enumerate() {
-                    match row.c_str(i) {
+                    match column(i) {
                         None => {
                             nulls[i] = true;
                             values[i] = pg_sys::Datum::from(0usize);

@@ -57,20 +57,22 @@ pub(super) unsafe fn row_keyspace_ids(query: *mut pg_sys::Query) -> Option<Vec<i
 }
 
 /// Keeps in a multi-row `INSERT … VALUES` only the rows whose keyspace id
-/// lies in one of `ranges` (inclusive); nothing changes in other
-/// statements.
+/// lies in one of `ranges` (inclusive), and gives their positions (from 0)
+/// in the statement; nothing changes in other statements (None).
 ///
 /// # Safety
 /// `query` is a valid Query the caller owns (a copy made for this).
-pub(super) unsafe fn keep_rows_in(query: *mut pg_sys::Query, ranges: &[(i64, i64)]) {
+pub(super) unsafe fn keep_rows_in(
+    query: *mut pg_sys::Query,
+    ranges: &[(i64, i64)],
+) -> Option<Vec<usize>> {
     // SAFETY: as this function's; the kept lists are the query's own.
     unsafe {
-        let Some((values, column)) = values_entry(query) else {
-            return;
-        };
+        let (values, column) = values_entry(query)?;
         let rows = PgList::<pg_sys::List>::from_pg((*values).values_lists);
         let mut kept = PgList::<pg_sys::List>::new();
-        for row in rows.iter_ptr() {
+        let mut positions = Vec::new();
+        for (position, row) in rows.iter_ptr().enumerate() {
             let id = PgList::<pg_sys::Node>::from_pg(row)
                 .get_ptr(column - 1)
                 .and_then(|key| constant_keyspace_id(key));
@@ -80,9 +82,11 @@ pub(super) unsafe fn keep_rows_in(query: *mut pg_sys::Query, ranges: &[(i64, i64
                     .any(|(start, end)| (*start..=*end).contains(&id))
             }) {
                 kept.push(row);
+                positions.push(position);
             }
         }
         (*values).values_lists = kept.into_pg();
+        Some(positions)
     }
 }
 

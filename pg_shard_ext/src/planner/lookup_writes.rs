@@ -60,17 +60,22 @@ pub(super) unsafe fn refuse_lookup_table_writes(query: *mut pg_sys::Query) {
 /// `query` is a valid Query of a database with pg_shard.
 pub(super) unsafe fn refuse_fdw_write(query: *mut pg_sys::Query) {
     // SAFETY: as the function's.
-    let written = unsafe { written_tables(query) };
-    for relid in written {
+    refuse_fdw_writes_of(&unsafe { written_tables(query) });
+}
+
+/// Refuses writes over postgres_fdw of `written` when one has lookups.
+pub(crate) fn refuse_fdw_writes_of(written: &[pg_sys::Oid]) {
+    for &relid in written {
         if crate::lookups::catalog::any_has_lookups(&[relid]).or_report() {
             ShardError::UnsupportedStatement {
                 statement: format!(
                     "this write of {} would run over postgres_fdw, which cannot keep its lookups",
                     crate::spi::caller_relation_name(relid)
                 ),
-                hint: "write the rows of one key per statement, many rows in an INSERT without RETURNING, \
-                       or load them with COPY"
-                    .into(),
+                hint:
+                    "write the rows of one key per statement, many in one INSERT … VALUES, or load \
+                       them with COPY"
+                        .into(),
             }
             .report();
         }

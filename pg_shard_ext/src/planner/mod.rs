@@ -69,6 +69,8 @@ pub(crate) fn is_distributed_table(relid: pgrx::pg_sys::Oid) -> bool {
     partition_key::partition_key(relid).is_some()
 }
 
+pub(crate) use lookup_writes::refuse_fdw_writes_of;
+
 pub(crate) fn register_gucs() {
     router::register_gucs();
     pushdown::register_gucs();

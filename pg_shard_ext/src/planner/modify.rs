@@ -127,10 +127,22 @@ pub(super) unsafe fn plan(
         else {
             return Ok(None);
         };
-        // The RETURNING rows of an INSERT … VALUES come in the order of its
-        // rows only from one statement: across shard groups they would come
-        // group by group (the postgres_fdw path keeps the order).
+        // Every row of an INSERT … VALUES in exactly one group's statement.
+        if (*query).commandType == CMD_INSERT
+            && keyspace_ids
+                .as_ref()
+                .is_some_and(|ids| tasks.iter().map(|t| t.rows.len()).sum::<usize>() != ids.len())
+        {
+            return Ok(None);
+        }
+        // The RETURNING rows of an INSERT … VALUES across shard groups are
+        // put back in the order of its rows by their positions
+        // (`executor::modify_scan`), one per row sent. ON CONFLICT may
+        // return none for a row, which leaves nothing to go by: such a
+        // statement keeps its order only within one group (the
+        // postgres_fdw path keeps it).
         if !(*query).returningList.is_null()
+            && !(*query).onConflict.is_null()
             && (*query).commandType == CMD_INSERT
             && keyspace_ids.is_some()
             && tasks.iter().map(|t| t.queries.len()).sum::<usize>() > 1

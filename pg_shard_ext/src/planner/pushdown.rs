@@ -433,10 +433,11 @@ unsafe fn node_tasks_over(
             queries: Vec::new(),
             partitions: Vec::new(),
             shards: Vec::new(),
+            rows: Vec::new(),
         };
         for part in parts {
             // SAFETY: a copy of the worker query for this part.
-            let Some((text, partitions, names)) = (unsafe {
+            let Some(part_query) = (unsafe {
                 node_query(
                     branch_worker,
                     &node,
@@ -449,9 +450,10 @@ unsafe fn node_tasks_over(
             }) else {
                 return Ok(None);
             };
-            task.queries.push(text);
-            task.partitions.extend(partitions);
-            task.shards.extend(names);
+            task.queries.push(part_query.text);
+            task.partitions.extend(part_query.partitions);
+            task.shards.extend(part_query.shards);
+            task.rows.extend(part_query.rows);
         }
         let mut ctes = Vec::new();
         for read in sharing {
@@ -470,9 +472,15 @@ unsafe fn node_tasks_over(
     Ok(Some(tasks))
 }
 
-/// A worker query's text, the partitions it stands for and the shard
-/// tables it reads.
-type NodeQuery = (String, Vec<pg_sys::Oid>, Vec<String>);
+/// A worker query's text, the partitions it stands for, the shard tables
+/// it reads, and, for a multi-row INSERT … VALUES, the positions of the
+/// rows it inserts.
+struct NodeQuery {
+    text: String,
+    partitions: Vec<pg_sys::Oid>,
+    shards: Vec<String>,
+    rows: Vec<usize>,
+}
 
 /// The worker query over `groups`' shards on `node`, with the partitions
 /// it stands for and the shard tables' names; None if a partition's
@@ -501,6 +509,7 @@ unsafe fn node_query(
     unsafe {
         let copy = pg_sys::copyObjectImpl(worker as *const std::ffi::c_void) as *mut pg_sys::Query;
         // (A multi-row INSERT … VALUES: the rows of these groups only.)
+        let mut rows = Vec::new();
         if let Some((_, ranges)) = per_table.first() {
             let group_ranges: Vec<(i64, i64)> = groups
                 .iter()
@@ -509,7 +518,7 @@ unsafe fn node_query(
                     (ranges[g].0, end)
                 })
                 .collect();
-            super::insert_values::keep_rows_in(copy, &group_ranges);
+            rows = super::insert_values::keep_rows_in(copy, &group_ranges).unwrap_or_default();
         }
         let mut shards = Vec::new();
         let mut partitions = Vec::new();
@@ -565,6 +574,11 @@ unsafe fn node_query(
                 names.extend(tables.into_iter().map(|t| t.qualified));
             }
         }
-        Ok(worker_query(copy, &shards, renames)?.map(|text| (text, partitions, names)))
+        Ok(worker_query(copy, &shards, renames)?.map(|text| NodeQuery {
+            text,
+            partitions,
+            shards: names,
+            rows,
+        }))
     }
 }

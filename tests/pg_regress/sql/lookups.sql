@@ -153,8 +153,9 @@ INSERT INTO lk_customers VALUES (6005, 'm5@example.com', 'f', 1), (6006, 'm5@exa
 INSERT INTO lk_customers VALUES (6005, 'm5@example.com', 'f', 1), (6006, 'm2@example.com', 'g', 1);
 SELECT id, email FROM lk_customers WHERE id BETWEEN 6000 AND 6009 ORDER BY id;
 SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup') AS differences;
--- … with RETURNING, in the order of its rows: within one shard group only
--- (across groups it would take the postgres_fdw path)
+-- … with RETURNING, in the order of its rows, within a shard group and
+-- across groups (with ON CONFLICT, within one group only: across groups it
+-- would take the postgres_fdw path)
 CREATE TEMP TABLE lk_ids AS
   SELECT i, (SELECT shard_id FROM pg_shard.shards WHERE table_name = 'lk_customers'::regclass AND state = 'active'
                AND pg_shard.keyspace_id(i::bigint) BETWEEN range_start AND range_end) AS shard
@@ -165,7 +166,16 @@ INSERT INTO lk_customers VALUES (:second_id, 'r2@example.com', 'r', 1), (:first_
   RETURNING id = :second_id AS second_first, email;
 SELECT min(i) AS third_id FROM lk_ids WHERE shard = (SELECT shard FROM lk_ids WHERE i = :first_id) AND i > :second_id \gset
 SELECT min(i) AS other_id FROM lk_ids WHERE shard <> (SELECT shard FROM lk_ids WHERE i = :first_id) \gset
-INSERT INTO lk_customers VALUES (:third_id, 'r3@example.com', 'r', 1), (:other_id, 'r4@example.com', 'r', 1) RETURNING id;
+INSERT INTO lk_customers VALUES (:third_id, 'r3@example.com', 'r', 1), (:other_id, 'r4@example.com', 'r', 1)
+  RETURNING id = :third_id AS third_first, email;
+INSERT INTO lk_customers VALUES (6409, 'e9@example.com', 'e', 1), (6408, 'e8@example.com', 'e', 1),
+    (6407, 'e7@example.com', 'e', 1), (6406, 'e6@example.com', 'e', 1), (6405, 'e5@example.com', 'e', 1),
+    (6404, 'e4@example.com', 'e', 1), (6403, 'e3@example.com', 'e', 1), (6402, 'e2@example.com', 'e', 1)
+  RETURNING id, email;
+SELECT min(i) AS c1 FROM lk_ids WHERE shard = (SELECT shard FROM lk_ids WHERE i = :first_id) AND i > :third_id \gset
+SELECT min(i) AS c2 FROM lk_ids WHERE shard <> (SELECT shard FROM lk_ids WHERE i = :first_id) AND i > :other_id \gset
+INSERT INTO lk_customers VALUES (:c1, 'f1@example.com', 'f', 1), (:c2, 'f2@example.com', 'f', 1)
+  ON CONFLICT DO NOTHING RETURNING id;
 -- … and an upsert of many rows
 INSERT INTO lk_customers VALUES (6000, 'm1-new@example.com', 'a', 1), (6003, 'm4@example.com', 'd', 3),
                                 (6007, 'm7@example.com', 'h', 1)
@@ -176,7 +186,18 @@ SELECT lk_differences('lk_customers', 'email', 'id', 'lk_customers_email_lookup'
 -- function's statements) cannot keep it and are refused
 INSERT INTO lk_customers_email_lookup VALUES ('planted', 1, 1);
 DO $$ BEGIN INSERT INTO lk_customers VALUES (6002, 'm3@example.com', 'c', 1); END $$;
-SELECT count(*) FROM lk_customers WHERE id = 6002;
+-- (an SQL function's statements and a generic plan are planned without
+-- their parameters' values, and refused when they start)
+CREATE FUNCTION lk_sql_insert(bigint, text) RETURNS void LANGUAGE sql
+  AS $$ INSERT INTO lk_customers VALUES ($1, $2, 'sql', 1) $$;
+SELECT lk_sql_insert(6002, 'm3@example.com');
+SET plan_cache_mode = force_generic_plan;
+PREPARE lk_generic(bigint, text) AS INSERT INTO lk_customers VALUES ($1, $2, 'g', 1), ($1 + 1, $2 || '.2', 'g', 1);
+EXECUTE lk_generic(6002, 'm3@example.com');
+RESET plan_cache_mode;
+DEALLOCATE lk_generic;
+DROP FUNCTION lk_sql_insert(bigint, text);
+SELECT count(*) FROM lk_customers WHERE id IN (6002, 6003) AND name IN ('c', 'sql', 'g');
 DROP TABLE lk_ids;
 
 -- moves and splits of the table and of its lookup keep every entry
@@ -326,6 +347,17 @@ RESET ROLE;
 -- privileges of the lookup table itself are not a DBA's to set
 GRANT INSERT ON lk_accounts_login_lookup TO lk_reader;
 ALTER TABLE lk_accounts_login_lookup OWNER TO lk_reader;
+-- only the table's owner sets its privileges (a role granted them WITH
+-- GRANT OPTION is refused); GRANT … ON ALL TABLES IN SCHEMA gives the
+-- lookup what the table's privileges imply, not the GRANT's
+GRANT SELECT ON lk_accounts TO lk_reader WITH GRANT OPTION;
+SET ROLE lk_reader;
+GRANT SELECT ON lk_accounts TO lk_writer;
+RESET ROLE;
+REVOKE GRANT OPTION FOR SELECT ON lk_accounts FROM lk_reader;
+GRANT TRUNCATE ON ALL TABLES IN SCHEMA public TO lk_reader;
+SELECT relacl FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass;
+REVOKE TRUNCATE ON ALL TABLES IN SCHEMA public FROM lk_reader;
 -- REVOKE and OWNER TO on the table carry to its lookup and the lookup's shards
 REVOKE INSERT, UPDATE, DELETE ON lk_accounts FROM lk_writer;
 SET ROLE lk_writer;
@@ -333,15 +365,19 @@ INSERT INTO lk_accounts VALUES (5, 'dee');
 RESET ROLE;
 ALTER TABLE lk_accounts OWNER TO lk_writer;
 SELECT relowner::regrole AS owner, relacl FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass;
-SELECT relacl::text AS lookup_acl FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass \gset
+SELECT (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(relacl) a)::text AS lookup_acl
+  FROM pg_class WHERE oid = 'lk_accounts_login_lookup'::regclass \gset
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
-SELECT count(*) AS checked1, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR relacl::text <> :'lookup_acl') AS wrong1
+SELECT count(*) AS checked1, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(relacl) a)::text
+                                                           IS DISTINCT FROM :'lookup_acl') AS wrong1
   FROM pg_class WHERE relname LIKE 'lk\_accounts\_login\_lookup\_%' AND relkind = 'r' \gset
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
-SELECT count(*) AS checked2, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR relacl::text <> :'lookup_acl') AS wrong2
+SELECT count(*) AS checked2, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(relacl) a)::text
+                                                           IS DISTINCT FROM :'lookup_acl') AS wrong2
   FROM pg_class WHERE relname LIKE 'lk\_accounts\_login\_lookup\_%' AND relkind = 'r' \gset
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
-SELECT count(*) AS checked3, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR relacl::text <> :'lookup_acl') AS wrong3
+SELECT count(*) AS checked3, count(*) FILTER (WHERE relowner <> 'lk_writer'::regrole OR (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(relacl) a)::text
+                                                           IS DISTINCT FROM :'lookup_acl') AS wrong3
   FROM pg_class WHERE relname LIKE 'lk\_accounts\_login\_lookup\_%' AND relkind = 'r' \gset
 \c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 SELECT :checked1 + :checked2 + :checked3 AS lookup_shards, :wrong1 + :wrong2 + :wrong3 AS wrong_owner_or_acl;

@@ -64,17 +64,27 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
     }
     followed.sort_by_key(|oid| oid.to_u32());
     followed.dedup();
+    // Who had privileges on the lookups before (the statement may change
+    // theirs itself): revoked on their shards too.
+    let mut lookups_before = Vec::new();
+    for &relid in &followed {
+        refuse_unless_owner_of_lookups(relid)?;
+        for lookup in crate::lookups::catalog::lookups_of(relid)? {
+            lookups_before.extend(TableShape::load(lookup.lookup_rel)?.grantees());
+        }
+    }
     let tables = own_tables;
-    let Some(first) = tables.first() else {
+    if followed.is_empty() {
         return Ok(None);
-    };
+    }
     // SAFETY: a list of AccessPriv nodes (NIL for ALL PRIVILEGES).
     let privileges = unsafe { pgrx::PgList::<pg_sys::AccessPriv>::from_pg(grant.privileges) };
     // SAFETY: AccessPriv nodes of the list.
-    if privileges
-        .iter_ptr()
-        .any(|p| unsafe { !(*p).cols.is_null() })
-    {
+    if let Some(first) = tables.first().filter(|_| {
+        privileges
+            .iter_ptr()
+            .any(|p| unsafe { !(*p).cols.is_null() })
+    }) {
         return Err(first.refuse("column privileges are not carried to the shards yet"));
     }
     let mut before = Vec::new();
@@ -87,10 +97,19 @@ pub(super) unsafe fn plan_grant(grant: *mut pg_sys::GrantStmt) -> Result<Option<
             carry_privileges(table.relid, before)?;
         }
         for &table in &followed {
-            lookups_follow(table)?;
+            follow(table, &lookups_before)?;
         }
         Ok(())
     })))
+}
+
+/// A table with lookups has its privileges set by its owner (or a
+/// superuser): its lookups' follow, and only the owner may set those.
+fn refuse_unless_owner_of_lookups(relid: pg_sys::Oid) -> Result<()> {
+    if crate::lookups::catalog::lookups_of(relid)?.is_empty() {
+        return Ok(());
+    }
+    crate::access::require_table_owner(relid, &crate::spi::caller_relation_name(relid))
 }
 
 fn lookup_refusal(table: &LogicalTable) -> crate::error::ShardError {
@@ -129,18 +148,31 @@ fn carry_privileges(relid: pg_sys::Oid, before: Vec<String>) -> Result<()> {
 /// TRUNCATE to those who may truncate it. No grant options: the lookup's
 /// privileges are not the grantees' to pass on.
 pub(crate) fn lookups_follow(relid: pg_sys::Oid) -> Result<()> {
+    follow(relid, &[])
+}
+
+/// [`lookups_follow`], revoking on the lookups' shards from `earlier`
+/// grantees too.
+fn follow(relid: pg_sys::Oid, earlier: &[String]) -> Result<()> {
     for lookup in crate::lookups::catalog::lookups_of(relid)? {
-        let (owner, grants) = crate::spi::connect(|client| {
-            let owner = client
+        // (Its own shard group: a move or split of it would miss the
+        // privileges on its new shards.)
+        if let Some(table) = LogicalTable::of(lookup.lookup_rel)? {
+            table.refuse_during_job()?;
+        }
+        let (owner, owner_changes, grants) = crate::spi::connect(|client| {
+            let row = client
                 .select(
-                    "SELECT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(relowner)) \
-                     FROM pg_catalog.pg_class WHERE oid = $1",
+                    "SELECT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(t.relowner)), \
+                            t.relowner <> l.relowner \
+                     FROM pg_catalog.pg_class t, pg_catalog.pg_class l \
+                     WHERE t.oid = $1 AND l.oid = $2",
                     Some(1),
-                    &[relid.into()],
+                    &[relid.into(), lookup.lookup_rel.into()],
                 )?
-                .first()
-                .get::<String>(1)?
-                .unwrap_or_default();
+                .first();
+            let owner = row.get::<String>(1)?.unwrap_or_default();
+            let owner_changes = row.get::<bool>(2)?.unwrap_or(true);
             let mut grants = Vec::new();
             for row in client.select(
                 "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' \
@@ -152,7 +184,7 @@ pub(crate) fn lookups_follow(relid: pg_sys::Oid) -> Result<()> {
                  FROM pg_catalog.pg_class c, \
                       pg_catalog.aclexplode(coalesce(c.relacl, \
                                                      pg_catalog.acldefault('r', c.relowner))) a \
-                 WHERE c.oid = $1 GROUP BY 1 ORDER BY 1",
+                 WHERE c.oid = $1 AND a.grantee <> c.relowner GROUP BY 1 ORDER BY 1",
                 None,
                 &[relid.into()],
             )? {
@@ -174,13 +206,22 @@ pub(crate) fn lookups_follow(relid: pg_sys::Oid) -> Result<()> {
                     grants.push((grantee, privileges.join(", ")));
                 }
             }
-            Ok::<_, crate::error::ShardError>((owner, grants))
+            Ok::<_, crate::error::ShardError>((owner, owner_changes, grants))
         })?;
-        let before = TableShape::load(lookup.lookup_rel)?.grantees();
         let (schema, name) = crate::spi::schema_and_name(lookup.lookup_rel)?;
         let target = quote::qualified(&schema, &name);
-        super::internal::run_internal(&format!("ALTER TABLE {target} OWNER TO {owner}"))?;
-        carry_owner(lookup.lookup_rel)?;
+        // (Only a change of owner: ALTER … OWNER TO is for the owner, and a
+        // GRANT may come from a role granted the table WITH GRANT OPTION.)
+        if owner_changes {
+            super::internal::run_internal(&format!("ALTER TABLE {target} OWNER TO {owner}"))?;
+            carry_owner(lookup.lookup_rel)?;
+        }
+        // The owner keeps its own privileges: the others' are set again.
+        let before: Vec<String> = TableShape::load(lookup.lookup_rel)?
+            .grantees()
+            .into_iter()
+            .filter(|grantee| *grantee != owner)
+            .collect();
         let mut sql = Vec::new();
         if !before.is_empty() {
             sql.push(format!("REVOKE ALL ON {target} FROM {}", before.join(", ")));
@@ -191,7 +232,9 @@ pub(crate) fn lookups_follow(relid: pg_sys::Oid) -> Result<()> {
         for statement in sql {
             super::internal::run_internal(&statement)?;
         }
-        carry_privileges(lookup.lookup_rel, before)?;
+        let mut revoked = before;
+        revoked.extend(earlier.iter().filter(|g| **g != owner).cloned());
+        carry_privileges(lookup.lookup_rel, revoked)?;
     }
     Ok(())
 }
