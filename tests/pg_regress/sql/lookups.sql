@@ -33,6 +33,31 @@ SELECT pg_shard.create_lookup('lk_customers', 'nope');
 CREATE TABLE lk_numbers (id bigint PRIMARY KEY, amount numeric);
 SELECT pg_shard.create_distributed_table('lk_numbers', 'id', shard_count => 2, colocate_with => 'none');
 SELECT pg_shard.create_lookup('lk_numbers', 'amount');
+-- a column whose collation is nondeterministic: values it calls equal
+-- would hash apart (collations are per server: made on every node)
+CREATE COLLATION lk_nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+CREATE COLLATION lk_nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+CREATE COLLATION lk_nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+CREATE COLLATION lk_nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
+CREATE TABLE lk_nocase_logins (id bigint PRIMARY KEY, login text COLLATE lk_nocase);
+SELECT pg_shard.create_distributed_table('lk_nocase_logins', 'id', shard_count => 2, colocate_with => 'none');
+INSERT INTO lk_nocase_logins VALUES (1, 'Ann'), (2, 'ANN');
+SELECT pg_shard.create_lookup('lk_nocase_logins', 'login', "unique" => true);
+SELECT count(*) AS lookups_of_nocase, to_regclass('lk_nocase_logins_login_lookup') AS lookup_table
+  FROM pg_shard.lookups WHERE table_name = 'lk_nocase_logins'::regclass;
+DROP TABLE lk_nocase_logins;
+DROP COLLATION lk_nocase;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25321'
+DROP COLLATION lk_nocase;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25322'
+DROP COLLATION lk_nocase;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25323'
+DROP COLLATION lk_nocase;
+\c 'dbname=pg_shard_regress host=127.0.0.1 port=25320'
 SELECT pg_shard.drop_lookup('lk_customers', 'email');
 SELECT count(*) AS lookups FROM pg_shard.lookup;
 
