@@ -42,6 +42,7 @@ mod commands;
 mod copy_rows;
 mod error;
 mod executor;
+mod executor_start;
 mod guc;
 mod ids;
 mod keyspace;
@@ -93,8 +94,7 @@ pub extern "C-unwind" fn _PG_init() {
     }
     worker::fencing::register_cache_invalidation();
     worker::lookup_changes::register_callbacks();
-    worker::read_fence::install();
-    executor::fdw_writes::install();
+    executor_start::install();
     planner::install();
     commands::ddl::install();
 }

@@ -14,29 +14,11 @@
 use crate::error::ShardError;
 use pgrx::prelude::*;
 
-static mut PREVIOUS_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
-
-// Declared here rather than taken from pgrx::pg_sys, whose bindings turn a
-// PostgreSQL error into a Rust panic: errors of the executor must reach
-// PostgreSQL's handler as errors, with their own SQLSTATE.
-unsafe extern "C-unwind" {
-    #[link_name = "standard_ExecutorStart"]
-    fn postgres_standard_executor_start(query: *mut pg_sys::QueryDesc, eflags: i32);
-}
-
-/// Install the hook, chaining to whatever was installed before.
-pub(crate) fn install() {
-    // SAFETY: called once from _PG_init, single-threaded, before any query
-    // of this backend runs with the library loaded.
-    unsafe {
-        PREVIOUS_EXECUTOR_START = pg_sys::ExecutorStart_hook;
-        pg_sys::ExecutorStart_hook = Some(executor_start);
-    }
-}
-
+/// The checks and the mark, for a plan starting.
+///
 /// # Safety
-/// Called by the executor with a valid QueryDesc.
-unsafe extern "C-unwind" fn executor_start(query: *mut pg_sys::QueryDesc, eflags: i32) {
+/// `query` is the QueryDesc being started.
+pub(crate) unsafe fn check(query: *mut pg_sys::QueryDesc, eflags: i32) {
     // SAFETY: query is valid for the call; the check reads its plan under
     // pgrx's guard.
     unsafe {
@@ -54,14 +36,6 @@ unsafe extern "C-unwind" fn executor_start(query: *mut pg_sys::QueryDesc, eflags
             crate::planner::refuse_fdw_writes_of(&written);
             crate::transaction::paths::fdw_wrote();
         })
-    };
-    // SAFETY: chaining to the previous hook or the standard implementation
-    // with the arguments we were given.
-    unsafe {
-        match PREVIOUS_EXECUTOR_START {
-            Some(previous) => previous(query, eflags),
-            None => postgres_standard_executor_start(query, eflags),
-        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! may hold rows that moved away; a router with an old map must not read
 //! them. Frozen shards still serve reads (a freeze only stops writes).
 //!
-//! The check is an ExecutorStart hook, so it covers SELECT, the reads of
+//! The check runs as a plan starts (`crate::executor_start`), so it covers SELECT, the reads of
 //! INSERT … SELECT, UPDATE and DELETE, and `COPY (query) TO`; EXPLAIN
 //! without ANALYZE runs nothing and is allowed, and so does a session in
 //! `session_replication_role = replica` (replication's apply). The hook is active in
@@ -15,42 +15,16 @@ use crate::worker::fencing::{cached_shard_record, raise_wrong_shard, relation_na
 use pgrx::prelude::*;
 use std::ffi::CStr;
 
-static mut PREVIOUS_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
-
-// Declared here rather than taken from pgrx::pg_sys, whose bindings turn a
-// PostgreSQL error into a Rust panic: errors of the executor must reach
-// PostgreSQL's handler as errors, with their own SQLSTATE.
-unsafe extern "C-unwind" {
-    #[link_name = "standard_ExecutorStart"]
-    fn postgres_standard_executor_start(query: *mut pg_sys::QueryDesc, eflags: i32);
-}
-
-/// Install the hook, chaining to whatever was installed before.
-pub(crate) fn install() {
-    // SAFETY: called once from _PG_init, single-threaded, before any query
-    // of this backend runs with the library loaded.
-    unsafe {
-        PREVIOUS_EXECUTOR_START = pg_sys::ExecutorStart_hook;
-        pg_sys::ExecutorStart_hook = Some(executor_start);
-    }
-}
-
+/// Refuses (PS001) a plan that reads a retired shard table.
+///
 /// # Safety
-/// Called by the executor with a valid QueryDesc.
-unsafe extern "C-unwind" fn executor_start(query: *mut pg_sys::QueryDesc, eflags: i32) {
+/// `query` is the QueryDesc being started.
+pub(crate) unsafe fn check(query: *mut pg_sys::QueryDesc, eflags: i32) {
     // SAFETY: query is valid for the call; the check runs under pgrx's guard.
     let verdict = unsafe { pg_sys::panic::pgrx_extern_c_guard(|| check_query(query, eflags)) };
     if let Err(rejection) = verdict {
         // SAFETY: no Rust value owning memory is live in this frame.
         unsafe { raise_wrong_shard(rejection) }
-    }
-    // SAFETY: chaining to the previous hook or the standard implementation
-    // with the arguments we were given.
-    unsafe {
-        match PREVIOUS_EXECUTOR_START {
-            Some(previous) => previous(query, eflags),
-            None => postgres_standard_executor_start(query, eflags),
-        }
     }
 }
 

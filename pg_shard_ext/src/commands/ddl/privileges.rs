@@ -312,10 +312,8 @@ pub(super) unsafe fn plan_comment(comment: *mut pg_sys::CommentStmt) -> Result<O
 /// foreign partitions, which ALTER TABLE does not recurse to for an owner)
 /// follow, so the new owner may change and use them.
 pub(super) fn plan_owner(table: LogicalTable) -> Result<Planned> {
+    // (ALTER TABLE of a lookup table is refused before: `columns`.)
     table.refuse_during_job()?;
-    if crate::lookups::catalog::is_lookup_table(table.relid)? {
-        return Err(lookup_refusal(&table));
-    }
     Ok(Planned::new(Local::Run, move || {
         carry_owner(table.relid)?;
         lookups_follow(table.relid)
