@@ -7,6 +7,8 @@
 //! node tags and collect pointers or swap nodes; anything that could raise
 //! an error happens after the walk, in Rust.
 
+pub(crate) mod row_free;
+
 use pgrx::pg_sys;
 use std::ffi::{c_int, c_void};
 
@@ -80,6 +82,35 @@ pub(crate) unsafe fn contents(query: *mut pg_sys::Query) -> TreeContents {
         );
     }
     found
+}
+
+/// Collect [`TreeContents`] of one expression (and any query levels in
+/// it).
+///
+/// # Safety
+/// `node` is NULL or a valid expression tree.
+pub(crate) unsafe fn expression_contents(node: *mut pg_sys::Node) -> TreeContents {
+    let mut found = TreeContents::default();
+    // SAFETY: as in `contents`.
+    unsafe {
+        collect(node, &mut found as *mut TreeContents as *mut c_void);
+    }
+    found
+}
+
+/// The highest number of the external parameters in `found` (0 for none).
+pub(crate) fn highest_parameter(found: &TreeContents) -> i32 {
+    found
+        .calls
+        .iter()
+        // SAFETY: valid nodes of the walked tree.
+        .filter_map(|&node| unsafe {
+            ((*node).type_ == pg_sys::NodeTag::T_Param
+                && (*(node as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN)
+                .then(|| (*(node as *mut pg_sys::Param)).paramid)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 unsafe extern "C-unwind" fn collect(node: *mut pg_sys::Node, context: *mut c_void) -> bool {

@@ -288,6 +288,9 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 283
 run_script "$here/moves.log" "$python" "$repo/tests/routing/routing_ids.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 # Hot keys of a skewed pgbench run: SHOW HOT_KEYS, /metrics, pg_shard.hot_keys().
 run_script "$here/moves.log" "$python" "$repo/tests/routing/hot_keys.py" 28320 "$coordinator" "$metrics" "$PGSHARD_DATABASE"
+# Values the metadata node computes (defaults from sequences and the clock,
+# generic plans' parameters), through prepared statements of real clients.
+run_script "$here/moves.log" "$python" "$repo/tests/routing/computed_values.py" 28320 "$coordinator" "$second" "$PGSHARD_DATABASE"
 # Lookup tables: reads by email in two single-shard hops, writes through
 # both coordinators (one winner per email), moves and splits under writes,
 # and a crash between the two phases (last: it crash-restarts the metadata

@@ -21,6 +21,7 @@
 //! * [`row_store`]: the rows nodes send, as the scans' tuples.
 
 mod aggregate_states;
+mod computed_values;
 pub(crate) mod fdw_writes;
 pub(crate) mod intermediate_scan;
 pub(crate) mod modify_scan;

@@ -9,6 +9,7 @@
 //! are the shards' rows, stored as the router's are — those of a multi-row
 //! INSERT … VALUES in the order of its rows, as PostgreSQL returns them.
 
+use super::computed_values;
 use super::moved_shards::{self, ShardGroupTargets, SHARD_GROUP_TARGET_FIELDS};
 use super::pushdown_scan::{explain_task_list, planned_tasks, task_strings, NodeTask, PlannedTask};
 use super::row_store::RowStore;
@@ -30,6 +31,9 @@ pub(crate) struct ModifyPlan {
     pub(crate) relation_oids: Vec<pg_sys::Oid>,
     /// To find its shard groups again after a move or split.
     pub(crate) again: ShardGroupTargets,
+    /// Values the metadata node computes when the statement runs
+    /// ([`crate::planner::computed_values`]): `$1`, … in the statements.
+    pub(crate) computed: Vec<*mut pg_sys::Expr>,
 }
 
 const NAME: &CStr = c"pg_shard Modify";
@@ -73,8 +77,13 @@ pub(crate) unsafe fn planned_statement(
     for task in &plan.tasks {
         private.extend(task_strings(&task.node, &task.shards, statements(task)));
     }
-    // SAFETY: as this function's.
-    unsafe { stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &plan.relation_oids) }
+    // SAFETY: as this function's; the plan's top node is the scan.
+    unsafe {
+        let planned =
+            stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &plan.relation_oids);
+        computed_values::attach(planned, plan.computed);
+        planned
+    }
 }
 
 unsafe extern "C-unwind" fn create_state(_plan: *mut pg_sys::CustomScan) -> *mut pg_sys::Node {
@@ -165,6 +174,29 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let written = ShardGroupTargets::decode(targets)?.distributed;
         let lookups = crate::lookups::catalog::any_has_lookups(&written)?;
         let planned_order = decode_row_order(strings.get(ROW_ORDER).map_or("", String::as_str))?;
+        // The statements' `$n` are the computed values, written in as
+        // literals (a node's statements go in one simple-protocol message).
+        let computed = computed_values::compute(&mut (*state).css.ss.ps);
+        let literals = if computed.is_empty() {
+            Vec::new()
+        } else {
+            crate::settings::with_settings(crate::settings::PORTABLE_TEXT, || {
+                Ok(computed_values::literals(&computed, 1))
+            })?
+        };
+        let bind = |tasks: Vec<PlannedTask>| -> Vec<PlannedTask> {
+            if literals.is_empty() {
+                return tasks;
+            }
+            tasks
+                .into_iter()
+                .map(|mut task| {
+                    task.query = pg_shard_core::quote::replace_names(&task.query, &literals);
+                    task
+                })
+                .collect()
+        };
+        let planned = bind(planned);
         let (rows, timings, changed) =
             moved_shards::run_over_shard_groups(map_version, targets, |again, map_version| {
                 match again {
@@ -179,10 +211,12 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
                         let order: Option<Vec<Vec<usize>>> = planned_order
                             .is_some()
                             .then(|| tasks.iter().map(|t| t.rows.clone()).collect());
-                        let tasks: Vec<PlannedTask> = tasks
-                            .iter()
-                            .map(|t| PlannedTask::of(t, statements(t)))
-                            .collect();
+                        let tasks: Vec<PlannedTask> = bind(
+                            tasks
+                                .iter()
+                                .map(|t| PlannedTask::of(t, statements(t)))
+                                .collect(),
+                        );
                         run_tasks(&tasks, map_version, descriptor, lookups, order.as_deref())
                     }
                 }
@@ -324,6 +358,7 @@ unsafe extern "C-unwind" fn explain(
             let class = CString::new("multi-shard modify (one statement per shard group)")
                 .unwrap_or_default();
             pg_sys::ExplainPropertyText(c"Class".as_ptr(), class.as_ptr(), es);
+            computed_values::explain(&mut (*state).css.ss.ps, 0, es);
             explain_task_list(&tasks, (*state).timings(), es);
         })
     }

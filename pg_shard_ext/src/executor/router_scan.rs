@@ -8,6 +8,7 @@
 //! free again as soon as the statement ends, and nothing a result holds
 //! is kept in memory.
 
+use super::computed_values;
 use super::moved_shards::{self, is_wrong_shard, locate, ShardTarget};
 use super::row_store::RowStore;
 use super::stored_scan::{self, ExecMethods, ScanMethods, StoredScan};
@@ -43,6 +44,13 @@ pub(crate) struct RouterTask {
     /// For a generic plan: the parameter whose value picks the shards, and
     /// its type.
     pub(crate) by_parameter: Option<(i32, pg_sys::Oid)>,
+    /// How many of the statement's own parameters the worker's statement
+    /// takes (a generic plan's; 0 when their values are in its text).
+    pub(crate) own_parameters: i32,
+    /// Values the metadata node computes when the statement runs
+    /// ([`crate::planner::computed_values`]): parameters
+    /// `own_parameters + 1`, … of the worker's statement.
+    pub(crate) computed: Vec<*mut pg_sys::Expr>,
 }
 
 const NAME: &CStr = c"pg_shard Router";
@@ -69,8 +77,11 @@ const WRITES: usize = 6;
 const PARAMETER: usize = 7;
 const PARAMETER_TYPE: usize = 8;
 const PLAIN_READ: usize = 9;
+/// How many of the statement's parameters go with the worker's statement
+/// (the computed values, the plan's `custom_exprs`, follow them).
+const OWN_PARAMETERS: usize = 10;
 /// Then the shard targets, three strings each ([`ShardTarget::encode`]).
-const TARGETS: usize = 10;
+const TARGETS: usize = 11;
 
 /// The plan of a routed statement: one router scan returning the
 /// statement's columns (its target list, or RETURNING list).
@@ -96,10 +107,17 @@ pub(crate) unsafe fn planned_statement(
         parameter,
         parameter_type,
         if task.plain_read { "t" } else { "f" }.to_string(),
+        task.own_parameters.to_string(),
     ];
     private.extend(ShardTarget::encode(&task.targets));
-    // SAFETY: as this function's.
-    unsafe { stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &task.relation_oids) }
+    // SAFETY: as this function's; the plan's top node is the scan, and the
+    // computed values' expressions go in its expression list.
+    unsafe {
+        let planned =
+            stored_scan::statement_plan(parse, &SCAN_METHODS, &private, &task.relation_oids);
+        computed_values::attach(planned, task.computed);
+        planned
+    }
 }
 
 /// The scan's state: PostgreSQL's part first, as it expects.
@@ -162,8 +180,28 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let planned_query = field(QUERY);
         let targets = ShardTarget::decode(strings.get(TARGETS..).unwrap_or_default())?;
         let estate = (*state).scan.css.ss.ps.state;
-        let params = (*estate).es_param_list_info;
-        let (types, texts) = parameter_texts(params);
+        let own_parameters = number(OWN_PARAMETERS)? as i32;
+        let computed = computed_values::compute(&mut (*state).scan.css.ss.ps);
+        let with_parameters = own_parameters > 0 || !computed.is_empty();
+        let params = if with_parameters {
+            computed_values::worker_parameters(
+                (*estate).es_param_list_info,
+                own_parameters,
+                &computed,
+            )
+            .ok_or_else(damaged)?
+        } else {
+            std::ptr::null_mut()
+        };
+        // (Texts the node reads back the same: its connections' DateStyle
+        // and the like, not this session's.)
+        let (types, texts) = if params.is_null() {
+            (Vec::new(), Vec::new())
+        } else {
+            crate::settings::with_settings(crate::settings::PORTABLE_TEXT, || {
+                Ok(parameter_texts(params))
+            })?
+        };
         let prepared = !field(PARAMETER).is_empty();
         let parameter_id = if prepared {
             let parameter = number(PARAMETER)? as i32;
@@ -211,7 +249,7 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let statement = Statement {
             types,
             texts,
-            prepared,
+            with_parameters,
             writes,
             lookups,
             timezone: current_timezone(),
@@ -255,10 +293,10 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
 
 /// One run of a routed statement on a node, and what it needs.
 struct Statement {
-    /// The parameters' types and values, for a prepared statement.
+    /// The parameters' types and values, when the statement takes some.
     types: Vec<pg_sys::Oid>,
     texts: Vec<Option<String>>,
-    prepared: bool,
+    with_parameters: bool,
     writes: bool,
     /// It writes a table with lookups.
     lookups: bool,
@@ -282,7 +320,7 @@ impl Statement {
         let texts: Vec<Option<&str>> = self.texts.iter().map(|t| t.as_deref()).collect();
         let mut statement = |connection: &mut NodeConnection| {
             let each = |row: &crate::transaction::connection::TextRow<'_>| rows.put(row, node);
-            if self.prepared {
+            if self.with_parameters {
                 connection.for_each_row_prepared(query, &self.types, &texts, each)
             } else {
                 connection.for_each_row(query, &[], &[], each)
@@ -496,6 +534,8 @@ unsafe fn explain_task(node: *mut pg_sys::CustomScanState, es: *mut pg_sys::Expl
             property(c"Shards", field(SHARDS));
         }
         property(c"Worker Query", field(QUERY));
+        let own: usize = field(OWN_PARAMETERS).parse().unwrap_or(0);
+        computed_values::explain(&mut (*node).ss.ps, own, es);
         if (*es).analyze {
             pg_sys::ExplainPropertyFloat(
                 c"Worker Time".as_ptr(),

@@ -35,6 +35,7 @@
 
 mod aggregates;
 mod combine;
+mod computed_values;
 mod conditions;
 mod explain;
 mod hook;

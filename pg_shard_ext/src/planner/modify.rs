@@ -60,11 +60,12 @@ pub(super) unsafe fn plan(
         {
             return Ok(None);
         }
-        let Some(statement) = across_shard_groups(parse, bound_params)? else {
+        let Some(statement) = across_shard_groups(parse, bound_params, true)? else {
             return Ok(None);
         };
         let AcrossShardGroups {
             query,
+            computed,
             found,
             map_version,
             kinds,
@@ -163,6 +164,7 @@ pub(super) unsafe fn plan(
             map_version,
             relation_oids,
             again,
+            computed,
         }))
     }
 }

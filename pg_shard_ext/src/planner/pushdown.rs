@@ -13,6 +13,7 @@
 //! column, statements inside a transaction block. Those take the
 //! postgres_fdw path.
 
+use super::computed_values::computed_here;
 use super::partition_key::Busy;
 use super::router::{calls_are_portable, client_statement, relation_kinds, Kind};
 use super::separable::{is_distributed_entry, runs_whole, separable_from};
@@ -75,11 +76,12 @@ pub(super) unsafe fn plan(
         {
             return Ok(None);
         }
-        let Some(statement) = across_shard_groups(parse, bound_params)? else {
+        let Some(statement) = across_shard_groups(parse, bound_params, false)? else {
             return Ok(None);
         };
         let AcrossShardGroups {
             query,
+            computed: _,
             found,
             map_version,
             kinds,
@@ -228,6 +230,9 @@ unsafe fn node_text(node: *const std::ffi::c_void) -> String {
 /// tables that are not co-located.
 pub(super) struct AcrossShardGroups {
     pub(super) query: *mut pg_sys::Query,
+    /// The values the metadata node computes (when asked for): parameters
+    /// `$1`, … of `query` ([`super::computed_values`]).
+    pub(super) computed: Vec<*mut pg_sys::Expr>,
     pub(super) found: TreeContents,
     pub(super) map_version: i64,
     pub(super) kinds: HashMap<pg_sys::Oid, Kind>,
@@ -245,6 +250,7 @@ pub(super) struct AcrossShardGroups {
 pub(super) unsafe fn across_shard_groups(
     parse: *mut pg_sys::Query,
     bound_params: pg_sys::ParamListInfo,
+    compute_here: bool,
 ) -> Result<Option<AcrossShardGroups>> {
     // SAFETY: a valid Query, read through a copy.
     unsafe {
@@ -256,15 +262,27 @@ pub(super) unsafe fn across_shard_groups(
                 None => return Ok(None),
             }
         };
-        let found = contents(query);
+        let mut found = contents(query);
         // (A sublink's own parameters, `x IN (SELECT …)`, are part of the
         // statement's text.)
         if found.calls.iter().any(|&call| {
             (*call).type_ == pg_sys::NodeTag::T_Param
                 && (*(call as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN
         }) || found.system_columns
-            || !calls_are_portable(&found)
         {
+            return Ok(None);
+        }
+        let (query, computed) = if compute_here {
+            if !super::insert_values::source_in_target_order(query) {
+                return Ok(None);
+            }
+            let computed = computed_here(query, 1);
+            found = contents(computed.query);
+            (computed.query, computed.values)
+        } else {
+            (query, Vec::new())
+        };
+        if !calls_are_portable(&found) {
             return Ok(None);
         }
         let busy = Busy::start();
@@ -284,6 +302,7 @@ pub(super) unsafe fn across_shard_groups(
         }
         Ok(Some(AcrossShardGroups {
             query,
+            computed,
             found,
             map_version,
             kinds,

@@ -12,8 +12,11 @@
 //! it must mean the same on the worker: only distributed and reference
 //! tables, built-in functions and operators, nothing volatile and nothing
 //! that reads the metadata node's session or clock (`now()`, `CURRENT_USER`,
-//! sequences). What does not qualify takes the postgres_fdw path, as before.
+//! sequences) — except where such a part reads no row: the metadata node
+//! computes it once and sends it as a parameter ([`super::computed_values`]).
+//! What does not qualify takes the postgres_fdw path, as before.
 
+use super::computed_values::{computed_here, Computed};
 use super::conditions::{deterministic, is_key_equality, same_key_types};
 use super::partition_key::{partition_key, strip_relabel, Busy};
 use super::worker_query::{qualified_name, worker_query, ShardRelation};
@@ -23,7 +26,7 @@ use crate::executor::router_scan::RouterTask;
 use crate::metadata::shard_lookup::{
     any_shard, at_version, is_reference_table, reference_copy, shard_of,
 };
-use crate::parse_tree::{contents, with_parameter_values, TreeContents};
+use crate::parse_tree::{contents, highest_parameter, with_parameter_values, TreeContents};
 use pg_shard_core::UnionFind;
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PgList};
@@ -83,6 +86,17 @@ pub(super) unsafe fn plan(
                 None => return Ok(None),
             }
         };
+        // A generic plan sends its parameters along; the values computed
+        // here are sent after them.
+        let own_parameters = if bound_params.is_null() {
+            highest_parameter(&contents(query))
+        } else {
+            0
+        };
+        let Computed {
+            query,
+            values: computed,
+        } = computed_here(query, own_parameters + 1);
         let found = contents(query);
         if !calls_are_portable(&found) {
             return Ok(None);
@@ -186,6 +200,8 @@ pub(super) unsafe fn plan(
             by_parameter: parameter,
             targets,
             relation_oids,
+            own_parameters,
+            computed,
         }))
     }
 }

@@ -122,7 +122,8 @@ UPDATE rt_orders SET note = note WHERE customer_id = :key_b;
 COMMIT;
 SELECT count(*) AS two_node_records FROM pg_shard.remote_transaction WHERE gid <> ALL (:'records_before'::text[]);
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
--- volatile functions and the session's clock are the metadata node's
+-- a volatile function per row stays on the metadata node; the session's clock is
+-- computed there and sent along
 EXPLAIN (COSTS OFF) SELECT random() > 2 FROM rt_orders WHERE customer_id = 7;
 EXPLAIN (COSTS OFF) SELECT now() IS NULL FROM rt_orders WHERE customer_id = 7;
 -- updating the key
