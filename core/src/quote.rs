@@ -115,26 +115,7 @@ pub fn replace_names(text: &str, replacements: &[(String, String)]) -> String {
     let mut copied = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'\'' => {
-                // E'…' strings escape with backslashes; others double quotes.
-                let escaped = i > 0 && matches!(bytes[i - 1], b'E' | b'e');
-                i += 1;
-                while i < bytes.len() {
-                    if escaped && bytes[i] == b'\\' {
-                        i += 2;
-                        continue;
-                    }
-                    if bytes[i] == b'\'' {
-                        if bytes.get(i + 1) == Some(&b'\'') {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-                i += 1;
-            }
+            b'\'' => i = after_literal(bytes, i),
             b'"' => {
                 // A replaced name may itself start with a quoted part.
                 if let Some((from, to)) = replacements
@@ -147,18 +128,7 @@ pub fn replace_names(text: &str, replacements: &[(String, String)]) -> String {
                     copied = i;
                     continue;
                 }
-                i += 1;
-                while i < bytes.len() {
-                    if bytes[i] == b'"' {
-                        if bytes.get(i + 1) == Some(&b'"') {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-                i += 1;
+                i = after_quoted_name(bytes, i);
             }
             _ => {
                 let at_word_start = i == 0 || !is_identifier_byte(bytes[i - 1]);
@@ -188,12 +158,101 @@ pub fn replace_names(text: &str, replacements: &[(String, String)]) -> String {
     out
 }
 
+/// `text` with each parameter reference `$n` outside string literals and
+/// quoted names replaced by `values[n - 1]` (a reference beyond them is
+/// left as it is).
+pub fn bind_parameters(text: &str, values: &[String]) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + values.iter().map(String::len).sum::<usize>());
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' => i = after_literal(bytes, i),
+            b'"' => i = after_quoted_name(bytes, i),
+            b'$' if i == 0 || !is_identifier_byte(bytes[i - 1]) => {
+                let digits = bytes[i + 1..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
+                let end = i + 1 + digits;
+                let number = text[i + 1..end].parse::<usize>().ok();
+                let value = number
+                    .filter(|_| !bytes.get(end).is_some_and(|b| is_identifier_byte(*b)))
+                    .and_then(|n| n.checked_sub(1))
+                    .and_then(|n| values.get(n));
+                if let Some(value) = value {
+                    out.push_str(&text[copied..i]);
+                    out.push_str(value);
+                    copied = end;
+                }
+                i = end.max(i + 1);
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&text[copied.min(text.len())..]);
+    out
+}
+
+/// The index after the string literal that starts at `i` (`'…'`, or
+/// `E'…'` with backslash escapes when an `E` comes before it).
+fn after_literal(bytes: &[u8], mut i: usize) -> usize {
+    let escaped = i > 0 && matches!(bytes[i - 1], b'E' | b'e');
+    i += 1;
+    while i < bytes.len() {
+        if escaped && bytes[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        if bytes[i] == b'\'' {
+            if bytes.get(i + 1) == Some(&b'\'') {
+                i += 2;
+                continue;
+            }
+            break;
+        }
+        i += 1;
+    }
+    i + 1
+}
+
+/// The index after the quoted name that starts at `i` (`"…"`).
+fn after_quoted_name(bytes: &[u8], mut i: usize) -> usize {
+    i += 1;
+    while i < bytes.len() {
+        if bytes[i] == b'"' {
+            if bytes.get(i + 1) == Some(&b'"') {
+                i += 2;
+                continue;
+            }
+            break;
+        }
+        i += 1;
+    }
+    i + 1
+}
+
 fn is_identifier_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bind_parameters_replaces_references_outside_quotes_only() {
+        let values: Vec<String> = (1..=10).map(|n| format!("<{n}>")).collect();
+        assert_eq!(
+            super::bind_parameters(
+                "SELECT $1, $10, '$1', E'\\'$2', \"$3\", a$4, $11, $2x, ($2)",
+                &values
+            ),
+            "SELECT <1>, <10>, '$1', E'\\'$2', \"$3\", a$4, $11, $2x, (<2>)"
+        );
+        assert_eq!(super::bind_parameters("$", &values), "$");
+        assert_eq!(super::bind_parameters("x = $0", &values), "x = $0");
+    }
+
     #[test]
     fn text_array_quotes_each_value() {
         assert_eq!(

@@ -35,3 +35,39 @@ pub(crate) fn with_settings<T>(
     let _scope = GucScope::set(settings);
     work()
 }
+
+/// Run `work` printing values under [`PORTABLE_TEXT`], setting only when
+/// the session's own settings would print otherwise (the common session's
+/// do not: a statement's parameters are printed on every run, and four
+/// settings changed and put back cost more than the rest of it).
+pub(crate) fn with_portable_text<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    if prints_portable_text() {
+        return work();
+    }
+    with_settings(PORTABLE_TEXT, work)
+}
+
+/// Whether the session prints values as [`PORTABLE_TEXT`] would: ISO
+/// dates (in either field order, which ISO output does not use),
+/// `postgres` intervals, shortest-exact floats (any extra_float_digits
+/// above 0), hex bytea.
+fn prints_portable_text() -> bool {
+    let setting = |name: &std::ffi::CStr| {
+        // SAFETY: reads the current value of a known setting (a static
+        // string, or NULL).
+        unsafe {
+            let value = pgrx::pg_sys::GetConfigOption(name.as_ptr(), true, false);
+            (!value.is_null()).then(|| {
+                std::ffi::CStr::from_ptr(value)
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        }
+    };
+    setting(c"DateStyle").is_some_and(|v| v.starts_with("ISO,"))
+        && setting(c"IntervalStyle").as_deref() == Some("postgres")
+        && setting(c"extra_float_digits")
+            .and_then(|v| v.parse::<i32>().ok())
+            .is_some_and(|digits| digits > 0)
+        && setting(c"bytea_output").as_deref() == Some("hex")
+}

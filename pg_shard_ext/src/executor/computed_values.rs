@@ -61,17 +61,19 @@ pub(crate) unsafe fn worker_parameters(
     }
 }
 
-/// Each computed value as the literal that stands for parameter
-/// `first + i` in a statement's text: `('text'::type)`, or `(NULL::type)`.
-pub(crate) unsafe fn literals(values: &[Value], first: usize) -> Vec<(String, String)> {
+/// Each computed value as the literal that stands for its parameter in a
+/// statement's text (`$1` for the first): `('text'::type)`, or
+/// `(NULL::type)`; the type without a modifier (`bpchar`, not `character`,
+/// which is char(1)).
+pub(crate) unsafe fn literals(values: &[Value]) -> Vec<String> {
     values
         .iter()
-        .enumerate()
-        .map(|(i, &(value, isnull, ty))| {
+        .map(|&(value, isnull, ty)| {
             // SAFETY: a value of type `ty` (or NULL); the type's output
             // function and name from the catalogs.
             let (text, name) = unsafe {
-                let name = CStr::from_ptr(pg_sys::format_type_be_qualified(ty))
+                let flags = pg_sys::FORMAT_TYPE_TYPEMOD_GIVEN | pg_sys::FORMAT_TYPE_FORCE_QUALIFY;
+                let name = CStr::from_ptr(pg_sys::format_type_extended(ty, -1, flags as u16))
                     .to_string_lossy()
                     .into_owned();
                 let text = if isnull {
@@ -89,7 +91,7 @@ pub(crate) unsafe fn literals(values: &[Value], first: usize) -> Vec<(String, St
                 Some(text) => pg_shard_core::quote::literal(&text),
                 None => "NULL".to_string(),
             };
-            (format!("${}", first + i), format!("({literal}::{name})"))
+            format!("({literal}::{name})")
         })
         .collect()
 }

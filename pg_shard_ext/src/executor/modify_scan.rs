@@ -180,9 +180,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
         let literals = if computed.is_empty() {
             Vec::new()
         } else {
-            crate::settings::with_settings(crate::settings::PORTABLE_TEXT, || {
-                Ok(computed_values::literals(&computed, 1))
-            })?
+            crate::settings::with_portable_text(|| Ok(computed_values::literals(&computed)))?
         };
         let bind = |tasks: Vec<PlannedTask>| -> Vec<PlannedTask> {
             if literals.is_empty() {
@@ -191,7 +189,7 @@ unsafe fn run(state: *mut StoredScan) -> Result<()> {
             tasks
                 .into_iter()
                 .map(|mut task| {
-                    task.query = pg_shard_core::quote::replace_names(&task.query, &literals);
+                    task.query = pg_shard_core::quote::bind_parameters(&task.query, &literals);
                     task
                 })
                 .collect()

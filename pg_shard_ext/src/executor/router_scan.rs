@@ -198,9 +198,7 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
         let (types, texts) = if params.is_null() {
             (Vec::new(), Vec::new())
         } else {
-            crate::settings::with_settings(crate::settings::PORTABLE_TEXT, || {
-                Ok(parameter_texts(params))
-            })?
+            crate::settings::with_portable_text(|| Ok(parameter_texts(params)))?
         };
         let prepared = !field(PARAMETER).is_empty();
         let parameter_id = if prepared {
@@ -250,6 +248,9 @@ unsafe fn run(state: *mut RouterState) -> Result<()> {
             types,
             texts,
             with_parameters,
+            // A custom plan's text holds its values: prepared, it would
+            // not run again.
+            prepare: prepared || own_parameters > 0,
             writes,
             lookups,
             timezone: current_timezone(),
@@ -297,6 +298,9 @@ struct Statement {
     types: Vec<pg_sys::Oid>,
     texts: Vec<Option<String>>,
     with_parameters: bool,
+    /// The node keeps the statement prepared (a generic plan's text, run
+    /// again with other values).
+    prepare: bool,
     writes: bool,
     /// It writes a table with lookups.
     lookups: bool,
@@ -320,8 +324,10 @@ impl Statement {
         let texts: Vec<Option<&str>> = self.texts.iter().map(|t| t.as_deref()).collect();
         let mut statement = |connection: &mut NodeConnection| {
             let each = |row: &crate::transaction::connection::TextRow<'_>| rows.put(row, node);
-            if self.with_parameters {
+            if self.prepare {
                 connection.for_each_row_prepared(query, &self.types, &texts, each)
+            } else if self.with_parameters {
+                connection.for_each_row(query, &self.types, &texts, each)
             } else {
                 connection.for_each_row(query, &[], &[], each)
             }

@@ -69,7 +69,12 @@ unsafe extern "C-unwind" fn mark_once(node: *mut pg_sys::Node, context: *mut c_v
     // SAFETY: context is the vector of `lift`; nodes are valid.
     unsafe {
         match (*node).type_ {
-            pg_sys::NodeTag::T_Query => false,
+            // A branch PostgreSQL may not take, or a subquery's level,
+            // may not run once.
+            pg_sys::NodeTag::T_Query
+            | pg_sys::NodeTag::T_CaseExpr
+            | pg_sys::NodeTag::T_CoalesceExpr
+            | pg_sys::NodeTag::T_BoolExpr => false,
             pg_sys::NodeTag::T_Param => {
                 if let Some(index) = placeholder_index(node as *mut pg_sys::Param) {
                     let lifted = &mut *(context as *mut Vec<Lifted>);

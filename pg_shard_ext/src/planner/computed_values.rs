@@ -41,13 +41,31 @@ pub(super) unsafe fn computed_here(query: *mut pg_sys::Query, first_number: i32)
         }
         let mut values = Vec::new();
         let mut replacements = Vec::with_capacity(lifted.len());
+        // Stable values computed so far, and what stands for each: the
+        // same value twice is one parameter (a GROUP BY matches its select
+        // list's expression on the node only if they are the same).
+        let mut stable: Vec<(*mut pg_sys::Node, *mut pg_sys::Node)> = Vec::new();
         for item in &lifted {
             let found = crate::parse_tree::expression_contents(item.expr);
             let portable = super::router::calls_are_portable(&found);
-            let here = !portable && (item.once || !pg_sys::contain_volatile_functions(item.expr));
-            if !here {
+            let volatile = pg_sys::contain_volatile_functions(item.expr);
+            if portable || (volatile && !item.once) {
                 replacements.push(item.expr);
                 continue;
+            }
+            if !volatile {
+                let same = stable.iter().find(|(expr, _)| {
+                    pg_sys::equal(
+                        *expr as *const std::ffi::c_void,
+                        item.expr as *const std::ffi::c_void,
+                    )
+                });
+                if let Some(&(_, replacement)) = same {
+                    replacements.push(
+                        pg_sys::copyObjectImpl(replacement as *const std::ffi::c_void).cast(),
+                    );
+                    continue;
+                }
             }
             // Planned as the executor needs it (default arguments filled
             // in, immutable parts folded).
@@ -80,6 +98,11 @@ pub(super) unsafe fn computed_here(query: *mut pg_sys::Query, first_number: i32)
                 ));
             } else {
                 replacements.push(param as *mut pg_sys::Node);
+            }
+            if !volatile {
+                if let Some(&replacement) = replacements.last() {
+                    stable.push((item.expr, replacement));
+                }
             }
             values.push(value);
         }

@@ -178,6 +178,10 @@ pub(super) unsafe fn source_in_target_order(query: *mut pg_sys::Query) -> bool {
         {
             return false;
         }
+        // (The alias may be the caller's tree's: a custom plan's copy of
+        // the range table shares it.)
+        (*source).eref =
+            pg_sys::copyObjectImpl((*source).eref as *const std::ffi::c_void) as *mut pg_sys::Alias;
         let old_names = PgList::<pg_sys::Node>::from_pg((*(*source).eref).colnames);
         let mut names = PgList::<pg_sys::Node>::new();
         for (i, pick) in picks.iter().enumerate() {

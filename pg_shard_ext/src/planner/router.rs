@@ -89,7 +89,17 @@ pub(super) unsafe fn plan(
         // A generic plan sends its parameters along; the values computed
         // here are sent after them.
         let own_parameters = if bound_params.is_null() {
-            highest_parameter(&contents(query))
+            let found = contents(query);
+            // (The node infers a user type's parameter from where it
+            // stands, which a computed value may take away.)
+            if found
+                .calls
+                .iter()
+                .any(|&node| is_user_typed_parameter(node))
+            {
+                return Ok(None);
+            }
+            highest_parameter(&found)
         } else {
             0
         };
@@ -368,6 +378,16 @@ pub(super) unsafe fn calls_are_portable(found: &TreeContents) -> bool {
             })
         }
     })
+}
+
+/// Whether `node` is an external parameter of a user's type.
+unsafe fn is_user_typed_parameter(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: a valid expression node.
+    unsafe {
+        (*node).type_ == pg_sys::NodeTag::T_Param
+            && (*(node as *mut pg_sys::Param)).paramkind == pg_sys::ParamKind::PARAM_EXTERN
+            && (*(node as *mut pg_sys::Param)).paramtype.to_u32() >= pg_sys::FirstNormalObjectId
+    }
 }
 
 fn is_session_function(function: pg_sys::Oid) -> bool {

@@ -459,7 +459,16 @@ impl NodeConnection {
         params: &[Option<&str>],
         each: impl FnMut(&TextRow<'_>) -> Result<()>,
     ) -> Result<Outcome> {
-        let name = match self.prepared.iter().position(|(text, _)| text == sql) {
+        // (The same text with other parameter types is another statement.)
+        let key = format!(
+            "{sql}\0{}",
+            types
+                .iter()
+                .map(|t| t.to_u32().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let name = match self.prepared.iter().position(|(known, _)| *known == key) {
             Some(i) => {
                 let entry = self.prepared.remove(i);
                 let name = entry.1.clone();
@@ -488,7 +497,7 @@ impl NodeConnection {
                 };
                 self.sent(sent)?;
                 self.results(|_| Ok(()))?;
-                self.prepared.push((sql.to_string(), name.clone()));
+                self.prepared.push((key, name.clone()));
                 name
             }
         };

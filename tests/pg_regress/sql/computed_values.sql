@@ -35,6 +35,19 @@ SET application_name = 'cv_app';
 SELECT current_setting('application_name') AS app, current_user = by_role AS same_role
   FROM cv_events WHERE tenant = 1 AND id = 2;
 RESET application_name;
+-- the same value twice is one parameter: GROUP BY still matches the
+-- select list on the node
+EXPLAIN (COSTS OFF) SELECT lower(kind || current_user) FROM cv_events WHERE tenant = 1 GROUP BY kind || current_user;
+SELECT lower(kind || current_user) = 'a!' || current_user AS grouped
+  FROM cv_events WHERE tenant = 1 AND id = 1 GROUP BY kind || current_user;
+-- a volatile call in a branch PostgreSQL may not take is not computed
+-- ahead (the branch not taken, the sequence untouched)
+CREATE SEQUENCE cv_untouched;
+INSERT INTO cv_events (tenant, kind) VALUES (1, COALESCE('given', nextval('cv_untouched')::text));
+INSERT INTO cv_events (tenant, kind)
+  SELECT 1, CASE WHEN g > 0 THEN 'case' ELSE nextval('cv_untouched')::text END FROM generate_series(1, 1) g;
+SELECT is_called AS sequence_used FROM cv_untouched;
+DROP SEQUENCE cv_untouched;
 -- values travel in a form the node reads back the same, whatever the
 -- session's DateStyle
 SET DateStyle = 'SQL, DMY';
@@ -77,6 +90,8 @@ EXPLAIN (COSTS OFF) INSERT INTO cv_copies (kind, id, tenant) SELECT kind, id, te
 INSERT INTO cv_copies (kind, id, tenant) SELECT kind, id, tenant FROM cv_events WHERE kind = 'm';
 SELECT count(*) AS copied, count(*) FILTER (WHERE marked = 7) AS with_defaults
   FROM cv_copies c JOIN cv_events e USING (tenant, id) WHERE c.kind = e.kind AND c.at > e.at;
+-- a value of a type with a length: sent without one (char(8), not char(1))
+UPDATE cv_copies SET kind = current_user::char(8) WHERE marked = 7 RETURNING kind = current_user AS whole;
 -- UPDATE across shard groups with the clock: one value for every row
 UPDATE cv_copies SET at = now() + interval '1 day' WHERE marked = 7;
 SELECT count(DISTINCT at) AS one_value FROM cv_copies;
