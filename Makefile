@@ -6,7 +6,7 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move bench-pause tpch-test bench-tpch
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move bench-pause tpch-test bench-tpch package package-test
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
@@ -20,6 +20,12 @@ bootstrap: ## install what is missing: PostgreSQL dev headers, libclang, cargo-p
 install: bootstrap ## build the extension (installed into PostgreSQL 15) and the coordinator
 	cd pg_shard_ext && cargo pgrx install $(PGRX_PROFILE_FLAG) --pg-config "$$(command -v $(PG_CONFIG))"
 	cargo build --release -p pg_shard_coordinator
+
+package: bootstrap ## Debian packages of the extension and the coordinator, into target/debian
+	scripts/package.sh
+
+package-test: package ## the packages installed with apt on a fresh Debian 12 with PostgreSQL 15 (mmdebstrap)
+	tests/packaging/install.sh
 
 cluster: ## start (or reuse) the local cluster: metadata 54320, workers 54321-54322
 	scripts/cluster.sh start

@@ -4,7 +4,9 @@
 # at the version the workspace pins, psycopg 3 and pgbouncer (client tests
 # and benchmarks of the coordinator), and node-postgres (from npm, outside
 # the repository); libpq-dev, python3-venv and python3-dev build psycopg2 for
-# tests/client_suites/run.sh. Idempotent: does nothing when all is there.
+# tests/client_suites/run.sh; mmdebstrap makes the fresh Debian system the
+# packages are installed into (tests/packaging/install.sh). Idempotent: does
+# nothing when all is there.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -13,7 +15,7 @@ sudo_if_needed() {
 }
 
 missing=()
-for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl libpq-dev python3-venv python3-dev; do
+for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl libpq-dev python3-venv python3-dev mmdebstrap; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
         missing+=("$package")
 done
