@@ -65,6 +65,7 @@ if [ -n "$target" ]; then
         -c "SET pg_shard.move_drop_delay = 0" \
         -c "SELECT pg_shard.move_shard($shard42, $target) AS job" -Atq >/dev/null
     psql_node "$base_port" -d "$database" \
+        -c "SET pg_shard.job_progress_interval = '1s'" \
         -c "SELECT pg_shard.wait_job(max(job_id), '2 minutes') FROM pg_shard.job" \
         -c "SELECT job_id, kind, state, phase, source, target, rows_copied, duration FROM pg_shard.jobs ORDER BY job_id DESC LIMIT 1"
     psql_node "$coordinator_port" -d "$database" \
@@ -81,6 +82,7 @@ psql_node "$base_port" -d "$database" -v ON_ERROR_STOP=1 \
     -c "SET pg_shard.move_drop_delay = 0" \
     -c "SELECT pg_shard.split_shard($shard42) AS job" -Atq >/dev/null
 psql_node "$base_port" -d "$database" \
+    -c "SET pg_shard.job_progress_interval = '1s'" \
     -c "SELECT pg_shard.wait_job(max(job_id), '2 minutes') FROM pg_shard.job" \
     -c "SELECT job_id, kind, state, phase, split_at, rows_copied, duration FROM pg_shard.jobs ORDER BY job_id DESC LIMIT 1" \
     -c "SELECT shard_id, shard_table, range_start, range_end, port FROM pg_shard.shards

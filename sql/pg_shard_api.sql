@@ -657,6 +657,31 @@ END $$;
 COMMENT ON FUNCTION pg_shard.complete_job(bigint) IS
     'end a finished move''s or split''s reverse replication now and drop the old shard tables';
 
+-- One line on where a job is: its phase (or how it ended), how much of
+-- its copy is done, its replication lag.
+CREATE FUNCTION pg_shard.job_progress(job_id bigint)
+RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('job %s (%s of shard %s from node %s to node %s): %s', j.job_id, j.kind,
+                  j.shard_id, j.source_node, j.target_node,
+                  CASE WHEN j.state = 'running' THEN j.phase ELSE j.state END)
+        || CASE WHEN j.state = 'running' AND j.phase = 'copy' THEN
+               format(', copied %s (%s rows)',
+                      CASE WHEN (j.resources->>'copy_bytes_total')::bigint > 0
+                           THEN least(100, floor(100.0 * j.bytes_copied
+                                                  / (j.resources->>'copy_bytes_total')::bigint))::text
+                                || '% of ' || pg_size_pretty((j.resources->>'copy_bytes_total')::bigint)
+                           ELSE pg_size_pretty(j.bytes_copied) END,
+                      j.rows_copied)
+           ELSE '' END
+        || CASE WHEN j.state = 'running' AND j.lag_bytes IS NOT NULL
+                     AND j.phase NOT IN ('plan', 'create_target', 'copy')
+                THEN format(', lag %s', pg_size_pretty(j.lag_bytes)) ELSE '' END
+      FROM pg_shard.job j WHERE j.job_id = job_progress.job_id
+$$;
+COMMENT ON FUNCTION pg_shard.job_progress(bigint) IS
+    'where a move or split is: its phase, how much of its copy is done, its replication lag';
+
 CREATE FUNCTION pg_shard.wait_job(job_id bigint, timeout interval DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -666,6 +691,9 @@ DECLARE
     waited bigint := wait_job.job_id;
     following bigint;
     broken boolean;
+    -- progress NOTICEs (pg_shard.job_progress_interval; none for 0)
+    every interval := coalesce(nullif(current_setting('pg_shard.job_progress_interval', true), ''), '0')::interval;
+    next_report timestamptz := clock_timestamp() + every;
 BEGIN
     LOOP
         SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = waited;
@@ -687,6 +715,10 @@ BEGIN
         END IF;
         IF current IN ('done', 'failed', 'canceled') OR clock_timestamp() >= deadline THEN
             RETURN current;
+        END IF;
+        IF every > interval '0' AND clock_timestamp() >= next_report THEN
+            RAISE NOTICE '%', pg_shard.job_progress(waited);
+            next_report := clock_timestamp() + every;
         END IF;
         PERFORM pg_sleep(0.1);
     END LOOP;

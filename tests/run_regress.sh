@@ -15,6 +15,9 @@ export PGSHARD_BASE_PORT=25320
 export PGSHARD_WORKERS=3
 export PGSHARD_DATABASE=pg_shard_regress
 export PGUSER=postgres
+# pg_shard.wait_job's progress NOTICEs depend on timing: none in the
+# compared outputs (tests/moves/progress.py tests them).
+export PGOPTIONS="${PGOPTIONS:-} -c pg_shard.job_progress_interval=0"
 
 bare_dir=/var/tmp/pg_shard-bare-server-$PGSHARD_BASE_PORT
 cleanup() {

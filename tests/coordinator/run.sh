@@ -283,6 +283,8 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/metadata_restart.py" 2
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28323 "$PGSHARD_DATABASE"
 # Rebalancing by the statement rates the coordinator reports.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
+# Progress NOTICEs of pg_shard.wait_job for a paced move.
+run_script "$here/moves.log" "$python" "$repo/tests/moves/progress.py" 28320 "$PGSHARD_DATABASE"
 # Self-routing ids: made at once on two nodes, and reads by id routed to one
 # shard before and after a split and a move.
 run_script "$here/moves.log" "$python" "$repo/tests/routing/routing_ids.py" 28320 "$coordinator" "$PGSHARD_DATABASE"

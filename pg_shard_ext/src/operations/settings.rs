@@ -64,6 +64,9 @@ static CUTOVER_APPLY_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// recorded per job when it is queued.
 static COPY_RATE_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(32);
 
+/// pg_shard.job_progress_interval: read by pg_shard.wait_job (SQL).
+static JOB_PROGRESS_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(2);
+
 /// kB of replication lag on a job's source (its standbys, its other slots)
 /// above which the job's copy and a split's catch-up wait (0: no limit),
 /// recorded per job when it is queued.
@@ -117,6 +120,16 @@ pub(crate) fn register_gucs() {
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard.job_progress_interval",
+        c"Seconds between the progress NOTICEs of pg_shard.wait_job (0: none).",
+        c"Each says the job's phase, how much of its copy is done and its replication lag; a job that ends sooner prints none.",
+        &JOB_PROGRESS_INTERVAL,
+        0,
+        3600,
+        GucContext::Userset,
+        GucFlags::UNIT_S,
     );
     GucRegistry::define_int_guc(
         c"pg_shard.copy_rate_limit",

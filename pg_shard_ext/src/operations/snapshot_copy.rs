@@ -87,7 +87,7 @@ pub(super) fn release_snapshot() {
 pub(super) fn restart_progress(job: &Job) -> Result<()> {
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET rows_copied = 0, bytes_copied = 0, \
-             resources = resources || jsonb_build_object('copy_table', 0, 'copy_page', 0) \
+             resources = (resources - 'copy_bytes_total') || jsonb_build_object('copy_table', 0, 'copy_page', 0) \
          WHERE job_id = $1",
         &[job.job_id.into()],
     )?;
@@ -112,6 +112,21 @@ pub(super) fn copy_step(
         (rate * 1024 * 1024 / PAGE_BYTES / 10).clamp(1, MAX_PAGES_PER_BATCH)
     } else {
         MAX_PAGES_PER_BATCH
+    };
+    // What the whole copy reads, for its progress (pg_shard.job_progress):
+    // the sources' sizes when it starts.
+    let total = match job.recorded("copy_bytes_total")? {
+        Some(total) => total,
+        None => value_on::<i64>(
+            &job.source,
+            source,
+            &format!(
+                "SELECT coalesce(sum(pg_relation_size(t::regclass)), 0)::bigint \
+                 FROM unnest({}::text[]) t",
+                quote::text_array(sources)
+            ),
+        )?
+        .unwrap_or(0),
     };
     let started = Instant::now();
     let (mut rows, mut bytes) = (0i64, 0i64);
@@ -159,7 +174,8 @@ pub(super) fn copy_step(
     }
     crate::spi::run_with_args(
         "UPDATE pg_shard.job SET rows_copied = rows_copied + $2, bytes_copied = bytes_copied + $3, \
-             resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint) \
+             resources = resources || jsonb_build_object('copy_table', $4::bigint, 'copy_page', $5::bigint, \
+                                                         'copy_bytes_total', $6::bigint) \
          WHERE job_id = $1",
         &[
             job.job_id.into(),
@@ -167,6 +183,7 @@ pub(super) fn copy_step(
             bytes.into(),
             (table as i64).into(),
             page.into(),
+            total.into(),
         ],
     )?;
     Ok(())
