@@ -6,7 +6,7 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move bench-pause tpch-test bench-tpch package package-test
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move bench-pause tpch-test bench-tpch package package-test docker docker-test
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
@@ -26,6 +26,13 @@ package: bootstrap ## Debian packages of the extension and the coordinator, into
 
 package-test: package ## the packages installed with apt on a fresh Debian 12 with PostgreSQL 15 (mmdebstrap)
 	tests/packaging/install.sh
+
+docker: bootstrap ## Docker images pg-shard-node and pg-shard-coordinator from the packages (starts a Docker engine if none runs)
+	@engine=$$(scripts/docker-engine.sh start) && scripts/docker.sh; status=$$?; \
+	if [ -n "$$engine" ]; then scripts/docker-engine.sh stop "$$engine"; fi; exit $$status
+
+docker-test: bootstrap ## docker/compose.yaml's cluster from the images, checked, then the pg_regress suites against its containers
+	tests/docker/run.sh
 
 cluster: ## start (or reuse) the local cluster: metadata 54320, workers 54321-54322
 	scripts/cluster.sh start

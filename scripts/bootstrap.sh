@@ -5,7 +5,9 @@
 # and benchmarks of the coordinator), and node-postgres (from npm, outside
 # the repository); libpq-dev, python3-venv and python3-dev build psycopg2 for
 # tests/client_suites/run.sh; mmdebstrap makes the fresh Debian system the
-# packages are installed into (tests/packaging/install.sh). Idempotent: does
+# packages are installed into (tests/packaging/install.sh); docker.io and
+# docker-compose build and run the Docker images (make docker, make
+# docker-test; scripts/docker-engine.sh starts the engine). Idempotent: does
 # nothing when all is there.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +17,7 @@ sudo_if_needed() {
 }
 
 missing=()
-for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl libpq-dev python3-venv python3-dev mmdebstrap; do
+for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl libpq-dev python3-venv python3-dev mmdebstrap docker.io docker-compose; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
         missing+=("$package")
 done

@@ -19,19 +19,19 @@ export PGUSER=postgres
 # compared outputs (tests/moves/progress.py tests them).
 export PGOPTIONS="${PGOPTIONS:-} -c pg_shard.job_progress_interval=0"
 
+# Where the cluster runs: local servers (scripts/cluster.sh), or the
+# Docker images (tests/docker/run.sh sets docker).
+# shellcheck source=tests/cluster/local.sh
+. "$repo/tests/cluster/${PGSHARD_REGRESS_CLUSTER:-local}.sh"
+
 bare_dir=/var/tmp/pg_shard-bare-server-$PGSHARD_BASE_PORT
 cleanup() {
     "$repo/tests/bare_server.sh" stop "$bare_dir"
-    if [ "${PGSHARD_KEEP_CLUSTER:-0}" = 1 ]; then
-        "$repo/scripts/cluster.sh" stop
-    else
-        "$repo/scripts/cluster.sh" destroy
-    fi
+    cluster_cleanup
 }
-"$repo/scripts/cluster.sh" destroy
 "$repo/tests/bare_server.sh" stop "$bare_dir"
-"$repo/scripts/cluster.sh" start >/dev/null
 trap cleanup EXIT
+cluster_start
 "$repo/tests/bare_server.sh" start "$bare_dir" $((PGSHARD_BASE_PORT + 4)) "$PGSHARD_DATABASE"
 
 pg_regress=$(pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress
@@ -54,11 +54,7 @@ python3 "$repo/tests/differential/run.py" "$PGSHARD_BASE_PORT" \
 grep -q '^differential: [0-9]* passed, 0 failed$' "$suite/differential.log" || differential_failed=1
 
 # Then with worker 3 down: failures must change nothing.
-as_server_user() {
-    if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
-}
-as_server_user "$(pg_config --bindir)/pg_ctl" --pgdata="$(readlink -f "$PGSHARD_CLUSTER_DIR")/worker3" \
-    --mode=fast --wait --silent stop
+node_stop worker3
 "$pg_regress" \
     --use-existing \
     --host=127.0.0.1 --port="$PGSHARD_BASE_PORT" --user=postgres \
@@ -92,8 +88,7 @@ if [ -f "$repo/tests/isolation/regression.diffs" ]; then
     cat "$repo/tests/isolation/regression.diffs"
 fi
 # Worker 3 back (node_down stopped it) for what follows.
-as_server_user "$(pg_config --bindir)/pg_ctl" --pgdata="$(readlink -f "$PGSHARD_CLUSTER_DIR")/worker3" \
-    --log="$(readlink -f "$PGSHARD_CLUSTER_DIR")/worker3/server.log" --wait --silent start
+node_start worker3
 # Concurrent statements through the metadata node wait on the workers: the
 # blocked-check is replaced for these specs (tests/isolation/distributed_waits.sql).
 psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGSHARD_BASE_PORT" -U postgres -d "$PGSHARD_DATABASE" \
@@ -172,17 +167,15 @@ fi
 
 # The launcher skips a database an interrupted DROP DATABASE left invalid
 # (datconnlimit -2): a runner for it would fail and restart every 5 s.
-invalid_worker="$(readlink -f "$PGSHARD_CLUSTER_DIR")/worker2"
 invalid_port=$((PGSHARD_BASE_PORT + 2))
 psql -X -q -h 127.0.0.1 -p "$invalid_port" -U postgres -d postgres \
     -c "CREATE DATABASE pg_shard_invalid_db" \
     -c "UPDATE pg_database SET datconnlimit = -2 WHERE datname = 'pg_shard_invalid_db'"
-log_offset=$(( $(stat -c %s "$invalid_worker/server.log") + 1 ))
-as_server_user "$(pg_config --bindir)/pg_ctl" --pgdata="$invalid_worker" --log="$invalid_worker/server.log" \
-    --mode=fast --wait --silent restart
+log_mark=$(node_log_mark worker2)
+node_restart worker2
 # (the launcher starts runners at once; a failed one comes back after 5 s)
 sleep 8
-runner_tries=$(tail -c +"$log_offset" "$invalid_worker/server.log" | grep -c 'invalid database "pg_shard_invalid_db"' || true)
+runner_tries=$(node_log_since worker2 "$log_mark" | grep -c 'invalid database "pg_shard_invalid_db"' || true)
 refused=$(psql -X -h 127.0.0.1 -p "$invalid_port" -U postgres -d pg_shard_invalid_db -c 'SELECT 1' 2>&1 || true)
 psql -X -q -h 127.0.0.1 -p "$invalid_port" -U postgres -d postgres -c "DROP DATABASE pg_shard_invalid_db"
 if [ "$runner_tries" -eq 0 ] && grep -q 'invalid database' <<<"$refused"; then

@@ -6,6 +6,7 @@
 //! link this crate, so the two can never disagree on where a key lives.
 
 pub mod keyspace;
+pub mod passfile;
 pub mod pgoutput;
 pub mod quote;
 pub mod range;

@@ -54,7 +54,11 @@ pub(super) async fn load(
     let has_read_routes: bool = catalog_tables.get(0);
     let has_lookups: bool = catalog_tables.get(1);
     let (version, nodes, tables, placements, same_names, read_routes, lookups, _) = tokio::try_join!(
-        client.query_typed_one("SELECT version FROM pg_shard.map_state", &[]),
+        // No row until the map first changes: version 0 (pg_shard_catalog.sql).
+        client.query_typed_one(
+            "SELECT coalesce((SELECT version FROM pg_shard.map_state), 0)",
+            &[]
+        ),
         client.query_typed(
             "SELECT node_id, host, port FROM pg_shard.node WHERE state = 'active'",
             &[],

@@ -115,6 +115,15 @@ fn start_job_runner() {
     }
 }
 
+/// Whether `xid` is this transaction's or one of its subtransactions':
+/// `pg_shard.wait_job` refuses to wait for a job row this transaction
+/// wrote, which no runner sees before it commits (it would wait forever).
+#[pg_extern(schema = "pg_shard", stable, parallel_restricted)]
+fn written_by_this_transaction(xid: pg_sys::TransactionId) -> bool {
+    // SAFETY: reads this backend's own transaction state, in a transaction.
+    unsafe { pg_sys::TransactionIdIsCurrentTransactionId(xid) }
+}
+
 /// The job runner's name, as pg_stat_activity shows it (`backend_type`).
 fn runner_name(database: &str) -> String {
     format!("pg_shard job runner ({database})")

@@ -65,11 +65,12 @@ pub(crate) fn connect(host: &str, port: i32) -> Result<Client> {
     let port_u16 = u16::try_from(port).map_err(|_| unreachable("invalid port".into()))?;
     let database = query_value::<String>("SELECT current_database()::text")?;
     let user = crate::metadata::catalog::acting_user()?;
+    let database = database.unwrap_or_else(|| "postgres".into());
     let mut config = Config::new();
     config
         .host(host)
         .port(port_u16)
-        .dbname(database.as_deref().unwrap_or("postgres"))
+        .dbname(&database)
         .user(&user)
         .application_name(&application_name())
         // Generated SQL is fully qualified; an empty path keeps the worker's
@@ -80,5 +81,9 @@ pub(crate) fn connect(host: &str, port: i32) -> Result<Client> {
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30))
         .tcp_user_timeout(Duration::from_secs(60));
+    // The crate reads neither PGPASSWORD nor .pgpass; libpq's connections do.
+    if let Some(password) = super::password::password_for(host, port_u16, &database, &user) {
+        config.password(password);
+    }
     config.connect(NoTls).map_err(|e| unreachable(describe(&e)))
 }

@@ -13,6 +13,7 @@ pub(crate) mod fan_out;
 mod libpq;
 mod node_errors;
 mod node_wait;
+mod password;
 pub(crate) mod paths;
 pub(crate) mod records;
 pub(crate) mod remote;
