@@ -17,7 +17,7 @@ sudo_if_needed() {
 }
 
 missing=()
-for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl libpq-dev python3-venv python3-dev mmdebstrap docker.io docker-compose; do
+for package in postgresql-server-dev-15 libclang-dev python3-psycopg pgbouncer curl libpq-dev python3-venv python3-dev mmdebstrap docker.io docker-compose openssl python3-yaml chromium fonts-dejavu-core; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
         missing+=("$package")
 done

@@ -662,9 +662,13 @@ COMMENT ON FUNCTION pg_shard.complete_job(bigint) IS
 CREATE FUNCTION pg_shard.job_progress(job_id bigint)
 RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT format('job %s (%s of shard %s from node %s to node %s): %s', j.job_id, j.kind,
-                  j.shard_id, j.source_node, j.target_node,
-                  CASE WHEN j.state = 'running' THEN j.phase ELSE j.state END)
+    SELECT CASE WHEN j.source_node = j.target_node
+                THEN format('job %s (%s of shard %s on node %s): %s', j.job_id, j.kind,
+                            j.shard_id, j.source_node,
+                            CASE WHEN j.state = 'running' THEN j.phase ELSE j.state END)
+                ELSE format('job %s (%s of shard %s from node %s to node %s): %s', j.job_id, j.kind,
+                            j.shard_id, j.source_node, j.target_node,
+                            CASE WHEN j.state = 'running' THEN j.phase ELSE j.state END) END
         || CASE WHEN j.state = 'running' AND j.phase = 'copy' THEN
                format(', copied %s (%s rows)',
                       CASE WHEN (j.resources->>'copy_bytes_total')::bigint > 0
@@ -674,9 +678,13 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
                            ELSE pg_size_pretty(j.bytes_copied) END,
                       j.rows_copied)
            ELSE '' END
-        || CASE WHEN j.state = 'running' AND j.lag_bytes IS NOT NULL
-                     AND j.phase NOT IN ('plan', 'create_target', 'copy')
-                THEN format(', lag %s', pg_size_pretty(j.lag_bytes)) ELSE '' END
+        -- the lag only where it is measured: the catch-up's, and the
+        -- reverse replication's after the cutover
+        || CASE WHEN j.state = 'running' AND j.lag_bytes IS NOT NULL AND j.phase = 'catch_up'
+                THEN format(', lag %s', pg_size_pretty(j.lag_bytes))
+                WHEN j.state = 'running' AND j.lag_bytes IS NOT NULL AND j.phase = 'reverse_replicating'
+                THEN format(', reverse replication lag %s', pg_size_pretty(j.lag_bytes))
+                ELSE '' END
       FROM pg_shard.job j WHERE j.job_id = job_progress.job_id
 $$;
 COMMENT ON FUNCTION pg_shard.job_progress(bigint) IS
@@ -699,6 +707,13 @@ BEGIN
         SELECT j.state INTO current FROM pg_shard.job j WHERE j.job_id = waited;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'job % does not exist', waited USING ERRCODE = 'undefined_object';
+        END IF;
+        IF current NOT IN ('done', 'failed', 'canceled') AND EXISTS (
+               SELECT 1 FROM pg_shard.job j
+                WHERE j.job_id = waited AND pg_shard.written_by_this_transaction(j.xmin)) THEN
+            RAISE EXCEPTION 'job % was queued or changed by this transaction, so it cannot run until the transaction commits', waited
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Commit first, then call pg_shard.wait_job() in a transaction of its own.';
         END IF;
         IF current = 'done' THEN
             -- the next step of an isolation, if the runner queued one; an
@@ -749,24 +764,116 @@ $$;
 -- started): the rate since its previous report is kept with them (none
 -- after a restart of the coordinator, whose totals start again). Unknown
 -- shard ids are ignored; reports older than an hour are forgotten.
-CREATE FUNCTION pg_shard.report_shard_load(coordinator text, shard_ids bigint[], statements bigint[])
+CREATE FUNCTION pg_shard.report_shard_load(coordinator text, shard_ids bigint[], statements bigint[],
+                                           p50_ms double precision[] DEFAULT NULL,
+                                           p99_ms double precision[] DEFAULT NULL)
 RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     DELETE FROM pg_shard.shard_load WHERE reported_at < now() - interval '1 hour';
-    INSERT INTO pg_shard.shard_load AS l (coordinator, shard_id, statements, per_second, reported_at)
-    SELECT report_shard_load.coordinator, r.shard_id, r.statements, NULL, now()
-      FROM unnest(shard_ids, statements) AS r (shard_id, statements)
-     WHERE EXISTS (SELECT 1 FROM pg_shard.shard s WHERE s.shard_id = r.shard_id)
+    INSERT INTO pg_shard.shard_load AS l (coordinator, shard_id, statements, per_second, p50_ms, p99_ms,
+                                          reported_at)
+    SELECT report_shard_load.coordinator, r.shard_id, r.statements, NULL, r.p50_ms, r.p99_ms, now()
+      FROM unnest(shard_ids, statements, p50_ms, p99_ms) AS r (shard_id, statements, p50_ms, p99_ms)
+     WHERE r.shard_id IS NOT NULL AND r.statements IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pg_shard.shard s WHERE s.shard_id = r.shard_id)
     ON CONFLICT (coordinator, shard_id) DO UPDATE
        SET statements = excluded.statements,
+           p50_ms = excluded.p50_ms,
+           p99_ms = excluded.p99_ms,
            per_second = CASE WHEN excluded.statements >= l.statements AND now() > l.reported_at
                              THEN (excluded.statements - l.statements)
                                   / extract(epoch FROM now() - l.reported_at)::double precision
                         END,
            reported_at = now();
 $$;
-COMMENT ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[]) IS
-    'called by coordinators: their statement counts per shard, for rebalance by load';
+COMMENT ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[], double precision[], double precision[]) IS
+    'called by coordinators: their statement counts and latency percentiles per shard';
+
+-- Per shard placement: where it is, how big, how busy (from what the
+-- coordinators reported in the last minute: statements per second summed,
+-- p50 weighted by their rates, p99 the worst of theirs; last_report is the
+-- newest report ever), and the replication lag of a move or split of its
+-- group while one runs. Sizes and row estimates are read from the workers.
+CREATE VIEW pg_shard.shard_stats AS
+    WITH recent AS (
+        SELECT l.shard_id,
+               sum(l.per_second) AS per_second,
+               sum(l.p50_ms * coalesce(nullif(l.per_second, 0), 1)) FILTER (WHERE l.p50_ms IS NOT NULL)
+                 / sum(coalesce(nullif(l.per_second, 0), 1)) FILTER (WHERE l.p50_ms IS NOT NULL) AS p50_ms,
+               max(l.p99_ms) AS p99_ms
+          FROM pg_shard.shard_load l
+         WHERE l.reported_at > now() - interval '1 minute'
+         GROUP BY l.shard_id),
+    reports AS (
+        SELECT l.shard_id, max(l.reported_at) AS last_report
+          FROM pg_shard.shard_load l GROUP BY l.shard_id),
+    moving AS (
+        SELECT DISTINCT ON (s.shard_group_id) s.shard_group_id, j.job_id, j.kind, j.phase, j.lag_bytes
+          FROM pg_shard.job j JOIN pg_shard.shard s ON s.shard_id = j.shard_id
+         WHERE j.state = 'running'
+         ORDER BY s.shard_group_id, j.job_id DESC)
+    SELECT s.table_rel                         AS table_name,
+           s.shard_id,
+           n.node_id,
+           n.host,
+           n.port,
+           g.range_start,
+           g.range_end,
+           z.size_bytes,
+           z.estimated_rows,
+           coalesce(r.per_second, 0)           AS statements_per_second,
+           r.p50_ms,
+           r.p99_ms,
+           rep.last_report,
+           m.job_id,
+           m.kind                              AS job_kind,
+           m.phase                             AS job_phase,
+           m.lag_bytes                         AS replication_lag_bytes
+      FROM pg_shard.shard s
+      JOIN pg_shard.shard_group g USING (shard_group_id)
+      JOIN pg_shard.placement p USING (shard_group_id)
+      JOIN pg_shard.node n USING (node_id)
+      LEFT JOIN pg_shard.shard_sizes() z ON z.shard_id = s.shard_id AND z.node_id = n.node_id
+      LEFT JOIN recent r ON r.shard_id = s.shard_id
+      LEFT JOIN reports rep ON rep.shard_id = s.shard_id
+      LEFT JOIN moving m ON m.shard_group_id = s.shard_group_id
+     WHERE p.state <> 'retired'
+     ORDER BY s.table_rel::oid, g.range_start, n.node_id;
+COMMENT ON VIEW pg_shard.shard_stats IS
+    'per shard placement: node, size, estimated rows, statements per second, p50/p99 latency '
+    '(from the coordinators'' reports), and a running move or split''s replication lag';
+
+-- For size and for statements per second: the busiest active node's total
+-- over the median active node's (every active node counts, with 0 when it
+-- holds or serves nothing). ratio is NULL when the median is 0.
+CREATE FUNCTION pg_shard.imbalance()
+RETURNS TABLE (measure text, busiest_node integer, busiest double precision,
+               median double precision, ratio double precision)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH per_node AS (
+        SELECT n.node_id,
+               coalesce(sum(st.size_bytes), 0)::float8            AS size,
+               coalesce(sum(st.statements_per_second), 0)::float8 AS rate
+          FROM pg_shard.node n
+          LEFT JOIN pg_shard.shard_stats st ON st.node_id = n.node_id
+         WHERE n.state = 'active'
+         GROUP BY n.node_id),
+    measures AS (
+        SELECT 'size_bytes' AS measure, node_id, size AS value FROM per_node
+        UNION ALL
+        SELECT 'statements_per_second', node_id, rate FROM per_node)
+    SELECT m.measure,
+           (SELECT b.node_id FROM measures b WHERE b.measure = m.measure
+             ORDER BY b.value DESC, b.node_id LIMIT 1),
+           max(m.value),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY m.value),
+           max(m.value) / nullif(percentile_cont(0.5) WITHIN GROUP (ORDER BY m.value), 0)
+      FROM measures m
+     GROUP BY m.measure
+     ORDER BY m.measure;
+$$;
+COMMENT ON FUNCTION pg_shard.imbalance() IS
+    'for size_bytes and statements_per_second: the busiest active node, its total, the median node''s, and their ratio';
 
 -- The busiest node's weight over the median node's (NULL when the median
 -- weighs nothing), for rebalance's plan.
@@ -1106,7 +1213,7 @@ REVOKE ALL ON FUNCTION pg_shard.cancel_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.revert_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.complete_job(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.rebalance(text, bigint, integer, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pg_shard.report_shard_load(text, bigint[], bigint[], double precision[], double precision[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pg_shard.report_hot_keys(text, text[], text[], bigint[], text[], bigint[], bigint[], bigint[]) FROM PUBLIC;
 -- Key values of every table: for whom the superuser grants it.
 REVOKE ALL ON FUNCTION pg_shard.hot_keys() FROM PUBLIC;

@@ -148,14 +148,17 @@ CREATE TABLE pg_shard.local_node (
 );
 
 -- Statements per shard that the coordinators route straight to workers,
--- as each coordinator last reported them (every 10 s): its running count
--- and the rate since its report before. pg_shard.rebalance(strategy =>
--- 'load') reads the rates of recent reports.
+-- as each coordinator last reported them (every 10 s): its running count,
+-- the rate since its report before, and the latency percentiles of its
+-- last 10-20 s. pg_shard.rebalance(strategy => 'load') reads the rates of
+-- recent reports, pg_shard.shard_stats all of it.
 CREATE TABLE pg_shard.shard_load (
     coordinator text NOT NULL,
     shard_id bigint NOT NULL,
     statements bigint NOT NULL,
     per_second double precision,
+    p50_ms double precision,
+    p99_ms double precision,
     reported_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (coordinator, shard_id)
 );

@@ -23,6 +23,30 @@ pub enum ConfigError {
     MissingValue(String),
     #[error("auth = \"scram\" needs users_file")]
     ScramWithoutUsers,
+    #[error("tls = \"{0}\" needs tls_cert_file and tls_key_file")]
+    TlsWithoutCertificate(&'static str),
+}
+
+/// Whether clients may or must talk TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// SSLRequest is answered 'N': plain connections only.
+    Disable,
+    /// TLS for the clients that ask for it (sslmode=prefer or stronger).
+    Allow,
+    /// TLS only: a client's plain startup is refused (28000).
+    Require,
+}
+
+impl TlsMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Allow => "allow",
+            TlsMode::Require => "require",
+        }
+    }
 }
 
 /// How clients prove who they are.
@@ -93,6 +117,12 @@ pub struct Config {
     /// Microseconds an event loop keeps polling its sockets after a send
     /// instead of sleeping (0: never); see net/busy_poll.rs.
     pub busy_poll: u64,
+    /// TLS with clients.
+    pub tls: TlsMode,
+    /// PEM certificate chain (the coordinator's certificate first).
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of that certificate.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -119,6 +149,9 @@ impl Default for Config {
             multiplex_connections: 1,
             distributed_deadlock_timeout: 2000,
             busy_poll: 50,
+            tls: TlsMode::Disable,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -162,6 +195,10 @@ names with underscores):
                            poll for the answer this many microseconds (at most
                            10000) while no other task wants the core, instead of
                            sleeping; 0: never
+  --tls disable|allow|require [PGSHARD_COORDINATOR_TLS] default disable: TLS
+                           with clients that ask (allow), or only TLS (require)
+  --tls-cert-file FILE     [PGSHARD_COORDINATOR_TLS_CERT_FILE] PEM certificate chain
+  --tls-key-file FILE      [PGSHARD_COORDINATOR_TLS_KEY_FILE]  PEM private key
 ";
 
 /// Longest busy-polling window (µs): beyond it polling is spinning.
@@ -169,7 +206,7 @@ const MOST_BUSY_POLL: u64 = 10_000;
 const BUSY_POLL_RANGE: &str = "expected microseconds from 0 (never) to 10000";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 21] = [
+const NAMES: [&str; 24] = [
     "listen",
     "metadata",
     "auth",
@@ -191,6 +228,9 @@ const NAMES: [&str; 21] = [
     "multiplex",
     "multiplex-connections",
     "busy-poll",
+    "tls",
+    "tls-cert-file",
+    "tls-key-file",
 ];
 
 impl Config {
@@ -253,6 +293,11 @@ impl Config {
         if config.auth == AuthMode::Scram && config.users_file.is_none() {
             return Err(ConfigError::ScramWithoutUsers);
         }
+        if config.tls != TlsMode::Disable
+            && (config.tls_cert_file.is_none() || config.tls_key_file.is_none())
+        {
+            return Err(ConfigError::TlsWithoutCertificate(config.tls.name()));
+        }
         config.check_ranges()?;
         Ok(Some(config))
     }
@@ -308,6 +353,16 @@ impl Config {
                 }
             }
             "users-file" => self.users_file = Some(PathBuf::from(value)),
+            "tls" => {
+                self.tls = match value {
+                    "disable" => TlsMode::Disable,
+                    "allow" => TlsMode::Allow,
+                    "require" => TlsMode::Require,
+                    _ => return Err(bad("expected disable, allow or require")),
+                }
+            }
+            "tls-cert-file" => self.tls_cert_file = Some(PathBuf::from(value)),
+            "tls-key-file" => self.tls_key_file = Some(PathBuf::from(value)),
             "server-password" => self.server_password = Some(value.to_owned()),
             "catalog-user" => self.catalog_user = value.to_owned(),
             "server-socket-dir" => self.server_socket_dir = Some(PathBuf::from(value)),
@@ -405,6 +460,36 @@ mod tests {
         assert!(Config::load(&args(&["--multiplex", "maybe"]), &none).is_err());
         assert!(Config::load(&args(&["--busy-poll", "-1"]), &none).is_err());
         assert!(Config::load(&args(&["--busy-poll", "20000"]), &none).is_err());
+        assert!(Config::load(&args(&["--tls", "prefer"]), &none).is_err());
+        let no_key = Config::load(
+            &args(&["--tls", "require", "--tls-cert-file", "c.pem"]),
+            &none,
+        );
+        assert!(matches!(
+            no_key,
+            Err(ConfigError::TlsWithoutCertificate("require"))
+        ));
+    }
+
+    #[test]
+    fn tls_settings() {
+        let none = |_: &str| None;
+        let config = Config::load(
+            &args(&[
+                "--tls=allow",
+                "--tls-cert-file",
+                "/etc/ssl/c.pem",
+                "--tls-key-file",
+                "/etc/ssl/k.pem",
+            ]),
+            &none,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.tls, TlsMode::Allow);
+        assert_eq!(config.tls_key_file, Some(PathBuf::from("/etc/ssl/k.pem")));
+        let default = Config::load(&[], &none).unwrap().unwrap();
+        assert_eq!(default.tls, TlsMode::Disable);
     }
 
     #[test]

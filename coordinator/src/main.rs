@@ -18,6 +18,7 @@ mod backend;
 mod config;
 mod frontend;
 mod hot_keys;
+mod map_page;
 mod metrics;
 mod net;
 mod open_files;
@@ -26,7 +27,7 @@ mod shared;
 
 use backend::connection::ServerAddress;
 use backend::{cluster, multiplex, notifiers, pool};
-use config::{AuthMode, Config};
+use config::{AuthMode, Config, TlsMode};
 use router::statement_cache::StatementCache;
 use shared::Shared;
 use std::sync::Arc;
@@ -151,6 +152,18 @@ async fn run(mut config: Config) -> Result<(), String> {
             config.max_clients = fit;
         }
     }
+    let tls = match (&config.tls_cert_file, &config.tls_key_file, config.tls) {
+        (_, _, TlsMode::Disable) => None,
+        (Some(certificate), Some(key), _) => {
+            Some(net::tls::TlsAcceptor::load(certificate, key).map_err(|e| e.to_string())?)
+        }
+        _ => {
+            return Err(format!(
+                "tls = {} needs tls_cert_file and tls_key_file",
+                config.tls.name()
+            ))
+        }
+    };
     backend::connection::use_socket_folder(config.server_socket_dir.clone());
     let metrics = Arc::new(metrics::Metrics::default());
     let maps = cluster::Maps::new(
@@ -186,6 +199,8 @@ async fn run(mut config: Config) -> Result<(), String> {
         metrics,
         users,
         cancels: frontend::cancel::CancelRegistry::default(),
+        client_list: frontend::client_list::ClientList::default(),
+        tls,
         notifiers: notifiers::Notifiers::default(),
         clients: Arc::default(),
     });

@@ -50,6 +50,132 @@ impl NodeStats {
     }
 }
 
+/// How long a latency window of a shard lasts: percentiles are taken over
+/// the current window and the one before (the last 10 to 20 s).
+const SHARD_WINDOW: Duration = Duration::from_secs(10);
+
+/// Statements routed straight to one shard: a running count, and the
+/// latencies of recent ones (non-cumulative buckets, the last one past
+/// BUCKETS' end).
+#[derive(Default)]
+struct ShardStats {
+    count: u64,
+    window_started: Option<std::time::Instant>,
+    current: [u64; BUCKETS.len() + 1],
+    previous: [u64; BUCKETS.len() + 1],
+}
+
+impl ShardStats {
+    fn observe(&mut self, elapsed: Duration) {
+        let now = std::time::Instant::now();
+        self.rotate(now);
+        let seconds = elapsed.as_secs_f64();
+        let bucket = BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(BUCKETS.len());
+        self.current[bucket] += 1;
+    }
+
+    /// Starts a new window when the current one is over (both emptied
+    /// after two windows without a statement).
+    fn rotate(&mut self, now: std::time::Instant) {
+        match self.window_started {
+            Some(started) if now.duration_since(started) < SHARD_WINDOW => {}
+            Some(started) if now.duration_since(started) < SHARD_WINDOW * 2 => {
+                self.previous = std::mem::take(&mut self.current);
+                self.window_started = Some(now);
+            }
+            _ => {
+                self.previous = Default::default();
+                self.current = Default::default();
+                self.window_started = Some(now);
+            }
+        }
+    }
+
+    /// The `quantile` of recent latencies in milliseconds (None without
+    /// recent statements), linear within its bucket.
+    fn percentile_ms(&mut self, quantile: f64) -> Option<f64> {
+        self.rotate(std::time::Instant::now());
+        let counts: Vec<u64> = self
+            .current
+            .iter()
+            .zip(self.previous.iter())
+            .map(|(a, b)| a + b)
+            .collect();
+        percentile_ms(&counts, quantile)
+    }
+}
+
+/// The `quantile` of a histogram over BUCKETS (plus one past the end), in
+/// milliseconds, interpolated linearly within the bucket it falls in.
+fn percentile_ms(counts: &[u64], quantile: f64) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = quantile * total as f64;
+    let mut below = 0u64;
+    for (i, count) in counts.iter().enumerate() {
+        if *count > 0 && (below + count) as f64 >= rank {
+            let lower = if i == 0 { 0.0 } else { BUCKETS[i - 1] };
+            let upper = BUCKETS
+                .get(i)
+                .copied()
+                .unwrap_or(BUCKETS[BUCKETS.len() - 1]);
+            let within = ((rank - below as f64) / *count as f64).clamp(0.0, 1.0);
+            return Some((lower + (upper - lower) * within) * 1000.0);
+        }
+        below += count;
+    }
+    Some(BUCKETS[BUCKETS.len() - 1] * 1000.0)
+}
+
+/// What a coordinator reports of its shards (pg_shard.report_shard_load).
+#[derive(Default)]
+pub struct ShardReport {
+    pub shards: Vec<i64>,
+    pub counts: Vec<i64>,
+    pub p50_ms: Vec<Option<f64>>,
+    pub p99_ms: Vec<Option<f64>>,
+}
+
+/// One database's shards and nodes as its metadata node reports them.
+#[derive(Default, Clone)]
+pub struct ClusterStats {
+    pub shards: Vec<ShardRow>,
+    /// (measure, busiest node, ratio of busiest over median).
+    pub imbalance: Vec<(String, i32, Option<f64>)>,
+    pub nodes: Vec<NodeHealth>,
+}
+
+#[derive(Clone)]
+pub struct ShardRow {
+    pub table: String,
+    pub shard_id: i64,
+    pub node: String,
+    pub size_bytes: Option<i64>,
+    pub estimated_rows: Option<i64>,
+    pub statements_per_second: f64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub replication_lag_bytes: Option<i64>,
+    /// Inclusive keyspace ids, signed.
+    pub range_start: i64,
+    pub range_end: i64,
+    /// A running move or split of the shard's group: (kind, phase).
+    pub job: Option<(String, String)>,
+}
+
+#[derive(Clone)]
+pub struct NodeHealth {
+    pub node: String,
+    pub reachable: bool,
+    pub prepared_transactions: Option<i64>,
+    pub oldest_prepared_seconds: Option<f64>,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub client_connections: AtomicU64,
@@ -63,7 +189,16 @@ pub struct Metrics {
     /// Statements that were queued on a pipe and ran elsewhere instead.
     pub multiplex_fallbacks: AtomicU64,
     nodes: Mutex<BTreeMap<String, Arc<NodeStats>>>,
-    shards: Mutex<BTreeMap<i64, u64>>,
+    shards: Mutex<BTreeMap<i64, ShardStats>>,
+    /// What the metadata nodes last said of their shards and nodes
+    /// (pg_shard.shard_stats, imbalance(), node_health()), per database,
+    /// served on /metrics.
+    pub cluster_stats: Mutex<BTreeMap<String, ClusterStats>>,
+    /// When /metrics was last scraped (seconds since the epoch): while
+    /// scrapes come, the load reports (every 10 s) read the metadata
+    /// nodes' statistics, which cost them a connection to every worker;
+    /// without scrapes for 2 minutes nothing is read.
+    last_scrape: AtomicU64,
     /// Statements per keyspace id of each table (SHOW HOT_KEYS).
     pub hot_keys: crate::hot_keys::HotKeys,
 }
@@ -78,10 +213,24 @@ impl Metrics {
             .clone()
     }
 
+    /// Whether /metrics was scraped in the last 2 minutes.
+    pub fn scraped_lately(&self) -> bool {
+        unix_seconds().saturating_sub(self.last_scrape.load(Ordering::Relaxed)) < 120
+    }
+
     /// Counts a statement routed straight to `shard`.
     pub fn shard(&self, shard: i64) {
         if let Ok(mut shards) = self.shards.lock() {
-            *shards.entry(shard).or_default() += 1;
+            shards.entry(shard).or_default().count += 1;
+        }
+    }
+
+    /// Counts a statement routed straight to `shard` that took `elapsed`.
+    pub fn shard_timed(&self, shard: i64, elapsed: Duration) {
+        if let Ok(mut shards) = self.shards.lock() {
+            let stats = shards.entry(shard).or_default();
+            stats.count += 1;
+            stats.observe(elapsed);
         }
     }
 
@@ -112,25 +261,29 @@ impl Metrics {
             .unwrap_or_default()
     }
 
-    /// Every shard's statement count so far (shard ids, counts), for the
-    /// load reports to the metadata node.
-    pub fn shard_counts(&self) -> (Vec<i64>, Vec<i64>) {
-        self.shards
-            .lock()
-            .map(|shards| {
-                shards
-                    .iter()
-                    .map(|(shard, count)| (*shard, i64::try_from(*count).unwrap_or(i64::MAX)))
-                    .unzip()
-            })
-            .unwrap_or_default()
+    /// Every shard's statement count so far, and the p50 and p99 of its
+    /// recent statements in milliseconds, for the load reports to the
+    /// metadata node.
+    pub fn shard_report(&self) -> ShardReport {
+        let mut report = ShardReport::default();
+        if let Ok(mut shards) = self.shards.lock() {
+            for (shard, stats) in shards.iter_mut() {
+                report.shards.push(*shard);
+                report
+                    .counts
+                    .push(i64::try_from(stats.count).unwrap_or(i64::MAX));
+                report.p50_ms.push(stats.percentile_ms(0.5));
+                report.p99_ms.push(stats.percentile_ms(0.99));
+            }
+        }
+        report
     }
 
     pub fn shard_queries(&self, shard: i64) -> u64 {
         self.shards
             .lock()
             .ok()
-            .and_then(|shards| shards.get(&shard).copied())
+            .and_then(|shards| shards.get(&shard).map(|stats| stats.count))
             .unwrap_or(0)
     }
 
@@ -246,12 +399,16 @@ impl Metrics {
         }
         if let Ok(shards) = self.shards.lock() {
             let _ = writeln!(out, "# HELP pg_shard_shard_queries_total Statements routed straight to each shard.\n# TYPE pg_shard_shard_queries_total counter");
-            for (shard, count) in shards.iter() {
+            for (shard, stats) in shards.iter() {
                 let _ = writeln!(
                     out,
-                    "pg_shard_shard_queries_total{{shard=\"{shard}\"}} {count}"
+                    "pg_shard_shard_queries_total{{shard=\"{shard}\"}} {}",
+                    stats.count
                 );
             }
+        }
+        if let Ok(clusters) = self.cluster_stats.lock() {
+            render_cluster_stats(&mut out, &clusters);
         }
         out
     }
@@ -269,6 +426,107 @@ fn hot_key_labels(key: &crate::hot_keys::HotKey) -> String {
         label(&key.counter.key),
         key.counter.id.to_sql()
     )
+}
+
+/// The metadata nodes' view of the cluster (pg_shard.shard_stats,
+/// imbalance(), node_health()), as the coordinator last fetched it.
+fn render_cluster_stats(out: &mut String, clusters: &BTreeMap<String, ClusterStats>) {
+    type ShardValue = fn(&ShardRow) -> Option<f64>;
+    let shard_series: [(&str, &str, ShardValue); 6] = [
+        ("pg_shard_shard_size_bytes", "Size of a shard on its node, tables and indexes.", |r| {
+            r.size_bytes.map(|v| v as f64)
+        }),
+        ("pg_shard_shard_estimated_rows", "Rows of a shard, as its node's planner estimates them.", |r| {
+            r.estimated_rows.map(|v| v as f64)
+        }),
+        ("pg_shard_shard_statements_per_second", "Statements per second the coordinators routed to a shard (their last minute of reports).", |r| {
+            Some(r.statements_per_second)
+        }),
+        ("pg_shard_shard_latency_p50_seconds", "Median latency of a shard's routed statements (last 10-20 s).", |r| {
+            r.p50_ms.map(|v| v / 1000.0)
+        }),
+        ("pg_shard_shard_latency_p99_seconds", "99th percentile latency of a shard's routed statements (last 10-20 s; the worst coordinator's).", |r| {
+            r.p99_ms.map(|v| v / 1000.0)
+        }),
+        ("pg_shard_shard_replication_lag_bytes", "Replication lag of a running move or split of the shard's group.", |r| {
+            r.replication_lag_bytes.map(|v| v as f64)
+        }),
+    ];
+    for (name, help, value) in shard_series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (database, stats) in clusters {
+            for row in &stats.shards {
+                if let Some(value) = value(row) {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{database=\"{}\",table=\"{}\",shard=\"{}\",node=\"{}\"}} {value}",
+                        label(database),
+                        label(&row.table),
+                        row.shard_id,
+                        label(&row.node)
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "# HELP pg_shard_imbalance_ratio The busiest node's total over the median node's (measure: size_bytes or statements_per_second).\n# TYPE pg_shard_imbalance_ratio gauge");
+    for (database, stats) in clusters {
+        for (measure, busiest, ratio) in &stats.imbalance {
+            if let Some(ratio) = ratio {
+                let _ = writeln!(
+                    out,
+                    "pg_shard_imbalance_ratio{{database=\"{}\",measure=\"{}\",busiest_node=\"{busiest}\"}} {ratio}",
+                    label(database),
+                    label(measure)
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "# HELP pg_shard_node_up Whether the metadata node reaches the node (1) or not (0).\n# TYPE pg_shard_node_up gauge");
+    for (database, stats) in clusters {
+        for node in &stats.nodes {
+            let _ = writeln!(
+                out,
+                "pg_shard_node_up{{database=\"{}\",node=\"{}\"}} {}",
+                label(database),
+                label(&node.node),
+                u8::from(node.reachable)
+            );
+        }
+    }
+    let _ = writeln!(out, "# HELP pg_shard_prepared_transactions Two-phase commits of pg_shard's left prepared on a node.\n# TYPE pg_shard_prepared_transactions gauge");
+    for (database, stats) in clusters {
+        for node in &stats.nodes {
+            if let Some(count) = node.prepared_transactions {
+                let _ = writeln!(
+                    out,
+                    "pg_shard_prepared_transactions{{database=\"{}\",node=\"{}\"}} {count}",
+                    label(database),
+                    label(&node.node)
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "# HELP pg_shard_prepared_transaction_oldest_seconds Age of the oldest of them.\n# TYPE pg_shard_prepared_transaction_oldest_seconds gauge");
+    for (database, stats) in clusters {
+        for node in &stats.nodes {
+            if let Some(age) = node.oldest_prepared_seconds {
+                let _ = writeln!(
+                    out,
+                    "pg_shard_prepared_transaction_oldest_seconds{{database=\"{}\",node=\"{}\"}} {age}",
+                    label(database),
+                    label(&node.node)
+                );
+            }
+        }
+    }
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// A Prometheus label value: backslash, double quote and newline escaped.
@@ -295,13 +553,30 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
                 _ => return,
             };
             let line = String::from_utf8_lossy(&request[..read]);
-            let (status, body) = if line.starts_with("GET /metrics ") {
-                ("200 OK", metrics.render())
+            const PROMETHEUS: &str = "text/plain; version=0.0.4";
+            let (status, content_type, body) = if line.starts_with("GET /metrics ") {
+                metrics.last_scrape.store(unix_seconds(), Ordering::Relaxed);
+                ("200 OK", PROMETHEUS, metrics.render())
+            } else if line.starts_with("GET /map ") {
+                (
+                    "200 OK",
+                    "text/html; charset=utf-8",
+                    crate::map_page::PAGE.to_string(),
+                )
+            } else if line.starts_with("GET /map.json ") {
+                // The page is being looked at: keep its statistics fresh.
+                metrics.last_scrape.store(unix_seconds(), Ordering::Relaxed);
+                let body = metrics
+                    .cluster_stats
+                    .lock()
+                    .map(|clusters| crate::map_page::json(&clusters))
+                    .unwrap_or_default();
+                ("200 OK", "application/json", body)
             } else {
-                ("404 Not Found", "not found\n".to_string())
+                ("404 Not Found", "text/plain", "not found\n".to_string())
             };
             let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
             let _ = stream.write_all(response.as_bytes()).await;
@@ -311,6 +586,39 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn percentiles_of_a_histogram() {
+        let mut counts = [0u64; BUCKETS.len() + 1];
+        assert_eq!(percentile_ms(&counts, 0.5), None);
+        // 100 statements between 0.5 and 1 ms, one between 25 and 50 ms
+        counts[3] = 100;
+        counts[8] = 1;
+        let p50 = percentile_ms(&counts, 0.5).unwrap_or_default();
+        assert!((0.5..=1.0).contains(&p50), "p50 {p50}");
+        let p99 = percentile_ms(&counts, 0.99).unwrap_or_default();
+        assert!((0.5..=1.0).contains(&p99), "p99 {p99}");
+        let p999 = percentile_ms(&counts, 0.999).unwrap_or_default();
+        assert!((25.0..=50.0).contains(&p999), "p99.9 {p999}");
+        // past the last bound: reported as the last bound
+        let mut slow = [0u64; BUCKETS.len() + 1];
+        slow[BUCKETS.len()] = 3;
+        assert_eq!(percentile_ms(&slow, 0.5), Some(30_000.0));
+    }
+
+    #[test]
+    fn shard_reports_carry_recent_latency() {
+        let metrics = Metrics::default();
+        metrics.shard_timed(7, Duration::from_micros(700));
+        metrics.shard_timed(7, Duration::from_micros(800));
+        metrics.shard(8);
+        let report = metrics.shard_report();
+        assert_eq!(report.shards, vec![7, 8]);
+        assert_eq!(report.counts, vec![2, 1]);
+        let p50 = report.p50_ms[0].unwrap_or_default();
+        assert!((0.5..=1.0).contains(&p50), "p50 {p50}");
+        assert_eq!(report.p50_ms[1], None);
+    }
+
     use super::*;
 
     #[test]

@@ -1,5 +1,6 @@
 //! The state every client session shares: configuration, pools, pipes,
-//! shard maps, metrics, cancel keys, the statement cache, client counts;
+//! shard maps, metrics, cancel keys, the clients, TLS, the statement cache,
+//! client counts;
 //! and the housekeeping of the pools.
 
 use crate::backend::connection::ServerAddress;
@@ -8,6 +9,7 @@ use crate::config::Config;
 use crate::frontend::auth::Users;
 use crate::frontend::cancel::CancelRegistry;
 use crate::frontend::client_limits::ClientCounts;
+use crate::frontend::client_list::ClientList;
 use crate::metrics;
 use crate::router::statement_cache::StatementCache;
 use std::sync::Arc;
@@ -23,6 +25,10 @@ pub struct Shared {
     pub metrics: Arc<metrics::Metrics>,
     pub users: Option<Users>,
     pub cancels: CancelRegistry,
+    /// Logged-in clients (SHOW CLIENTS).
+    pub client_list: ClientList,
+    /// TLS with clients (None: tls = disable).
+    pub tls: Option<crate::net::tls::TlsAcceptor>,
     pub notifiers: notifiers::Notifiers,
     pub statements: StatementCache,
     /// Clients per role and database, for their CONNECTION LIMITs.

@@ -285,6 +285,12 @@ run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance.py" 28320 28
 run_script "$here/moves.log" "$python" "$repo/tests/moves/rebalance_load.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
 # Progress NOTICEs of pg_shard.wait_job for a paced move.
 run_script "$here/moves.log" "$python" "$repo/tests/moves/progress.py" 28320 "$PGSHARD_DATABASE"
+# Per-shard statistics, imbalance, /metrics and the alert rules' series.
+run_script "$here/moves.log" "$python" "$repo/tests/monitoring/metrics.py" 28320 "$coordinator" "$metrics" \
+    "$PGSHARD_DATABASE" "$repo/docs/monitoring/pg_shard.rules.yml"
+# The /map page in headless chromium, and its screenshot.
+run_script "$here/moves.log" "$python" "$repo/tests/monitoring/map_page.py" "$metrics" "$PGSHARD_DATABASE" \
+    "$here/map.png"
 # Self-routing ids: made at once on two nodes, and reads by id routed to one
 # shard before and after a split and a move.
 run_script "$here/moves.log" "$python" "$repo/tests/routing/routing_ids.py" 28320 "$coordinator" "$PGSHARD_DATABASE"
@@ -559,6 +565,49 @@ kill "$seventh_pid" 2>/dev/null
 cat "$here/soak.log"
 passed=$((passed + $(grep -c '^ok - ' "$here/soak.log")))
 failed=$((failed + $(grep -c '^not ok - ' "$here/soak.log")))
+
+# TLS with clients: a test CA made here signs a certificate for localhost
+# and 127.0.0.1; a ninth coordinator takes only TLS (tls = require), a
+# tenth both (tls = allow). psql, psycopg 3 and node-postgres connect.
+tls_dir=$(mktemp -d /var/tmp/pg_shard-tls.XXXXXX)
+(
+    cd "$tls_dir" &&
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 \
+            -subj "/CN=pg_shard test CA" &&
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.crt -days 2 \
+            -subj "/CN=another CA" &&
+        openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=localhost" &&
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >server.ext &&
+        openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile server.ext -out server.crt
+) >"$tls_dir/openssl.log" 2>&1 || cat "$tls_dir/openssl.log"
+tls_flags=(--tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/server.key")
+"$bin" --listen 127.0.0.1:28429 --metadata 127.0.0.1:28320 --metrics-listen "" \
+    --server-socket-dir "$cluster_dir" --tls require "${tls_flags[@]}" >"$cluster_dir/coordinator9.log" 2>&1 &
+ninth_pid=$!
+"$bin" --listen 127.0.0.1:28430 --metadata 127.0.0.1:28320 --metrics-listen "" \
+    --server-socket-dir "$cluster_dir" --tls allow "${tls_flags[@]}" >"$cluster_dir/coordinator10.log" 2>&1 &
+tenth_pid=$!
+sleep 0.5
+verified=$(psql -X -At "host=localhost hostaddr=127.0.0.1 port=28429 dbname=$PGSHARD_DATABASE sslmode=verify-full sslrootcert=$tls_dir/ca.crt" \
+    -c "SELECT owner FROM accounts WHERE id = 42" 2>&1)
+check "TLS: psql sslmode=verify-full against the test CA (got: $verified)" test "$verified" = "owner 42"
+plain=$(psql -X -At "host=127.0.0.1 port=28429 dbname=$PGSHARD_DATABASE sslmode=disable" -c "SELECT 1" 2>&1 || true)
+check "TLS: psql without TLS is refused by tls = require" grep -q "accepts only TLS connections (tls = require)" <<<"$plain"
+: >"$here/tls.log"
+run_script "$here/tls.log" "$python" "$here/clients/tls_test.py" 28429 28430 "$PGSHARD_DATABASE" \
+    "$tls_dir/ca.crt" "$tls_dir/other.crt"
+NODE_PATH=$node_dir/node_modules run_script "$here/tls.log" \
+    node "$here/clients/tls_node.js" 28429 "$PGSHARD_DATABASE" "$tls_dir/ca.crt" "$tls_dir/other.crt"
+kill "$ninth_pid" "$tenth_pid" 2>/dev/null
+bad_key=$("$bin" --listen 127.0.0.1:28431 --metadata 127.0.0.1:28320 --metrics-listen "" --tls require \
+    --tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/other.key" 2>&1 || true)
+check "TLS: a key that is not the certificate's stops the start, saying so" \
+    grep -q "do not go together" <<<"$bad_key"
+rm -rf "$tls_dir"
+cat "$here/tls.log"
+passed=$((passed + $(grep -c '^ok - ' "$here/tls.log")))
+failed=$((failed + $(grep -c '^not ok - ' "$here/tls.log")))
 
 # CREATE INDEX CONCURRENTLY of a distributed table under writes.
 : >"$here/ddl.log"

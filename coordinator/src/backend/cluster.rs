@@ -545,12 +545,18 @@ async fn report_load(
     reporting: Arc<std::sync::atomic::AtomicBool>,
 ) {
     static DENIED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let (shards, counts) = map.metrics.shard_counts();
-    if !shards.is_empty() && !map.current().tables.is_empty() {
+    let report = map.metrics.shard_report();
+    if !report.shards.is_empty() && !map.current().tables.is_empty() {
         let reported = client
             .execute(
-                "SELECT pg_shard.report_shard_load($1, $2, $3)",
-                &[&coordinator_id(), &shards, &counts],
+                "SELECT pg_shard.report_shard_load($1, $2, $3, $4, $5)",
+                &[
+                    &coordinator_id(),
+                    &report.shards,
+                    &report.counts,
+                    &report.p50_ms,
+                    &report.p99_ms,
+                ],
             )
             .await;
         if let Err(e) = reported {
@@ -564,7 +570,95 @@ async fn report_load(
         }
     }
     report_hot_keys(&client, &map).await;
+    if !map.current().tables.is_empty() && map.metrics.scraped_lately() {
+        fetch_cluster_stats(&client, &map).await;
+    }
     reporting.store(false, std::sync::atomic::Ordering::Release);
+}
+
+/// Reads the metadata node's view of this database's shards and nodes
+/// (pg_shard.shard_stats, imbalance(), node_health()) for /metrics. A
+/// metadata node without them (an older extension) leaves the last view.
+async fn fetch_cluster_stats(client: &tokio_postgres::Client, map: &DatabaseMap) {
+    use crate::metrics::{ClusterStats, NodeHealth, ShardRow};
+    let fetched = async {
+        let shards = client
+            .query(
+                "SELECT table_name::text, shard_id, host || ':' || port, size_bytes, estimated_rows, \
+                        statements_per_second, p50_ms, p99_ms, replication_lag_bytes, \
+                        range_start, range_end, job_kind, job_phase \
+                   FROM pg_shard.shard_stats",
+                &[],
+            )
+            .await?;
+        let imbalance = client
+            .query(
+                "SELECT measure, busiest_node, ratio FROM pg_shard.imbalance()",
+                &[],
+            )
+            .await?;
+        let nodes = client
+            .query(
+                "SELECT host || ':' || port, reachable, prepared_transactions, oldest_prepared_seconds \
+                   FROM pg_shard.node_health()",
+                &[],
+            )
+            .await?;
+        // (try_get: a row of unexpected types is skipped, never a panic)
+        Ok::<_, tokio_postgres::Error>(ClusterStats {
+            shards: shards
+                .iter()
+                .filter_map(|row| {
+                    Some(ShardRow {
+                        table: row.try_get(0).ok()?,
+                        shard_id: row.try_get(1).ok()?,
+                        node: row.try_get(2).ok()?,
+                        size_bytes: row.try_get(3).ok()?,
+                        estimated_rows: row.try_get(4).ok()?,
+                        statements_per_second: row.try_get(5).ok()?,
+                        p50_ms: row.try_get(6).ok()?,
+                        p99_ms: row.try_get(7).ok()?,
+                        replication_lag_bytes: row.try_get(8).ok()?,
+                        range_start: row.try_get(9).ok()?,
+                        range_end: row.try_get(10).ok()?,
+                        job: row
+                            .try_get::<_, Option<String>>(11)
+                            .ok()?
+                            .zip(row.try_get::<_, Option<String>>(12).ok()?),
+                    })
+                })
+                .collect(),
+            imbalance: imbalance
+                .iter()
+                .filter_map(|row| {
+                    Some((
+                        row.try_get(0).ok()?,
+                        row.try_get(1).ok()?,
+                        row.try_get(2).ok()?,
+                    ))
+                })
+                .collect(),
+            nodes: nodes
+                .iter()
+                .filter_map(|row| {
+                    Some(NodeHealth {
+                        node: row.try_get(0).ok()?,
+                        reachable: row.try_get(1).ok()?,
+                        prepared_transactions: row.try_get(2).ok()?,
+                        oldest_prepared_seconds: row.try_get(3).ok()?,
+                    })
+                })
+                .collect(),
+        })
+    };
+    match fetched.await {
+        Ok(stats) => {
+            if let Ok(mut clusters) = map.metrics.cluster_stats.lock() {
+                clusters.insert(map.database.clone(), stats);
+            }
+        }
+        Err(e) => tracing::debug!(database = %map.database, error = %e, "cluster stats not read"),
+    }
 }
 
 /// Sends this database's hottest keys (`pg_shard.report_hot_keys`), which

@@ -1,4 +1,5 @@
-//! SHOW POOLS, SHOW STATS and SHOW SHARDS: the coordinator's own state,
+//! SHOW POOLS, SHOW CLIENTS, SHOW STATS, SHOW SHARDS and SHOW HOT_KEYS: the
+//! coordinator's own state,
 //! answered without a server (simple query protocol).
 
 use crate::backend::cluster::{ClusterMap, TableKind};
@@ -99,6 +100,18 @@ pub fn reply(
                 );
                 rows
             },
+        ),
+        AdminCommand::Clients => (
+            &[
+                "user",
+                "database",
+                "addr",
+                "port",
+                "tls",
+                "application_name",
+                "connect_time",
+            ],
+            shared.client_list.rows(&visible),
         ),
         AdminCommand::Stats => (
             &["server", "queries", "errors", "avg_latency_ms"],

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod client_limits;
 
 pub mod cancel;
+pub mod client_list;
 mod commit;
 mod connections;
 mod copy;

@@ -2,6 +2,7 @@
 //! (SSL, cancel, replication), the limits, authentication, the session.
 
 use super::*;
+use crate::config::TlsMode;
 use crate::net::sqlstate;
 use crate::net::tags;
 
@@ -19,11 +20,12 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     let peer = stream.peer_addr().ok();
     let crowded =
         shared.metrics.clients_active.load(Ordering::Relaxed) > shared.config.max_clients as u64;
-    match start(stream, shared.clone(), crowded).await {
+    match start(stream, shared.clone(), crowded, peer).await {
         Ok(Some(mut session)) => {
             let result = session.run().await;
             session.forget_session_state();
             shared.cancels.unregister(session.cancel_key);
+            shared.client_list.remove(session.cancel_key);
             if let Err(e) = result {
                 if matches!(e, SessionError::Protocol(_)) {
                     shared
@@ -63,6 +65,7 @@ async fn start(
     stream: TcpStream,
     shared: Arc<Shared>,
     crowded: bool,
+    peer: Option<std::net::SocketAddr>,
 ) -> Result<Option<Session>, SessionError> {
     let deadline =
         tokio::time::Instant::now() + Duration::from_secs(shared.config.authentication_timeout);
@@ -84,7 +87,25 @@ async fn start(
             }
         };
         match request {
-            StartupRequest::Ssl | StartupRequest::GssEncryption => {
+            StartupRequest::Ssl => match &shared.tls {
+                Some(acceptor) if stream.tls_description().is_none() => {
+                    // Bytes after the request would be plaintext the client
+                    // sent before the session: refused, as PostgreSQL does
+                    // (CVE-2021-23214).
+                    if !input.is_empty() {
+                        return Err(SessionError::Protocol(
+                            protocol::ProtocolError::UnencryptedAfterSslRequest,
+                        ));
+                    }
+                    stream.write_all(b"S").await?;
+                    tokio::time::timeout_at(deadline, stream.start_tls(acceptor))
+                        .await
+                        .map_err(timed_out)??;
+                }
+                // Asked twice, or TLS off.
+                _ => stream.write_all(b"N").await?,
+            },
+            StartupRequest::GssEncryption => {
                 stream.write_all(b"N").await?;
             }
             StartupRequest::Cancel {
@@ -97,6 +118,19 @@ async fn start(
             StartupRequest::Startup { parameters } => break parameters,
         }
     };
+    let tls = stream.tls_description();
+    if tls.is_none() && shared.config.tls == TlsMode::Require {
+        refuse(
+            &mut stream,
+            ServerError::fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                "this coordinator accepts only TLS connections (tls = require)",
+            )
+            .with_hint("Connect with sslmode=require, verify-ca or verify-full."),
+        )
+        .await;
+        return Ok(None);
+    }
     if crowded {
         refuse(
             &mut stream,
@@ -345,6 +379,17 @@ async fn start(
     stream.write_all(&out).await?;
     let map = shared.maps.get(&database).await;
     let cancel_slot = shared.cancels.register(cancel_key);
+    shared.client_list.add(
+        cancel_key,
+        crate::frontend::client_list::ClientEntry {
+            user: user.clone(),
+            database: database.clone(),
+            peer,
+            tls,
+            application_name: parameter("application_name").unwrap_or_default(),
+            connected_at: std::time::SystemTime::now(),
+        },
+    );
     let routing = routing_possible(&settings);
     let idle_timeout = idle_session_timeout(&settings);
     let schemas = search_path

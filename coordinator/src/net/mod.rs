@@ -7,3 +7,4 @@ pub mod scram;
 pub mod socket;
 pub mod sqlstate;
 pub mod tags;
+pub mod tls;

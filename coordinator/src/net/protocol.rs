@@ -25,6 +25,8 @@ pub enum ProtocolError {
     UnsupportedVersion(i32, i32),
     #[error("unexpected message type '{0}'")]
     UnexpectedType(char),
+    #[error("received unencrypted data after SSL request")]
+    UnencryptedAfterSslRequest,
 }
 
 /// The first message of a connection (untyped: length, then a code).

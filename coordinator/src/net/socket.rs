@@ -7,6 +7,7 @@
 //! Here writability is asked for only while a write is blocked, which is
 //! what a proxy needs: writes of small messages complete at once.
 
+use super::tls::{TlsAcceptor, TlsStream};
 use bytes::BytesMut;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -19,6 +20,8 @@ const READ_CHUNK: usize = 16 * 1024;
 pub enum Inner {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+    /// A client's TCP socket once it asked for TLS (net/tls.rs).
+    Tls(Box<TlsStream>),
 }
 
 impl AsRawFd for Inner {
@@ -26,6 +29,7 @@ impl AsRawFd for Inner {
         match self {
             Inner::Tcp(stream) => stream.as_raw_fd(),
             Inner::Unix(stream) => stream.as_raw_fd(),
+            Inner::Tls(stream) => stream.tcp().as_raw_fd(),
         }
     }
 }
@@ -35,6 +39,25 @@ impl Inner {
         match self {
             Inner::Tcp(stream) => (&*stream).read(buffer),
             Inner::Unix(stream) => (&*stream).read(buffer),
+            Inner::Tls(stream) => stream.read(buffer),
+        }
+    }
+
+    /// Plaintext a TLS session decrypted already (it may hold more than a
+    /// read returned, with nothing left on the socket to wake a reader).
+    fn read_buffered(&self, buffer: &mut [u8]) -> io::Result<Option<usize>> {
+        match self {
+            Inner::Tls(stream) => stream.read_buffered(buffer),
+            _ => Ok(None),
+        }
+    }
+
+    /// Sends what a TLS session holds encrypted but unsent; true when
+    /// nothing is left (always, without TLS: a write sends or refuses).
+    fn flush(&self) -> io::Result<bool> {
+        match self {
+            Inner::Tls(stream) => stream.flush(),
+            _ => Ok(true),
         }
     }
 
@@ -46,6 +69,7 @@ impl Inner {
         let result = match self {
             Inner::Tcp(stream) => (&*stream).write(data),
             Inner::Unix(stream) => (&*stream).write(data),
+            Inner::Tls(stream) => stream.write(data),
         };
         if matches!(result, Ok(written) if written > 0) {
             super::busy_poll::sent();
@@ -75,6 +99,7 @@ impl Socket {
         match &inner {
             Inner::Tcp(stream) => stream.set_nonblocking(true)?,
             Inner::Unix(stream) => stream.set_nonblocking(true)?,
+            Inner::Tls(stream) => stream.tcp().set_nonblocking(true)?,
         }
         Ok(Socket {
             fd: Some(watch(inner, Interest::READABLE)?),
@@ -101,10 +126,17 @@ impl Socket {
                 .as_ref()
                 .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
             let chunk = &mut self.chunk;
+            if let Some(read) = fd.get_ref().read_buffered(chunk)? {
+                buffer.extend_from_slice(&chunk[..read]);
+                return Ok(read);
+            }
             let mut guard = fd.readable().await?;
+            let tls = matches!(guard.get_inner(), Inner::Tls(_));
             match guard.get_inner().read(chunk) {
                 Ok(read) => {
-                    if read < chunk.len() {
+                    // (A TLS session may have read more records than it
+                    // returned: only "would block" says it is drained.)
+                    if read < chunk.len() && !tls {
                         // Drained: the next data comes with a new edge, so
                         // skip the read that would say "would block".
                         guard.clear_ready();
@@ -130,6 +162,9 @@ impl Socket {
                 Err(e) => return Err(e),
             }
         }
+        while !self.fd()?.get_ref().flush()? {
+            self.wait_writable().await?;
+        }
         if self.writable_interest {
             self.register(Interest::READABLE)?;
         }
@@ -149,7 +184,7 @@ impl Socket {
     ) -> io::Result<usize> {
         loop {
             self.write_ready(pending)?;
-            if pending.is_empty() {
+            if pending.is_empty() && self.fd()?.get_ref().flush()? {
                 if self.writable_interest {
                     self.register(Interest::READABLE)?;
                 }
@@ -163,6 +198,10 @@ impl Socket {
                 .as_ref()
                 .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
             let chunk = &mut self.chunk;
+            if let Some(read) = fd.get_ref().read_buffered(chunk)? {
+                buffer.extend_from_slice(&chunk[..read]);
+                return Ok(read);
+            }
             let mut guard = fd.ready(Interest::READABLE | Interest::WRITABLE).await?;
             let ready = guard.ready();
             if ready.is_readable() || ready.is_read_closed() {
@@ -178,7 +217,12 @@ impl Socket {
                     Err(e) => return Err(e),
                 }
             }
-            if ready.is_writable() {
+            if ready.is_writable() && pending.is_empty() {
+                // only encrypted records left (TLS)
+                if !guard.get_inner().flush()? {
+                    guard.clear_ready_matching(Ready::WRITABLE)
+                }
+            } else if ready.is_writable() {
                 match guard.get_inner().write(pending) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(written) => *pending = &pending[written..],
@@ -221,7 +265,65 @@ impl Socket {
         Ok(match self.fd()?.get_ref() {
             Inner::Tcp(stream) => Inner::Tcp(stream.try_clone()?),
             Inner::Unix(stream) => Inner::Unix(stream.try_clone()?),
+            Inner::Tls(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a TLS socket has one session: no second descriptor",
+                ))
+            }
         })
+    }
+
+    /// Turns this TCP socket into a TLS session with the client (after it
+    /// asked with SSLRequest and was answered 'S') and shakes hands.
+    pub async fn start_tls(&mut self, acceptor: &TlsAcceptor) -> io::Result<()> {
+        let fd = self
+            .fd
+            .take()
+            .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
+        let Inner::Tcp(tcp) = fd.into_inner() else {
+            return Err(io::Error::other("TLS is only for TCP clients"));
+        };
+        self.fd = Some(watch(
+            Inner::Tls(Box::new(acceptor.accept(tcp)?)),
+            Interest::READABLE,
+        )?);
+        self.writable_interest = false;
+        loop {
+            let Inner::Tls(stream) = self.fd()?.get_ref() else {
+                return Err(io::Error::other("TLS session lost"));
+            };
+            if !stream.flush()? {
+                self.wait_writable().await?;
+                continue;
+            }
+            if !stream.is_handshaking()? {
+                break;
+            }
+            let mut guard = self.fd()?.readable().await?;
+            let Inner::Tls(stream) = guard.get_inner() else {
+                return Err(io::Error::other("TLS session lost"));
+            };
+            match stream.handshake_step() {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.writable_interest {
+            self.register(Interest::READABLE)?;
+        }
+        Ok(())
+    }
+
+    /// The TLS protocol and cipher of a client's session (None: plain).
+    pub fn tls_description(&self) -> Option<String> {
+        match self.fd.as_ref().map(AsyncFd::get_ref) {
+            Some(Inner::Tls(stream)) => Some(stream.describe()),
+            _ => None,
+        }
     }
 
     fn register(&mut self, interest: Interest) -> io::Result<()> {

@@ -67,6 +67,7 @@ pub fn analyze(sql: &str) -> Analysis {
         },
         N::VariableShowStmt(show) => match show.name.as_str() {
             "pools" => Analysis::Admin(AdminCommand::Pools),
+            "clients" => Analysis::Admin(AdminCommand::Clients),
             "stats" => Analysis::Admin(AdminCommand::Stats),
             "shards" => Analysis::Admin(AdminCommand::Shards),
             "hot_keys" => Analysis::Admin(AdminCommand::HotKeys),

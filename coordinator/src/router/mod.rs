@@ -74,6 +74,7 @@ pub enum Savepoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminCommand {
     Pools,
+    Clients,
     Stats,
     Shards,
     HotKeys,

@@ -9,6 +9,7 @@ pub(crate) mod fdw;
 mod logical_table;
 pub(crate) mod map_change;
 mod node;
+pub(crate) mod node_health;
 pub(crate) mod routing_table;
 pub(crate) mod shard_lookup;
 pub(crate) mod sizes;

@@ -1,11 +1,13 @@
-//! Shard sizes, fetched from the workers for the `pg_shard.shards` view.
+//! Shard sizes and row estimates, fetched from the workers for the
+//! `pg_shard.shards` and `pg_shard.shard_stats` views.
 
 use crate::error::Result;
 use crate::transaction::client::{connect, describe};
 use pgrx::prelude::*;
 
-/// `pg_shard.shard_sizes()`: (shard_id, node_id, size_bytes) of every
-/// placement, one connection per node. A node that cannot be reached gives
+/// `pg_shard.shard_sizes()`: (shard_id, node_id, size_bytes,
+/// estimated_rows) of every placement, one connection per node (the row
+/// estimate is the worker's planner statistics: `pg_class.reltuples`). A node that cannot be reached gives
 /// NULL sizes and a WARNING rather than failing the whole view.
 #[pg_extern(schema = "pg_shard")]
 fn shard_sizes() -> TableIterator<
@@ -14,6 +16,7 @@ fn shard_sizes() -> TableIterator<
         name!(shard_id, i64),
         name!(node_id, i32),
         name!(size_bytes, Option<i64>),
+        name!(estimated_rows, Option<i64>),
     ),
 > {
     let rows = match collect_sizes() {
@@ -23,7 +26,9 @@ fn shard_sizes() -> TableIterator<
     TableIterator::new(rows)
 }
 
-fn collect_sizes() -> Result<Vec<(i64, i32, Option<i64>)>> {
+type SizeRow = (i64, i32, Option<i64>, Option<i64>);
+
+fn collect_sizes() -> Result<Vec<SizeRow>> {
     let placements = crate::metadata::catalog::shards_by_node(None)?;
     let mut sizes = Vec::new();
     for (node_id, (node, shards)) in placements {
@@ -32,8 +37,10 @@ fn collect_sizes() -> Result<Vec<(i64, i32, Option<i64>)>> {
         let fetched = connect(&node.host, node.port).and_then(|mut client| {
             client
                 .query(
-                    "SELECT s.id, pg_catalog.pg_total_relation_size(to_regclass(s.name)) \
-                     FROM unnest($1::bigint[], $2::text[]) AS s(id, name)",
+                    "SELECT s.id, pg_catalog.pg_total_relation_size(c.oid), \
+                            GREATEST(c.reltuples, 0)::bigint \
+                     FROM unnest($1::bigint[], $2::text[]) AS s(id, name) \
+                     LEFT JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(s.name)",
                     &[&ids, &names],
                 )
                 .map_err(|e| crate::error::ShardError::Remote {
@@ -45,10 +52,12 @@ fn collect_sizes() -> Result<Vec<(i64, i32, Option<i64>)>> {
         match fetched {
             Ok(rows) => {
                 for row in rows {
-                    if let (Ok(id), Ok(size)) =
-                        (row.try_get::<_, i64>(0), row.try_get::<_, Option<i64>>(1))
-                    {
-                        sizes.push((id, node_id, size));
+                    if let (Ok(id), Ok(size), Ok(rows)) = (
+                        row.try_get::<_, i64>(0),
+                        row.try_get::<_, Option<i64>>(1),
+                        row.try_get::<_, Option<i64>>(2),
+                    ) {
+                        sizes.push((id, node_id, size, rows));
                     }
                 }
             }
@@ -57,7 +66,7 @@ fn collect_sizes() -> Result<Vec<(i64, i32, Option<i64>)>> {
                     "pg_shard: sizes of shards on {} unavailable: {error}",
                     node.label()
                 );
-                sizes.extend(ids.into_iter().map(|id| (id, node_id, None)));
+                sizes.extend(ids.into_iter().map(|id| (id, node_id, None, None)));
             }
         }
     }

@@ -81,3 +81,5 @@ SELECT pg_shard.recover_prepared_transactions() AS ended;
 SELECT n.port, count(*) AS records FROM pg_shard.remote_transaction r JOIN pg_shard.node n USING (node_id)
  WHERE r.gid IN (pg_shard.gid_prefix() || '1_1_1', pg_shard.gid_prefix() || '1_1_2') GROUP BY n.port ORDER BY 1;
 DELETE FROM pg_shard.remote_transaction WHERE gid = pg_shard.gid_prefix() || '1_1_1';
+-- node_health() says which node does not answer (/metrics: pg_shard_node_up)
+SELECT port, reachable, prepared_transactions FROM pg_shard.node_health() ORDER BY port;

@@ -1,0 +1,231 @@
+//! TLS with clients: the server side of a TLS session over the coordinator's
+//! non-blocking TCP sockets. rustls does no I/O of its own; [`TlsStream`]
+//! feeds it what the socket has and sends what it produces, from the
+//! socket's reads and writes (net/socket.rs), so a TLS client goes through
+//! the same event loop as a plain one.
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read the TLS certificate file {0}: {1}")]
+    Certificate(PathBuf, String),
+    #[error("the TLS certificate file {0} holds no certificate")]
+    NoCertificate(PathBuf),
+    #[error("cannot read the TLS key file {0}: {1}")]
+    Key(PathBuf, String),
+    #[error("the TLS certificate and key do not go together: {0}")]
+    Mismatch(String),
+}
+
+/// What accepts TLS from clients: the certificate chain and key, loaded
+/// once at start.
+#[derive(Clone)]
+pub struct TlsAcceptor {
+    config: Arc<ServerConfig>,
+}
+
+impl TlsAcceptor {
+    /// Loads a PEM certificate chain (server certificate first) and its PEM
+    /// private key (PKCS#8, PKCS#1 or SEC1).
+    pub fn load(certificate_file: &Path, key_file: &Path) -> Result<TlsAcceptor, TlsError> {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificate_file)
+            .map_err(|e| TlsError::Certificate(certificate_file.into(), e.to_string()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| TlsError::Certificate(certificate_file.into(), e.to_string()))?;
+        if chain.is_empty() {
+            return Err(TlsError::NoCertificate(certificate_file.into()));
+        }
+        let key = PrivateKeyDer::from_pem_file(key_file)
+            .map_err(|e| TlsError::Key(key_file.into(), e.to_string()))?;
+        // ring rather than aws-lc-rs (which needs cmake and a long C build);
+        // rustls 0.23.48 deprecates ring's provider for lacking post-quantum
+        // key exchange, which PostgreSQL clients do not ask for yet.
+        #[allow(deprecated)]
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Mismatch(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| TlsError::Mismatch(e.to_string()))?;
+        Ok(TlsAcceptor {
+            config: Arc::new(config),
+        })
+    }
+
+    /// A TLS session, not yet shaken hands, over `tcp`.
+    pub fn accept(&self, tcp: std::net::TcpStream) -> io::Result<TlsStream> {
+        let session = ServerConnection::new(self.config.clone()).map_err(io::Error::other)?;
+        Ok(TlsStream {
+            tcp,
+            session: Mutex::new(session),
+        })
+    }
+}
+
+/// A TCP socket carrying a TLS session. Reads and writes never wait: they
+/// say `WouldBlock` as the socket would, and the caller waits for it.
+pub struct TlsStream {
+    tcp: std::net::TcpStream,
+    // A Mutex only to be shareable as the socket is (`&self` methods);
+    // one task uses a client's socket at a time.
+    session: Mutex<ServerConnection>,
+}
+
+impl TlsStream {
+    pub fn tcp(&self) -> &std::net::TcpStream {
+        &self.tcp
+    }
+
+    fn session(&self) -> io::Result<MutexGuard<'_, ServerConnection>> {
+        self.session
+            .lock()
+            .map_err(|_| io::Error::other("TLS session poisoned"))
+    }
+
+    /// Plaintext already decrypted, without touching the socket: `None`
+    /// when there is none (the socket must be read), `Some(0)` when the
+    /// client closed the session.
+    pub fn read_buffered(&self, buffer: &mut [u8]) -> io::Result<Option<usize>> {
+        match self.session()?.reader().read(buffer) {
+            Ok(read) => Ok(Some(read)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads plaintext: what is decrypted already, else what the socket
+    /// has; 0 at the end of the session.
+    pub fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        let mut session = self.session()?;
+        loop {
+            match session.reader().read(buffer) {
+                Ok(read) => return Ok(read),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if self.receive(&mut session)? == 0 {
+                return Ok(0);
+            }
+        }
+    }
+
+    /// Reads TLS records from the socket into the session and answers
+    /// what the handshake asks; 0 at the end of the stream.
+    fn receive(&self, session: &mut ServerConnection) -> io::Result<usize> {
+        let received = session.read_tls(&mut &self.tcp)?;
+        if received == 0 {
+            return Ok(0);
+        }
+        if let Err(e) = session.process_new_packets() {
+            // rustls queued an alert saying why: send it, then give up.
+            let _ = self.send(session);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        self.send(session)?;
+        Ok(received)
+    }
+
+    /// Takes `data` into the session (encrypted, sent as far as the socket
+    /// allows): what was taken, or `WouldBlock` while earlier records still
+    /// wait for room (then [`TlsStream::flush`] must finish them).
+    pub fn write(&self, data: &[u8]) -> io::Result<usize> {
+        let mut session = self.session()?;
+        if !self.send(&mut session)? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let taken = session.writer().write(data)?;
+        self.send(&mut session)?;
+        Ok(taken)
+    }
+
+    /// Sends records waiting in the session; true when none is left.
+    pub fn flush(&self) -> io::Result<bool> {
+        let mut session = self.session()?;
+        self.send(&mut session)
+    }
+
+    fn send(&self, session: &mut ServerConnection) -> io::Result<bool> {
+        while session.wants_write() {
+            match session.write_tls(&mut &self.tcp) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// One step of the handshake: reads what the socket has and answers;
+    /// `WouldBlock` when it must wait for the client, 0 when it left.
+    pub fn handshake_step(&self) -> io::Result<usize> {
+        let mut session = self.session()?;
+        self.receive(&mut session)
+    }
+
+    pub fn is_handshaking(&self) -> io::Result<bool> {
+        Ok(self.session()?.is_handshaking())
+    }
+
+    /// The protocol and cipher, as SHOW CLIENTS shows them
+    /// (`TLSv1.3/TLS13_AES_256_GCM_SHA384`).
+    pub fn describe(&self) -> String {
+        let Ok(session) = self.session() else {
+            return String::new();
+        };
+        let version = match session.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2".to_string(),
+            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3".to_string(),
+            Some(other) => format!("{other:?}"),
+            None => "TLS".to_string(),
+        };
+        match session.negotiated_cipher_suite() {
+            Some(suite) => format!("{version}/{:?}", suite.suite()),
+            None => version,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_files_say_which() {
+        let error = TlsAcceptor::load(
+            Path::new("/nonexistent/server.crt"),
+            Path::new("/nonexistent/server.key"),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            error.contains("/nonexistent/server.crt"),
+            "unexpected error: {error}"
+        );
+    }
+
+    #[test]
+    fn a_file_without_certificates_is_refused() {
+        let dir = std::env::temp_dir().join(format!("pg_shard_tls_test_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").ok();
+        let error = TlsAcceptor::load(&empty, &empty)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(
+            error.contains("holds no certificate"),
+            "unexpected error: {error}"
+        );
+    }
+}
