@@ -49,8 +49,6 @@ build() {
         --tag "$image:$tag" "$context" >/dev/null
     echo "image: $image:$tag"
 }
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
-arch=$(dpkg --print-architecture)
-revision=${PACKAGE_REVISION:-1}
-build pg-shard-node node "postgresql-15-pg-shard_${version}-${revision}_${arch}.deb"
-build pg-shard-coordinator coordinator "pg-shard-coordinator_${version}-${revision}_${arch}.deb"
+# (package.sh leaves one build of each in target/debian)
+build pg-shard-node node "$(cd "$packages" && ls postgresql-15-pg-shard_*.deb)"
+build pg-shard-coordinator coordinator "$(cd "$packages" && ls pg-shard-coordinator_*.deb)"

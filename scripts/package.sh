@@ -14,10 +14,18 @@ out=${OUT:-$repo/target/debian}
 pg_config=${PG_CONFIG:-$(command -v pg_config)}
 pg_major=$("$pg_config" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
+# Each commit builds a higher version than the one before (apt upgrades
+# from one build to the next): the crate's version, then the commit count
+# and hash. Outside a git checkout, the crate's version alone.
+if commits=$(git -C "$repo" rev-list --count HEAD 2>/dev/null); then
+    version="$version+git$commits.$(git -C "$repo" rev-parse --short=7 HEAD)"
+fi
 revision=${PACKAGE_REVISION:-1}
 arch=$(dpkg --print-architecture)
 maintainer="pg_shard developers <pg_shard@localhost>"
 mkdir -p "$out"
+# One build of each package in $out: tests and images install "the" one.
+rm -f "$out"/postgresql-*-pg-shard_*.deb "$out"/pg-shard-coordinator_*.deb
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -71,6 +79,11 @@ install -m 0644 "$repo/packaging/pg-shard-coordinator.service" "$coordinator/lib
 install -m 0644 "$repo/packaging/coordinator.toml" "$coordinator/etc/pg_shard/"
 install -m 0644 "$repo/docs/coordinator.md" "$coordinator/usr/share/doc/pg-shard-coordinator/"
 echo /etc/pg_shard/coordinator.toml >"$coordinator/DEBIAN/conffiles"
+# systemd learns of a new or changed unit, a running coordinator is
+# restarted on upgrade and stopped on removal.
+install -m 0755 "$repo/packaging/coordinator.postinst" "$coordinator/DEBIAN/postinst"
+install -m 0755 "$repo/packaging/coordinator.prerm" "$coordinator/DEBIAN/prerm"
+install -m 0755 "$repo/packaging/coordinator.postrm" "$coordinator/DEBIAN/postrm"
 cat >"$coordinator/DEBIAN/control" <<EOF
 Package: pg-shard-coordinator
 Version: $version-$revision
