@@ -19,6 +19,7 @@ pub const PAGE: &str = include_str!("map_page.html");
 pub fn json(clusters: &BTreeMap<String, ClusterStats>) -> String {
     let databases: Vec<Value> = clusters
         .iter()
+        .filter(|(_, stats)| stats.fresh())
         .map(|(database, stats)| {
             let shards: Vec<Value> = stats
                 .shards
@@ -85,6 +86,7 @@ mod tests {
                 }],
                 imbalance: vec![("size_bytes".into(), 1, Some(1.5))],
                 nodes: Vec::new(),
+                fetched_at: Some(std::time::Instant::now()),
             },
         );
         let parsed: Value = serde_json::from_str(&json(&clusters)).unwrap_or(Value::Null);

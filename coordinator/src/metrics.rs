@@ -84,7 +84,9 @@ impl ShardStats {
             Some(started) if now.duration_since(started) < SHARD_WINDOW => {}
             Some(started) if now.duration_since(started) < SHARD_WINDOW * 2 => {
                 self.previous = std::mem::take(&mut self.current);
-                self.window_started = Some(now);
+                // windows on a fixed grid: the previous one is never older
+                // than 20 s
+                self.window_started = Some(started + SHARD_WINDOW);
             }
             _ => {
                 self.previous = Default::default();
@@ -141,9 +143,23 @@ pub struct ShardReport {
     pub p99_ms: Vec<Option<f64>>,
 }
 
+/// How long the metadata node's statistics are served after they were read
+/// (they are read every 10 s while /metrics or /map.json is read).
+pub const CLUSTER_STATS_FRESH: Duration = Duration::from_secs(60);
+
+impl ClusterStats {
+    pub fn fresh(&self) -> bool {
+        self.fetched_at
+            .is_some_and(|at| at.elapsed() < CLUSTER_STATS_FRESH)
+    }
+}
+
 /// One database's shards and nodes as its metadata node reports them.
 #[derive(Default, Clone)]
 pub struct ClusterStats {
+    /// When they were read: older than [`CLUSTER_STATS_FRESH`], they are
+    /// not served (a node's state of an hour ago is no state).
+    pub fetched_at: Option<std::time::Instant>,
     pub shards: Vec<ShardRow>,
     /// (measure, busiest node, ratio of busiest over median).
     pub imbalance: Vec<(String, i32, Option<f64>)>,
@@ -408,7 +424,12 @@ impl Metrics {
             }
         }
         if let Ok(clusters) = self.cluster_stats.lock() {
-            render_cluster_stats(&mut out, &clusters);
+            let fresh: BTreeMap<String, ClusterStats> = clusters
+                .iter()
+                .filter(|(_, stats)| stats.fresh())
+                .map(|(database, stats)| (database.clone(), stats.clone()))
+                .collect();
+            render_cluster_stats(&mut out, &fresh);
         }
         out
     }

@@ -606,6 +606,7 @@ async fn fetch_cluster_stats(client: &tokio_postgres::Client, map: &DatabaseMap)
             .await?;
         // (try_get: a row of unexpected types is skipped, never a panic)
         Ok::<_, tokio_postgres::Error>(ClusterStats {
+            fetched_at: Some(std::time::Instant::now()),
             shards: shards
                 .iter()
                 .filter_map(|row| {

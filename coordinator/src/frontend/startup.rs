@@ -102,8 +102,14 @@ async fn start(
                         .await
                         .map_err(timed_out)??;
                 }
-                // Asked twice, or TLS off.
-                _ => stream.write_all(b"N").await?,
+                // Asked again inside the session: a protocol violation,
+                // as PostgreSQL takes it.
+                Some(_) => {
+                    return Err(SessionError::Protocol(
+                        protocol::ProtocolError::SslRequestInsideTls,
+                    ))
+                }
+                None => stream.write_all(b"N").await?,
             },
             StartupRequest::GssEncryption => {
                 stream.write_all(b"N").await?;

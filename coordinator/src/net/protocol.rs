@@ -27,6 +27,8 @@ pub enum ProtocolError {
     UnexpectedType(char),
     #[error("received unencrypted data after SSL request")]
     UnencryptedAfterSslRequest,
+    #[error("SSL request inside a TLS session")]
+    SslRequestInsideTls,
 }
 
 /// The first message of a connection (untyped: length, then a code).

@@ -1,6 +1,7 @@
 //! SCRAM-SHA-256 (RFC 5802 / 7677) as PostgreSQL uses it: the server side
 //! for clients, the client side for servers that ask the coordinator for a
-//! password. No channel binding (the coordinator does not speak TLS).
+//! password. No channel binding (SCRAM-SHA-256-PLUS), even over TLS:
+//! clients with channel_binding=require cannot log in.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;

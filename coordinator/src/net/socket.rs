@@ -61,7 +61,10 @@ impl Inner {
         }
     }
 
-    /// Writes what the socket takes of `data` without waiting. Every send
+    /// Writes what the socket takes of `data` without waiting. For TLS,
+    /// taken means encrypted into the session: [`Socket`]'s writers flush
+    /// what is left (a cloned TLS descriptor does not exist, see
+    /// `try_clone_inner`, so other writers never get one). Every send
     /// to a client and on a pooled or shared server connection goes
     /// through here (catalog connections and /metrics do not): see
     /// busy_poll.

@@ -96,6 +96,9 @@ impl TlsStream {
         match self.session()?.reader().read(buffer) {
             Ok(read) => Ok(Some(read)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            // the client closed the socket without close_notify: the end,
+            // as a plain socket's 0
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(Some(0)),
             Err(e) => Err(e),
         }
     }
