@@ -196,6 +196,18 @@ impl TlsStream {
     }
 }
 
+impl Drop for TlsStream {
+    /// Says goodbye as PostgreSQL does (`SSL_shutdown`): a close_notify
+    /// alert, sent if the socket takes it now (never waiting), so that a
+    /// client sees the session end rather than a truncated stream.
+    fn drop(&mut self) {
+        if let Ok(mut session) = self.session.lock() {
+            session.send_close_notify();
+            let _ = self.send(&mut session);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
