@@ -52,7 +52,8 @@ start_node() { # start_node DIR PORT
 }
 check "a metadata node and a worker preloading pg_shard start" \
     sh -c "$(declare -f start_node); bin=$bin; start_node /tmp/metadata 25920 && start_node /tmp/worker 25922"
-version=$(dpkg-query -W -f='${Version}' postgresql-15-pg-shard 2>/dev/null | cut -d- -f1)
+# (the upstream part: the extension's version, before +git… and the revision)
+version=$(dpkg-query -W -f='${Version}' postgresql-15-pg-shard 2>/dev/null | cut -d- -f1 | cut -d+ -f1)
 check "CREATE EXTENSION pg_shard, at the package's version ($version)" \
     sh -c "test -n '$version' && /usr/bin/psql -X -At -h 127.0.0.1 -p 25920 -U postgres -v ON_ERROR_STOP=1 \
         -c 'CREATE EXTENSION pg_shard' \
