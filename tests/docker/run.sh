@@ -89,7 +89,7 @@ check "a read by key goes to its worker (metrics)" sh -c '
     "$PGSHARD_COORDINATOR_PORT" "$POSTGRES_DB" "$PGSHARD_METRICS_PORT" "$PGSHARD_WORKER1_PORT" "$PGSHARD_WORKER2_PORT"
 # A move between the containers: pg_shard's own connections log in with
 # the nodes' password (.pgpass, written by the entry point).
-move_job=$(coordinator -c "SET pg_shard.move_drop_delay = 0" -c "
+move_job=$(coordinator -q -c "SET pg_shard.move_drop_delay = 0" -c "
     SELECT pg_shard.move_shard(
         (SELECT shard_id FROM pg_shard.shards WHERE table_name = 'docker_accounts'::regclass
             AND node_id = (SELECT node_id FROM pg_shard.nodes WHERE port = $PGSHARD_WORKER1_PORT)
