@@ -25,6 +25,8 @@ pub enum ConfigError {
     ScramWithoutUsers,
     #[error("tls = \"{0}\" needs tls_cert_file and tls_key_file")]
     TlsWithoutCertificate(&'static str),
+    #[error("server_tls_cert_file and server_tls_key_file go together: set both or neither")]
+    ServerCertificateHalf,
 }
 
 /// Whether clients may or must talk TLS.
@@ -45,6 +47,36 @@ impl TlsMode {
             TlsMode::Disable => "disable",
             TlsMode::Allow => "allow",
             TlsMode::Require => "require",
+        }
+    }
+}
+
+/// Whether the coordinator speaks TLS to the nodes over TCP, and what it
+/// checks, as libpq's `sslmode` (Unix-domain sockets stay plain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerTlsMode {
+    /// Plain connections only.
+    Disable,
+    /// TLS when the server offers it, else plain; no certificate checked.
+    Prefer,
+    /// TLS or no connection; the certificate is checked only when
+    /// server_tls_ca_file is set (as libpq with a root certificate).
+    Require,
+    /// TLS, with a certificate signed by server_tls_ca_file.
+    VerifyCa,
+    /// As verify-ca, and the certificate names the server's host.
+    VerifyFull,
+}
+
+impl ServerTlsMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerTlsMode::Disable => "disable",
+            ServerTlsMode::Prefer => "prefer",
+            ServerTlsMode::Require => "require",
+            ServerTlsMode::VerifyCa => "verify-ca",
+            ServerTlsMode::VerifyFull => "verify-full",
         }
     }
 }
@@ -123,6 +155,14 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key of that certificate.
     pub tls_key_file: Option<PathBuf>,
+    /// TLS with the nodes over TCP.
+    pub server_tls_sslmode: ServerTlsMode,
+    /// PEM certificates that sign the nodes' certificates.
+    pub server_tls_ca_file: Option<PathBuf>,
+    /// PEM certificate (and key) shown to nodes that ask for one
+    /// (pg_hba's `clientcert` or `cert`).
+    pub server_tls_cert_file: Option<PathBuf>,
+    pub server_tls_key_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -152,6 +192,10 @@ impl Default for Config {
             tls: TlsMode::Disable,
             tls_cert_file: None,
             tls_key_file: None,
+            server_tls_sslmode: ServerTlsMode::Prefer,
+            server_tls_ca_file: None,
+            server_tls_cert_file: None,
+            server_tls_key_file: None,
         }
     }
 }
@@ -199,6 +243,14 @@ names with underscores):
                            with clients that ask (allow), or only TLS (require)
   --tls-cert-file FILE     [PGSHARD_COORDINATOR_TLS_CERT_FILE] PEM certificate chain
   --tls-key-file FILE      [PGSHARD_COORDINATOR_TLS_KEY_FILE]  PEM private key
+  --server-tls-sslmode disable|prefer|require|verify-ca|verify-full
+                           [PGSHARD_COORDINATOR_SERVER_TLS_SSLMODE] default prefer:
+                           TLS with the nodes over TCP, as libpq's sslmode
+  --server-tls-ca-file FILE [PGSHARD_COORDINATOR_SERVER_TLS_CA_FILE] PEM certificates
+                           that sign the nodes' (verify-ca, verify-full)
+  --server-tls-cert-file FILE [PGSHARD_COORDINATOR_SERVER_TLS_CERT_FILE] and
+  --server-tls-key-file FILE [PGSHARD_COORDINATOR_SERVER_TLS_KEY_FILE]: a client
+                           certificate for nodes that ask for one
 ";
 
 /// Longest busy-polling window (µs): beyond it polling is spinning.
@@ -206,7 +258,7 @@ const MOST_BUSY_POLL: u64 = 10_000;
 const BUSY_POLL_RANGE: &str = "expected microseconds from 0 (never) to 10000";
 
 /// The settings names, as flags use them (without the leading dashes).
-const NAMES: [&str; 24] = [
+const NAMES: [&str; 28] = [
     "listen",
     "metadata",
     "auth",
@@ -231,6 +283,10 @@ const NAMES: [&str; 24] = [
     "tls",
     "tls-cert-file",
     "tls-key-file",
+    "server-tls-sslmode",
+    "server-tls-ca-file",
+    "server-tls-cert-file",
+    "server-tls-key-file",
 ];
 
 impl Config {
@@ -298,6 +354,9 @@ impl Config {
         {
             return Err(ConfigError::TlsWithoutCertificate(config.tls.name()));
         }
+        if config.server_tls_cert_file.is_some() != config.server_tls_key_file.is_some() {
+            return Err(ConfigError::ServerCertificateHalf);
+        }
         config.check_ranges()?;
         Ok(Some(config))
     }
@@ -361,6 +420,23 @@ impl Config {
                     _ => return Err(bad("expected disable, allow or require")),
                 }
             }
+            "server-tls-sslmode" => {
+                self.server_tls_sslmode = match value {
+                    "disable" => ServerTlsMode::Disable,
+                    "prefer" => ServerTlsMode::Prefer,
+                    "require" => ServerTlsMode::Require,
+                    "verify-ca" => ServerTlsMode::VerifyCa,
+                    "verify-full" => ServerTlsMode::VerifyFull,
+                    _ => {
+                        return Err(bad(
+                            "expected disable, prefer, require, verify-ca or verify-full",
+                        ))
+                    }
+                }
+            }
+            "server-tls-ca-file" => self.server_tls_ca_file = Some(PathBuf::from(value)),
+            "server-tls-cert-file" => self.server_tls_cert_file = Some(PathBuf::from(value)),
+            "server-tls-key-file" => self.server_tls_key_file = Some(PathBuf::from(value)),
             "tls-cert-file" => self.tls_cert_file = Some(PathBuf::from(value)),
             "tls-key-file" => self.tls_key_file = Some(PathBuf::from(value)),
             "server-password" => self.server_password = Some(value.to_owned()),
@@ -490,6 +566,34 @@ mod tests {
         assert_eq!(config.tls_key_file, Some(PathBuf::from("/etc/ssl/k.pem")));
         let default = Config::load(&[], &none).unwrap().unwrap();
         assert_eq!(default.tls, TlsMode::Disable);
+        assert_eq!(default.server_tls_sslmode, ServerTlsMode::Prefer);
+    }
+
+    #[test]
+    fn server_tls_settings() {
+        let none = |_: &str| None;
+        let config = Config::load(
+            &args(&[
+                "--server-tls-sslmode=verify-full",
+                "--server-tls-ca-file=/ca.pem",
+            ]),
+            &none,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.server_tls_sslmode, ServerTlsMode::VerifyFull);
+        let bad = Config::load(&args(&["--server-tls-sslmode=allow"]), &none)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(bad.contains("expected disable, prefer"), "{bad}");
+        let half = Config::load(&args(&["--server-tls-cert-file=/c.pem"]), &none)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(half.contains("set both or neither"), "{half}");
+        let from_file: Config = toml::from_str("server_tls_sslmode = \"verify-ca\"").unwrap();
+        assert_eq!(from_file.server_tls_sslmode, ServerTlsMode::VerifyCa);
     }
 
     #[test]

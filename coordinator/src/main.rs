@@ -165,6 +165,16 @@ async fn run(mut config: Config) -> Result<(), String> {
         }
     };
     backend::connection::use_socket_folder(config.server_socket_dir.clone());
+    let server_tls = net::tls_client::TlsConnector::new(
+        config.server_tls_sslmode,
+        config.server_tls_ca_file.as_deref(),
+        config
+            .server_tls_cert_file
+            .as_deref()
+            .zip(config.server_tls_key_file.as_deref()),
+    )
+    .map_err(|e| e.to_string())?;
+    backend::connection::use_server_tls(server_tls);
     let metrics = Arc::new(metrics::Metrics::default());
     let maps = cluster::Maps::new(
         metadata.clone(),

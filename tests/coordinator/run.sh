@@ -569,6 +569,7 @@ failed=$((failed + $(grep -c '^not ok - ' "$here/soak.log")))
 # TLS with clients: a test CA made here signs a certificate for localhost
 # and 127.0.0.1; a ninth coordinator takes only TLS (tls = require), a
 # tenth both (tls = allow). psql, psycopg 3 and node-postgres connect.
+# Then TLS with the nodes (server_tls.sh: coordinators on 28440-28444).
 tls_dir=$(mktemp -d /var/tmp/pg_shard-tls.XXXXXX)
 (
     cd "$tls_dir" &&
@@ -600,6 +601,8 @@ run_script "$here/tls.log" "$python" "$here/clients/tls_test.py" 28429 28430 "$P
 NODE_PATH=$node_dir/node_modules run_script "$here/tls.log" \
     node "$here/clients/tls_node.js" 28429 "$PGSHARD_DATABASE" "$tls_dir/ca.crt" "$tls_dir/other.crt"
 kill "$ninth_pid" "$tenth_pid" 2>/dev/null
+# TLS with the nodes (server_tls_sslmode), SCRAM-SHA-256-PLUS both ways.
+run_script "$here/tls.log" bash "$here/server_tls.sh" "$bin" "$cluster_dir" "$PGSHARD_DATABASE" "$tls_dir"
 bad_key=$("$bin" --listen 127.0.0.1:28431 --metadata 127.0.0.1:28320 --metrics-listen "" --tls require \
     --tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/other.key" 2>&1 || true)
 check "TLS: a key that is not the certificate's stops the start, saying so" \

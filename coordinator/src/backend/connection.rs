@@ -2,10 +2,12 @@
 //! node or a worker), spoken in raw protocol so that client messages can be
 //! forwarded without re-encoding.
 
+use crate::config::ServerTlsMode;
 use crate::net::protocol::{self, ServerError};
-use crate::net::scram::{self, ClientExchange};
+use crate::net::scram::{self, ClientBinding, ClientExchange};
 use crate::net::socket::{Inner, Socket};
 use crate::net::tags;
+use crate::net::tls_client::TlsConnector;
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
@@ -38,6 +40,12 @@ pub enum BackendError {
     UnsupportedAuth(String, i32),
     #[error("SCRAM with server failed: {0}")]
     Scram(#[from] scram::ScramError),
+    #[error("server {0} does not accept TLS (server_tls_sslmode = {1})")]
+    TlsRefused(String, &'static str),
+    #[error("TLS with server {0} failed: {1}")]
+    Tls(String, std::io::Error),
+    #[error("server {0} sent unencrypted data after its answer to SSLRequest")]
+    TlsInjection(String),
 }
 
 /// Where a server listens.
@@ -62,6 +70,19 @@ pub fn use_socket_folder(folder: Option<std::path::PathBuf>) {
     let _ = SOCKET_FOLDER.set(folder);
 }
 
+/// How connections to servers over TCP speak TLS (None: plain).
+static SERVER_TLS: std::sync::OnceLock<Option<TlsConnector>> = std::sync::OnceLock::new();
+
+/// Sets `server_tls_sslmode` for every server connection made after.
+pub fn use_server_tls(connector: Option<TlsConnector>) {
+    let _ = SERVER_TLS.set(connector);
+}
+
+/// The TLS settings of server connections (the catalog's use them too).
+pub fn server_tls() -> Option<&'static TlsConnector> {
+    SERVER_TLS.get().and_then(Option::as_ref)
+}
+
 /// The Unix-domain socket of a server on this machine, when a socket
 /// folder is configured.
 fn socket_path(address: &ServerAddress) -> Option<std::path::PathBuf> {
@@ -71,6 +92,49 @@ fn socket_path(address: &ServerAddress) -> Option<std::path::PathBuf> {
         .and_then(|folder| folder.as_ref())
         .filter(|_| local)
         .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)))
+}
+
+/// Asks the server for TLS (SSLRequest) and, when it agrees, shakes hands;
+/// a server that declines gets a plain connection under `prefer` only.
+async fn negotiate_tls(
+    mut stream: TcpStream,
+    connector: &TlsConnector,
+    address: &ServerAddress,
+) -> Result<Socket, BackendError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let target = address.to_string();
+    let mut request = BytesMut::new();
+    protocol::ssl_request(&mut request);
+    let answer = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        stream.write_all(&request).await?;
+        let mut answer = [0u8; 1];
+        stream.read_exact(&mut answer).await?;
+        Ok::<u8, std::io::Error>(answer[0])
+    })
+    .await
+    .map_err(|_| BackendError::ConnectTimeout(target.clone()))??;
+    match answer {
+        b'S' => {}
+        b'N' if connector.mode() == ServerTlsMode::Prefer => {
+            return Ok(Socket::from_tokio_tcp(stream)?)
+        }
+        b'N' => return Err(BackendError::TlsRefused(target, connector.mode().name())),
+        other => return Err(protocol::ProtocolError::UnexpectedType(other as char).into()),
+    }
+    // Nothing may come before the handshake: bytes here were not sent by
+    // the server's TLS (CVE-2021-23222).
+    let mut extra = [0u8; 1];
+    match stream.try_read(&mut extra) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        _ => return Err(BackendError::TlsInjection(target)),
+    }
+    let mut socket = Socket::from_tokio_tcp(stream)?;
+    let handshake = socket.start_tls(|tcp| connector.connect(tcp, &address.host));
+    tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+        .await
+        .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
+        .map_err(|e| BackendError::Tls(target, e))?;
+    Ok(socket)
 }
 
 /// [`ServerConnection::last_session`] of a connection whose session state
@@ -199,15 +263,21 @@ impl ServerConnection {
     /// Opens the connection only (startup is up to the caller), over the
     /// server's Unix-domain socket when one is configured for it.
     pub async fn open(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
-        Self::open_by(address, true).await
+        Self::open_by(address, true, server_tls()).await
     }
 
     /// [`Self::open`] over TCP always: a login relayed for a client
     /// (passthrough) must meet the server's rules for TCP clients, which
     /// is what the client is; its `local` rules (peer, trust) are for
-    /// processes of the server's machine.
-    pub async fn open_tcp(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
-        Self::open_by(address, false).await
+    /// processes of the server's machine. `tls`: whether to ask for TLS
+    /// as `server_tls_sslmode` says, or (only where it says `prefer`)
+    /// to stay plain.
+    pub async fn open_tcp(
+        address: &ServerAddress,
+        tls: bool,
+    ) -> Result<ServerConnection, BackendError> {
+        let connector = server_tls().filter(|c| tls || c.mode() != ServerTlsMode::Prefer);
+        Self::open_by(address, false, connector).await
     }
 
     /// Over TCP to a server that [`Self::open`] reaches through its
@@ -220,6 +290,7 @@ impl ServerConnection {
     async fn open_by(
         address: &ServerAddress,
         socket_allowed: bool,
+        tls: Option<&TlsConnector>,
     ) -> Result<ServerConnection, BackendError> {
         let target = address.to_string();
         let socket = socket_path(address).filter(|_| socket_allowed);
@@ -240,9 +311,12 @@ impl ServerConnection {
                 )
                 .await
                 .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
-                .map_err(|e| BackendError::Connect(target, e))?;
+                .map_err(|e| BackendError::Connect(target.clone(), e))?;
                 stream.set_nodelay(true)?;
-                Socket::from_tokio_tcp(stream)?
+                match tls {
+                    Some(connector) => negotiate_tls(stream, connector, address).await?,
+                    None => Socket::from_tokio_tcp(stream)?,
+                }
             }
         };
         Ok(ServerConnection {
@@ -312,9 +386,20 @@ impl ServerConnection {
                 protocol::password(&mut out, &data);
             }
             10 => {
-                let (mut exchange, first) = ClientExchange::start(password()?);
+                let offered_plus = body
+                    .split(|b| *b == 0)
+                    .any(|mechanism| mechanism == scram::MECHANISM_PLUS.as_bytes());
+                let binding = match self.stream.tls_binding() {
+                    None => ClientBinding::None,
+                    Some(Some(end_point)) if offered_plus => ClientBinding::Bound(end_point),
+                    // (a certificate whose hash cannot bind: as libpq's
+                    // channel_binding = prefer, without)
+                    Some(_) if offered_plus => ClientBinding::None,
+                    Some(_) => ClientBinding::Possible,
+                };
+                let (mut exchange, mechanism, first) = ClientExchange::start(password()?, binding);
                 let mut data = BytesMut::new();
-                protocol::put_cstr(&mut data, scram::MECHANISM);
+                protocol::put_cstr(&mut data, mechanism);
                 data.extend_from_slice(&(first.len() as i32).to_be_bytes());
                 data.extend_from_slice(first.as_bytes());
                 protocol::password(&mut out, &data);

@@ -274,7 +274,7 @@ pub(super) const EXTENSION_INSTALLED: &str =
     "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_shard'";
 
 pub(super) type CatalogConnection =
-    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+    tokio_postgres::Connection<tokio_postgres::Socket, super::catalog_tls::CatalogTlsStream>;
 
 /// A connection to the metadata node's catalog in `database`.
 pub(super) async fn connect_catalog(
@@ -284,6 +284,11 @@ pub(super) async fn connect_catalog(
     database: &str,
     application: &str,
 ) -> Result<(tokio_postgres::Client, CatalogConnection), tokio_postgres::Error> {
+    use super::catalog_tls::CatalogTls;
+    use crate::config::ServerTlsMode;
+    use crate::net::tls_client::TlsConnector;
+    use tokio_postgres::config::SslMode;
+    let tls = super::connection::server_tls();
     tokio_postgres::Config::new()
         .host(&metadata.host)
         .port(metadata.port)
@@ -295,6 +300,11 @@ pub(super) async fn connect_catalog(
         .options("-c search_path=pg_catalog,pg_temp")
         .password(password.unwrap_or_default())
         .connect_timeout(Duration::from_secs(10))
-        .connect(tokio_postgres::NoTls)
+        .ssl_mode(match tls.map(TlsConnector::mode) {
+            None | Some(ServerTlsMode::Disable) => SslMode::Disable,
+            Some(ServerTlsMode::Prefer) => SslMode::Prefer,
+            Some(_) => SslMode::Require,
+        })
+        .connect(CatalogTls::new(tls))
         .await
 }

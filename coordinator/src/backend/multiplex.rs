@@ -641,5 +641,12 @@ async fn write_all(mut writer: Inner, mut data: &[u8]) -> io::Result<Inner> {
             Err(e) => return Err(e),
         }
     }
+    // What a TLS session took but the socket did not (else the requests
+    // would wait for the next write, which waits for their answers).
+    while !writer.flush()? {
+        let registered = socket::watch(writer, Interest::WRITABLE)?;
+        registered.writable().await?.clear_ready();
+        writer = registered.into_inner();
+    }
     Ok(writer)
 }

@@ -141,13 +141,25 @@ pub(super) async fn scram_login(
     };
     let mut out = BytesMut::new();
     let mut mechanisms = BytesMut::new();
+    // Over TLS, -PLUS first, as PostgreSQL offers them: the client binds
+    // the exchange to its session with this certificate.
+    let binding = shared
+        .tls
+        .as_ref()
+        .and_then(|tls| tls.end_point())
+        .filter(|_| stream.tls_description().is_some());
+    if binding.is_some() {
+        protocol::put_cstr(&mut mechanisms, scram::MECHANISM_PLUS);
+    }
     protocol::put_cstr(&mut mechanisms, scram::MECHANISM);
     mechanisms.put_u8(0);
     protocol::authentication(&mut out, 10, &mechanisms);
     stream.write_all(&out).await?;
     let mut first = read_auth_message(stream, input, 8192).await?;
     let mechanism = protocol::get_cstr(&mut first, "SASLInitialResponse")?;
-    if mechanism != scram::MECHANISM || first.len() < 4 {
+    let offered =
+        mechanism == scram::MECHANISM || (mechanism == scram::MECHANISM_PLUS && binding.is_some());
+    if !offered || first.len() < 4 {
         refuse(stream, failed()).await;
         return Ok(false);
     }
@@ -160,7 +172,8 @@ pub(super) async fn scram_login(
     let known = verifier.is_some();
     let verifier = verifier
         .unwrap_or_else(|| scram::Verifier::from_password(&rand::random::<u64>().to_string()));
-    let (exchange, server_first) = match ServerExchange::start(verifier, &client_first) {
+    let started = ServerExchange::start(verifier, &mechanism, &client_first, binding);
+    let (exchange, server_first) = match started {
         Ok(started) => started,
         Err(e) => {
             refuse(
@@ -201,8 +214,31 @@ pub(super) async fn passthrough_login(
     replication: Option<&str>,
 ) -> Result<Option<ServerConnection>, SessionError> {
     let mut retried = false;
+    // A client on TLS answers a SASL offer without SCRAM-SHA-256-PLUS
+    // with "y" (it could bind, the server cannot), which a node on TLS
+    // takes for a downgrade and refuses: with `prefer`, such a login goes
+    // to the node plain first (SCRAM needs no TLS), and over TLS when the
+    // node's pg_hba wants that (hostssl).
+    let mut server_tls = stream.tls_description().is_none();
     loop {
-        match passthrough_attempt(stream, input, shared, user, database, replication).await? {
+        let attempt = passthrough_attempt(
+            stream,
+            input,
+            shared,
+            user,
+            database,
+            replication,
+            server_tls,
+        )
+        .await?;
+        match attempt {
+            Attempt::Refused(error, false)
+                if error.code == sqlstate::INVALID_AUTHORIZATION_SPECIFICATION
+                    && !server_tls
+                    && crate::backend::connection::server_tls().is_some() =>
+            {
+                server_tls = true;
+            }
             // The role's or database's CONNECTION LIMIT is taken up by
             // idle pooled connections (of clients gone): close them, and
             // try again when the client was asked for nothing yet.
@@ -235,6 +271,21 @@ pub(super) async fn passthrough_login(
     }
 }
 
+/// A server's AuthenticationSASL body without SCRAM-SHA-256-PLUS: channel
+/// binding ties the exchange to one TLS session, and the client's is with
+/// the coordinator, not with the server.
+fn without_channel_binding(body: &[u8]) -> Vec<u8> {
+    let mut kept = body[..4].to_vec();
+    for mechanism in body[4..].split(|b| *b == 0).filter(|m| !m.is_empty()) {
+        if mechanism != scram::MECHANISM_PLUS.as_bytes() {
+            kept.extend_from_slice(mechanism);
+            kept.push(0);
+        }
+    }
+    kept.push(0);
+    kept
+}
+
 /// How a passthrough login went.
 enum Attempt {
     LoggedIn(Box<ServerConnection>),
@@ -252,9 +303,10 @@ async fn passthrough_attempt(
     user: &str,
     database: &str,
     replication: Option<&str>,
+    server_tls: bool,
 ) -> Result<Attempt, SessionError> {
     let mut asked_client = false;
-    let mut server = match ServerConnection::open_tcp(&shared.metadata).await {
+    let mut server = match ServerConnection::open_tcp(&shared.metadata, server_tls).await {
         Ok(server) => server,
         Err(e) => {
             refuse(
@@ -284,7 +336,11 @@ async fn passthrough_attempt(
                     }
                     let mut message = BytesMut::new();
                     let at = protocol::begin_message(&mut message, tags::backend::AUTHENTICATION);
-                    message.put_slice(&body);
+                    if code == 10 {
+                        message.put_slice(&without_channel_binding(&body));
+                    } else {
+                        message.put_slice(&body);
+                    }
                     protocol::end_message(&mut message, at);
                     stream.write_all(&message).await?;
                     if matches!(code, 3 | 5 | 10 | 11) {

@@ -98,7 +98,7 @@ async fn start(
                         ));
                     }
                     stream.write_all(b"S").await?;
-                    tokio::time::timeout_at(deadline, stream.start_tls(acceptor))
+                    tokio::time::timeout_at(deadline, stream.start_tls(|tcp| acceptor.accept(tcp)))
                         .await
                         .map_err(timed_out)??;
                 }

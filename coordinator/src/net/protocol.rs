@@ -625,6 +625,11 @@ pub fn startup(out: &mut BytesMut, parameters: &[(&str, &str)]) {
     out[at..at + 4].copy_from_slice(&length.to_be_bytes());
 }
 
+pub fn ssl_request(out: &mut BytesMut) {
+    out.put_i32(8);
+    out.put_i32(SSL_REQUEST);
+}
+
 pub fn cancel_request(out: &mut BytesMut, process_id: i32, secret_key: i32) {
     out.put_i32(16);
     out.put_i32(CANCEL_REQUEST);

@@ -1,7 +1,8 @@
 //! SCRAM-SHA-256 (RFC 5802 / 7677) as PostgreSQL uses it: the server side
 //! for clients, the client side for servers that ask the coordinator for a
-//! password. No channel binding (SCRAM-SHA-256-PLUS), even over TLS:
-//! clients with channel_binding=require cannot log in.
+//! password. Over TLS, SCRAM-SHA-256-PLUS binds the exchange to the
+//! session with the server's certificate (`tls-server-end-point`,
+//! net/channel_binding.rs), both ways.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -13,6 +14,7 @@ use thiserror::Error;
 type HmacSha256 = Hmac<Sha256>;
 
 pub const MECHANISM: &str = "SCRAM-SHA-256";
+pub const MECHANISM_PLUS: &str = "SCRAM-SHA-256-PLUS";
 const DEFAULT_ITERATIONS: u32 = 4096;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -21,6 +23,10 @@ pub enum ScramError {
     Malformed,
     #[error("channel binding is not supported")]
     ChannelBinding,
+    #[error("SCRAM channel binding negotiation error: the client supports channel binding but thinks the server does not, and it does")]
+    BindingDowngrade,
+    #[error("SCRAM channel binding check failed")]
+    BindingMismatch,
     #[error("nonce mismatch")]
     Nonce,
     #[error("password authentication failed")]
@@ -90,26 +96,50 @@ pub struct ServerExchange {
     client_first_bare: String,
     server_first: String,
     nonce: String,
+    /// The `c=` the client-final message must carry: the gs2 header, and
+    /// the binding data when the client bound.
+    channel_binding: String,
 }
 
 impl ServerExchange {
-    /// Reads the client-first message; returns the exchange and the
+    /// Reads the client-first message of `mechanism` (SCRAM-SHA-256 or
+    /// -PLUS); `binding` is this side's `tls-server-end-point` when the
+    /// session is TLS and -PLUS was offered. Returns the exchange and the
     /// server-first message to send.
     pub fn start(
         verifier: Verifier,
+        mechanism: &str,
         client_first: &[u8],
+        binding: Option<&[u8]>,
     ) -> Result<(ServerExchange, String), ScramError> {
         let text = std::str::from_utf8(client_first).map_err(|_| ScramError::Malformed)?;
-        // gs2 header: "n,," (no binding) or "y,," (client could but we can't).
-        let bare = if let Some(bare) = text.strip_prefix("n,,") {
-            bare
+        let plus = mechanism == MECHANISM_PLUS;
+        // gs2 header: "n,," (no binding), "y,," (the client could bind but
+        // saw no -PLUS offered), "p=tls-server-end-point,," (bound).
+        let (header, bare) = if let Some(bare) = text.strip_prefix("n,,") {
+            ("n,,", bare)
         } else if let Some(bare) = text.strip_prefix("y,,") {
-            bare
+            if binding.is_some() {
+                return Err(ScramError::BindingDowngrade);
+            }
+            ("y,,", bare)
+        } else if let Some(bare) = text.strip_prefix("p=tls-server-end-point,,") {
+            if !plus || binding.is_none() {
+                return Err(ScramError::ChannelBinding);
+            }
+            ("p=tls-server-end-point,,", bare)
         } else if text.starts_with("p=") {
             return Err(ScramError::ChannelBinding);
         } else {
             return Err(ScramError::Malformed);
         };
+        if plus && !header.starts_with("p=") {
+            return Err(ScramError::ChannelBinding);
+        }
+        let mut bound = header.as_bytes().to_vec();
+        if plus {
+            bound.extend_from_slice(binding.unwrap_or_default());
+        }
         let client_nonce = bare
             .split(',')
             .find_map(|part| part.strip_prefix("r="))
@@ -129,6 +159,7 @@ impl ServerExchange {
                 client_first_bare: bare.to_owned(),
                 server_first: server_first.clone(),
                 nonce,
+                channel_binding: BASE64.encode(bound),
             },
             server_first,
         ))
@@ -144,6 +175,13 @@ impl ServerExchange {
             .ok_or(ScramError::Malformed)?;
         if nonce != self.nonce {
             return Err(ScramError::Nonce);
+        }
+        let binding = without_proof
+            .split(',')
+            .find_map(|part| part.strip_prefix("c="))
+            .ok_or(ScramError::Malformed)?;
+        if binding != self.channel_binding {
+            return Err(ScramError::BindingMismatch);
         }
         let proof: [u8; 32] = BASE64
             .decode(proof)
@@ -168,29 +206,51 @@ impl ServerExchange {
     }
 }
 
+/// How the client side binds the exchange to its TLS session.
+pub enum ClientBinding {
+    /// Not on TLS, or binding is not possible ("n").
+    None,
+    /// On TLS, but the server offered no -PLUS ("y").
+    Possible,
+    /// SCRAM-SHA-256-PLUS with the server's `tls-server-end-point` ("p").
+    Bound(Vec<u8>),
+}
+
 /// The client side of one exchange (the coordinator logging in to a server).
 pub struct ClientExchange {
     password: String,
     nonce: String,
     client_first_bare: String,
+    /// The `c=` of client-final: base64 of the gs2 header and binding data.
+    channel_binding: String,
     expected_server_signature: Option<[u8; 32]>,
 }
 
 impl ClientExchange {
-    /// Returns the exchange and the client-first message.
-    pub fn start(password: &str) -> (ClientExchange, String) {
+    /// Returns the exchange, the mechanism to name and the client-first
+    /// message.
+    pub fn start(password: &str, binding: ClientBinding) -> (ClientExchange, &'static str, String) {
         let mut random = [0u8; 18];
         rand::thread_rng().fill_bytes(&mut random);
         let nonce = BASE64.encode(random);
         let client_first_bare = format!("n=,r={nonce}");
+        let (mechanism, header, data) = match binding {
+            ClientBinding::None => (MECHANISM, "n,,", Vec::new()),
+            ClientBinding::Possible => (MECHANISM, "y,,", Vec::new()),
+            ClientBinding::Bound(data) => (MECHANISM_PLUS, "p=tls-server-end-point,,", data),
+        };
+        let mut bound = header.as_bytes().to_vec();
+        bound.extend_from_slice(&data);
         (
             ClientExchange {
                 password: password.to_owned(),
                 nonce,
                 client_first_bare: client_first_bare.clone(),
+                channel_binding: BASE64.encode(bound),
                 expected_server_signature: None,
             },
-            format!("n,,{client_first_bare}"),
+            mechanism,
+            format!("{header}{client_first_bare}"),
         )
     }
 
@@ -216,7 +276,7 @@ impl ClientExchange {
         let salted = salted_password(self.password.as_bytes(), &salt, iterations);
         let client_key = hmac(&salted, b"Client Key");
         let stored_key: [u8; 32] = Sha256::digest(client_key).into();
-        let without_proof = format!("c=biws,r={nonce}");
+        let without_proof = format!("c={},r={nonce}", self.channel_binding);
         let auth_message = format!("{},{},{}", self.client_first_bare, text, without_proof);
         let signature = hmac(&stored_key, auth_message.as_bytes());
         let mut proof = [0u8; 32];
@@ -284,25 +344,75 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// One whole exchange; the server's error if it refuses.
+    fn exchange(
+        password: &str,
+        client_binding: ClientBinding,
+        server_binding: Option<&[u8]>,
+    ) -> Result<(), ScramError> {
+        let verifier = Verifier::from_password("s3cret");
+        let (mut client, mechanism, first) = ClientExchange::start(password, client_binding);
+        let (server, server_first) =
+            ServerExchange::start(verifier, mechanism, first.as_bytes(), server_binding)?;
+        let client_final = client.respond(server_first.as_bytes())?;
+        let server_final = server.finish(client_final.as_bytes())?;
+        client.verify(server_final.as_bytes())
+    }
+
     #[test]
     fn client_and_server_agree() {
-        let verifier = Verifier::from_password("s3cret");
-        let (mut client, first) = ClientExchange::start("s3cret");
-        let (server, server_first) = ServerExchange::start(verifier, first.as_bytes()).unwrap();
-        let client_final = client.respond(server_first.as_bytes()).unwrap();
-        let server_final = server.finish(client_final.as_bytes()).unwrap();
-        client.verify(server_final.as_bytes()).unwrap();
+        assert_eq!(exchange("s3cret", ClientBinding::None, None), Ok(()));
+        assert_eq!(exchange("s3cret", ClientBinding::Possible, None), Ok(()));
+        assert_eq!(
+            exchange("s3cret", ClientBinding::None, Some(b"cert")),
+            Ok(())
+        );
+        assert_eq!(
+            exchange(
+                "s3cret",
+                ClientBinding::Bound(b"cert".to_vec()),
+                Some(b"cert")
+            ),
+            Ok(())
+        );
     }
 
     #[test]
     fn wrong_password_is_refused() {
-        let verifier = Verifier::from_password("s3cret");
-        let (mut client, first) = ClientExchange::start("guess");
-        let (server, server_first) = ServerExchange::start(verifier, first.as_bytes()).unwrap();
-        let client_final = client.respond(server_first.as_bytes()).unwrap();
         assert_eq!(
-            server.finish(client_final.as_bytes()),
+            exchange("guess", ClientBinding::None, None),
             Err(ScramError::WrongProof)
+        );
+        assert_eq!(
+            exchange(
+                "guess",
+                ClientBinding::Bound(b"cert".to_vec()),
+                Some(b"cert")
+            ),
+            Err(ScramError::WrongProof)
+        );
+    }
+
+    #[test]
+    fn binding_to_another_session_is_refused() {
+        // A man in the middle: the client's session has another certificate.
+        assert_eq!(
+            exchange(
+                "s3cret",
+                ClientBinding::Bound(b"other".to_vec()),
+                Some(b"cert")
+            ),
+            Err(ScramError::BindingMismatch)
+        );
+        // A client that could bind, told (falsely) that the server cannot.
+        assert_eq!(
+            exchange("s3cret", ClientBinding::Possible, Some(b"cert")),
+            Err(ScramError::BindingDowngrade)
+        );
+        // Binding where the server has nothing to bind to.
+        assert_eq!(
+            exchange("s3cret", ClientBinding::Bound(b"cert".to_vec()), None),
+            Err(ScramError::ChannelBinding)
         );
     }
 
@@ -320,10 +430,22 @@ mod tests {
     fn channel_binding_and_garbage_are_refused() {
         let verifier = Verifier::from_password("x");
         assert_eq!(
-            ServerExchange::start(verifier.clone(), b"p=tls-server-end-point,,n=,r=abc").err(),
+            ServerExchange::start(
+                verifier.clone(),
+                MECHANISM,
+                b"p=tls-server-end-point,,n=,r=abc",
+                None
+            )
+            .err(),
             Some(ScramError::ChannelBinding)
         );
-        assert!(ServerExchange::start(verifier, b"\xff").is_err());
+        // -PLUS named, but no binding in the message
+        assert_eq!(
+            ServerExchange::start(verifier.clone(), MECHANISM_PLUS, b"n,,n=,r=abc", Some(b"c"))
+                .err(),
+            Some(ScramError::ChannelBinding)
+        );
+        assert!(ServerExchange::start(verifier, MECHANISM, b"\xff", None).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! Here writability is asked for only while a write is blocked, which is
 //! what a proxy needs: writes of small messages complete at once.
 
-use super::tls::{TlsAcceptor, TlsStream};
+use super::tls::TlsStream;
 use bytes::BytesMut;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -20,7 +20,8 @@ const READ_CHUNK: usize = 16 * 1024;
 pub enum Inner {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
-    /// A client's TCP socket once it asked for TLS (net/tls.rs).
+    /// A TCP socket once TLS was agreed on (net/tls.rs): a client's that
+    /// asked for it, or a server's the coordinator asked.
     Tls(Box<TlsStream>),
 }
 
@@ -54,7 +55,7 @@ impl Inner {
 
     /// Sends what a TLS session holds encrypted but unsent; true when
     /// nothing is left (always, without TLS: a write sends or refuses).
-    fn flush(&self) -> io::Result<bool> {
+    pub fn flush(&self) -> io::Result<bool> {
         match self {
             Inner::Tls(stream) => stream.flush(),
             _ => Ok(true),
@@ -62,9 +63,8 @@ impl Inner {
     }
 
     /// Writes what the socket takes of `data` without waiting. For TLS,
-    /// taken means encrypted into the session: [`Socket`]'s writers flush
-    /// what is left (a cloned TLS descriptor does not exist, see
-    /// `try_clone_inner`, so other writers never get one). Every send
+    /// taken means encrypted into the session: writers flush what is left
+    /// ([`Socket`]'s and a pipe's, backend/multiplex.rs). Every send
     /// to a client and on a pooled or shared server connection goes
     /// through here (catalog connections and /metrics do not): see
     /// busy_poll.
@@ -268,27 +268,26 @@ impl Socket {
         Ok(match self.fd()?.get_ref() {
             Inner::Tcp(stream) => Inner::Tcp(stream.try_clone()?),
             Inner::Unix(stream) => Inner::Unix(stream.try_clone()?),
-            Inner::Tls(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "a TLS socket has one session: no second descriptor",
-                ))
-            }
+            Inner::Tls(stream) => Inner::Tls(Box::new(stream.try_clone()?)),
         })
     }
 
-    /// Turns this TCP socket into a TLS session with the client (after it
-    /// asked with SSLRequest and was answered 'S') and shakes hands.
-    pub async fn start_tls(&mut self, acceptor: &TlsAcceptor) -> io::Result<()> {
+    /// Turns this TCP socket into a TLS session (after SSLRequest was
+    /// answered 'S') made by `session` — a client's (net/tls.rs) or a
+    /// server's (net/tls_client.rs) — and shakes hands.
+    pub async fn start_tls(
+        &mut self,
+        session: impl FnOnce(std::net::TcpStream) -> io::Result<TlsStream>,
+    ) -> io::Result<()> {
         let fd = self
             .fd
             .take()
             .ok_or_else(|| io::Error::other("socket lost during re-registration"))?;
         let Inner::Tcp(tcp) = fd.into_inner() else {
-            return Err(io::Error::other("TLS is only for TCP clients"));
+            return Err(io::Error::other("TLS is only for TCP connections"));
         };
         self.fd = Some(watch(
-            Inner::Tls(Box::new(acceptor.accept(tcp)?)),
+            Inner::Tls(Box::new(session(tcp)?)),
             Interest::READABLE,
         )?);
         self.writable_interest = false;
@@ -321,7 +320,16 @@ impl Socket {
         Ok(())
     }
 
-    /// The TLS protocol and cipher of a client's session (None: plain).
+    /// Whether a TLS session runs here, and the server's binding data when
+    /// this is the client side (SCRAM-SHA-256-PLUS).
+    pub fn tls_binding(&self) -> Option<Option<Vec<u8>>> {
+        match self.fd.as_ref().map(AsyncFd::get_ref) {
+            Some(Inner::Tls(stream)) => Some(stream.peer_end_point()),
+            _ => None,
+        }
+    }
+
+    /// The TLS protocol and cipher of the session (None: plain).
     pub fn tls_description(&self) -> Option<String> {
         match self.fd.as_ref().map(AsyncFd::get_ref) {
             Some(Inner::Tls(stream)) => Some(stream.describe()),

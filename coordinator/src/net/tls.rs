@@ -1,12 +1,13 @@
-//! TLS with clients: the server side of a TLS session over the coordinator's
-//! non-blocking TCP sockets. rustls does no I/O of its own; [`TlsStream`]
+//! TLS sessions over the coordinator's non-blocking TCP sockets: the
+//! server side with clients ([`TlsAcceptor`]), the client side with the
+//! nodes (net/tls_client.rs). rustls does no I/O of its own; [`TlsStream`]
 //! feeds it what the socket has and sends what it produces, from the
-//! socket's reads and writes (net/socket.rs), so a TLS client goes through
-//! the same event loop as a plain one.
+//! socket's reads and writes (net/socket.rs), so a TLS connection goes
+//! through the same event loop as a plain one.
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection};
+use rustls::{Connection, ServerConfig, ServerConnection};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,34 +22,59 @@ pub enum TlsError {
     Key(PathBuf, String),
     #[error("the TLS certificate and key do not go together: {0}")]
     Mismatch(String),
+    #[error("cannot read the TLS CA file {0}: {1}")]
+    Authority(PathBuf, String),
+    #[error("server_tls_sslmode = {0} needs server_tls_ca_file (the certificates that sign the nodes' certificates)")]
+    NoAuthority(&'static str),
 }
+
+/// Loads a PEM certificate chain (the holder's certificate first) and its
+/// PEM private key (PKCS#8, PKCS#1 or SEC1).
+pub(super) fn load_key_pair(
+    certificate_file: &Path,
+    key_file: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificate_file)
+        .map_err(|e| TlsError::Certificate(certificate_file.into(), e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::Certificate(certificate_file.into(), e.to_string()))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate(certificate_file.into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .map_err(|e| TlsError::Key(key_file.into(), e.to_string()))?;
+    Ok((chain, key))
+}
+
+/// The cryptography: ring rather than aws-lc-rs (which needs cmake and a
+/// long C build); rustls 0.23.48 deprecates ring's provider for lacking
+/// post-quantum key exchange, which PostgreSQL does not ask for yet.
+pub(super) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    #[allow(deprecated)]
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Most TLS bytes read from the socket before decrypted plaintext is
+/// handed out: one full record (16 kB and its overhead).
+const MOST_READ_PER_WAKE_UP: usize = 17 * 1024;
 
 /// What accepts TLS from clients: the certificate chain and key, loaded
 /// once at start.
 #[derive(Clone)]
 pub struct TlsAcceptor {
     config: Arc<ServerConfig>,
+    /// SCRAM-SHA-256-PLUS's binding data for this certificate (None when
+    /// its signature's hash is not one to bind with).
+    end_point: Option<Arc<[u8]>>,
 }
 
 impl TlsAcceptor {
     /// Loads a PEM certificate chain (server certificate first) and its PEM
     /// private key (PKCS#8, PKCS#1 or SEC1).
     pub fn load(certificate_file: &Path, key_file: &Path) -> Result<TlsAcceptor, TlsError> {
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificate_file)
-            .map_err(|e| TlsError::Certificate(certificate_file.into(), e.to_string()))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| TlsError::Certificate(certificate_file.into(), e.to_string()))?;
-        if chain.is_empty() {
-            return Err(TlsError::NoCertificate(certificate_file.into()));
-        }
-        let key = PrivateKeyDer::from_pem_file(key_file)
-            .map_err(|e| TlsError::Key(key_file.into(), e.to_string()))?;
-        // ring rather than aws-lc-rs (which needs cmake and a long C build);
-        // rustls 0.23.48 deprecates ring's provider for lacking post-quantum
-        // key exchange, which PostgreSQL clients do not ask for yet.
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = ServerConfig::builder_with_provider(provider)
+        let (chain, key) = load_key_pair(certificate_file, key_file)?;
+        let end_point = super::channel_binding::tls_server_end_point(&chain[0]).map(Arc::from);
+        let config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Mismatch(e.to_string()))?
             .with_no_client_auth()
@@ -56,16 +82,19 @@ impl TlsAcceptor {
             .map_err(|e| TlsError::Mismatch(e.to_string()))?;
         Ok(TlsAcceptor {
             config: Arc::new(config),
+            end_point,
         })
+    }
+
+    /// The `tls-server-end-point` of the certificate (SCRAM channel binding).
+    pub fn end_point(&self) -> Option<&[u8]> {
+        self.end_point.as_deref()
     }
 
     /// A TLS session, not yet shaken hands, over `tcp`.
     pub fn accept(&self, tcp: std::net::TcpStream) -> io::Result<TlsStream> {
         let session = ServerConnection::new(self.config.clone()).map_err(io::Error::other)?;
-        Ok(TlsStream {
-            tcp,
-            session: Mutex::new(session),
-        })
+        Ok(TlsStream::new(tcp, session.into()))
     }
 }
 
@@ -73,17 +102,35 @@ impl TlsAcceptor {
 /// say `WouldBlock` as the socket would, and the caller waits for it.
 pub struct TlsStream {
     tcp: std::net::TcpStream,
-    // A Mutex only to be shareable as the socket is (`&self` methods);
-    // one task uses a client's socket at a time.
-    session: Mutex<ServerConnection>,
+    /// Shared by the descriptors of one connection ([`TlsStream::try_clone`]:
+    /// a pipe's writer beside its reader), so that their records go out in
+    /// the session's order; the lock is held for one read or write only.
+    session: Arc<Mutex<Connection>>,
 }
 
 impl TlsStream {
+    pub(super) fn new(tcp: std::net::TcpStream, session: Connection) -> TlsStream {
+        TlsStream {
+            tcp,
+            session: Arc::new(Mutex::new(session)),
+        }
+    }
+
     pub fn tcp(&self) -> &std::net::TcpStream {
         &self.tcp
     }
 
-    fn session(&self) -> io::Result<MutexGuard<'_, ServerConnection>> {
+    /// A second descriptor of the socket in the same session, for a writer
+    /// beside a reader. The writer only ever sends: what the session
+    /// receives is read by the reader alone.
+    pub fn try_clone(&self) -> io::Result<TlsStream> {
+        Ok(TlsStream {
+            tcp: self.tcp.try_clone()?,
+            session: self.session.clone(),
+        })
+    }
+
+    fn session(&self) -> io::Result<MutexGuard<'_, Connection>> {
         self.session
             .lock()
             .map_err(|_| io::Error::other("TLS session poisoned"))
@@ -120,19 +167,37 @@ impl TlsStream {
     }
 
     /// Reads TLS records from the socket into the session and answers
-    /// what the handshake asks; 0 at the end of the stream.
-    fn receive(&self, session: &mut ServerConnection) -> io::Result<usize> {
-        let received = session.read_tls(&mut &self.tcp)?;
-        if received == 0 {
-            return Ok(0);
-        }
-        if let Err(e) = session.process_new_packets() {
-            // rustls queued an alert saying why: send it, then give up.
-            let _ = self.send(session);
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+    /// what the handshake asks; 0 at the end of the stream. (rustls reads
+    /// at most 4 kB a call: the loop takes what the socket has, up to a
+    /// full record, so that a 16 kB record costs one wake-up.)
+    fn receive(&self, session: &mut Connection) -> io::Result<usize> {
+        let mut total = 0;
+        loop {
+            let received = match session.read_tls(&mut &self.tcp) {
+                Ok(received) => received,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && total > 0 => break,
+                Err(e) => return Err(e),
+            };
+            if received == 0 {
+                if total == 0 {
+                    return Ok(0);
+                }
+                // (the end is seen again by the next read)
+                break;
+            }
+            total += received;
+            if let Err(e) = session.process_new_packets() {
+                // rustls queued an alert saying why: send it, then give up.
+                let _ = self.send(session);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            // Plaintext to hand out, or enough taken for one wake-up.
+            if !session.wants_read() || total >= MOST_READ_PER_WAKE_UP {
+                break;
+            }
         }
         self.send(session)?;
-        Ok(received)
+        Ok(total)
     }
 
     /// Takes `data` into the session (encrypted, sent as far as the socket
@@ -154,7 +219,7 @@ impl TlsStream {
         self.send(&mut session)
     }
 
-    fn send(&self, session: &mut ServerConnection) -> io::Result<bool> {
+    fn send(&self, session: &mut Connection) -> io::Result<bool> {
         while session.wants_write() {
             match session.write_tls(&mut &self.tcp) {
                 Ok(_) => {}
@@ -175,6 +240,14 @@ impl TlsStream {
 
     pub fn is_handshaking(&self) -> io::Result<bool> {
         Ok(self.session()?.is_handshaking())
+    }
+
+    /// The server's `tls-server-end-point` (SCRAM channel binding), on
+    /// the client side once shaken hands.
+    pub fn peer_end_point(&self) -> Option<Vec<u8>> {
+        let session = self.session().ok()?;
+        let certificate = session.peer_certificates()?.first()?;
+        super::channel_binding::tls_server_end_point(certificate)
     }
 
     /// The protocol and cipher, as SHOW CLIENTS shows them
@@ -198,9 +271,14 @@ impl TlsStream {
 
 impl Drop for TlsStream {
     /// Says goodbye as PostgreSQL does (`SSL_shutdown`): a close_notify
-    /// alert, sent if the socket takes it now (never waiting), so that a
-    /// client sees the session end rather than a truncated stream.
+    /// alert, sent if the socket takes it now (never waiting), so that the
+    /// peer sees the session end rather than a truncated stream. Only the
+    /// last descriptor of a session says it: a pipe's writer going first
+    /// must not end the reader's session.
     fn drop(&mut self) {
+        if Arc::strong_count(&self.session) > 1 {
+            return;
+        }
         if let Ok(mut session) = self.session.lock() {
             session.send_close_notify();
             let _ = self.send(&mut session);
