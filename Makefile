@@ -6,7 +6,7 @@ PG_CONFIG ?= pg_config
 PROFILE ?= release
 PGRX_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
 
-.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-move bench-pause tpch-test bench-tpch package package-test docker docker-test
+.PHONY: demo test bootstrap install cluster stop status destroy unit regress coordinator-test lint bench bench-triggers bench-metadata bench-coordinator bench-tls bench-move bench-pause tpch-test bench-tpch package package-test docker docker-test
 
 demo: install ## bootstrap, build, (re)start the local cluster, run the demo
 	scripts/cluster.sh restart
@@ -79,6 +79,9 @@ bench-metadata: install ## SQL through the metadata node vs direct / one Postgre
 
 bench-coordinator: install ## pgbench -S through the coordinator vs direct vs pgbouncer
 	benches/coordinator.sh
+
+bench-tls: install ## what TLS costs: pgbench -S through the coordinator, plain vs TLS to the nodes vs TLS both ways
+	benches/tls.sh
 
 bench-move: install ## shard moves (copy rate limits) and a split under pgbench -N: write pause, latency, duration, MB/s
 	benches/move.sh

@@ -250,6 +250,9 @@ impl Session {
             )
             .await;
         self.unwatch_cancel();
+        let deadlock = watchdog
+            .as_ref()
+            .is_some_and(|w| w.fired.load(Ordering::Acquire));
         drop(watchdog);
         self.deadlock_fired = None;
         let synced = synced || std::mem::take(&mut self.synced_by_copy);
@@ -397,6 +400,17 @@ impl Session {
                     self.tx.state = TxState::Failed;
                     self.tx.join(target);
                     self.tx.pinned = Some((target, lease));
+                    if deadlock && self.tx.savepoints.is_empty() {
+                        // As a node's own deadlock victim, whose locks go
+                        // when its statement fails: the transaction's
+                        // other branches hold locks the other side of the
+                        // cycle waits for, until the client's ROLLBACK.
+                        // Rolled back now, so that the other side goes on
+                        // rather than being canceled too. (With savepoints
+                        // the client may go back to one instead.)
+                        self.roll_back_everywhere().await;
+                        self.start_over(true);
+                    }
                 }
             }
         }

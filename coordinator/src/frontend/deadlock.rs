@@ -50,11 +50,12 @@ impl Session {
         let flag = fired.clone();
         // Transactions of a cycle that started waiting together would all
         // be canceled at once: each looks again after a pause of its own,
-        // and by then the first one canceled has broken the cycle.
-        let second_look = Duration::from_millis(rand::Rng::gen_range(
-            &mut rand::thread_rng(),
-            1..=timeout.div_ceil(2),
-        ));
+        // and by then the first one canceled has broken the cycle (its
+        // session rolls its other branches back at once, connections.rs).
+        // Both are canceled only when the pauses end closer together than
+        // that takes (a few ms): the wider the range, the rarer.
+        let second_look =
+            Duration::from_millis(rand::Rng::gen_range(&mut rand::thread_rng(), 1..=timeout));
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(timeout)).await;
