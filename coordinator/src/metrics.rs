@@ -205,7 +205,9 @@ pub struct Metrics {
     /// Statements that were queued on a pipe and ran elsewhere instead.
     pub multiplex_fallbacks: AtomicU64,
     nodes: Mutex<BTreeMap<String, Arc<NodeStats>>>,
-    shards: Mutex<BTreeMap<i64, ShardStats>>,
+    /// Per database, then shard id (each database's catalog numbers its
+    /// shards from the same start).
+    shards: Mutex<BTreeMap<String, BTreeMap<i64, ShardStats>>>,
     /// What the metadata nodes last said of their shards and nodes
     /// (pg_shard.shard_stats, imbalance(), node_health()), per database,
     /// served on /metrics.
@@ -234,19 +236,28 @@ impl Metrics {
         unix_seconds().saturating_sub(self.last_scrape.load(Ordering::Relaxed)) < 120
     }
 
-    /// Counts a statement routed straight to `shard`.
-    pub fn shard(&self, shard: i64) {
-        if let Ok(mut shards) = self.shards.lock() {
-            shards.entry(shard).or_default().count += 1;
-        }
+    /// Counts a statement routed straight to `shard` of `database`.
+    pub fn shard(&self, database: &str, shard: i64) {
+        self.with_shard(database, shard, |stats| stats.count += 1);
     }
 
-    /// Counts a statement routed straight to `shard` that took `elapsed`.
-    pub fn shard_timed(&self, shard: i64, elapsed: Duration) {
-        if let Ok(mut shards) = self.shards.lock() {
-            let stats = shards.entry(shard).or_default();
+    /// Counts a statement routed straight to `shard` of `database` that
+    /// took `elapsed`.
+    pub fn shard_timed(&self, database: &str, shard: i64, elapsed: Duration) {
+        self.with_shard(database, shard, |stats| {
             stats.count += 1;
             stats.observe(elapsed);
+        });
+    }
+
+    fn with_shard(&self, database: &str, shard: i64, update: impl FnOnce(&mut ShardStats)) {
+        if let Ok(mut databases) = self.shards.lock() {
+            // (the database's name is copied only the first time)
+            let shards = match databases.get_mut(database) {
+                Some(shards) => shards,
+                None => databases.entry(database.to_owned()).or_default(),
+            };
+            update(shards.entry(shard).or_default());
         }
     }
 
@@ -277,13 +288,13 @@ impl Metrics {
             .unwrap_or_default()
     }
 
-    /// Every shard's statement count so far, and the p50 and p99 of its
-    /// recent statements in milliseconds, for the load reports to the
-    /// metadata node.
-    pub fn shard_report(&self) -> ShardReport {
+    /// Every shard's statement count so far in `database`, and the p50
+    /// and p99 of its recent statements in milliseconds, for the load
+    /// reports to the database's metadata node.
+    pub fn shard_report(&self, database: &str) -> ShardReport {
         let mut report = ShardReport::default();
-        if let Ok(mut shards) = self.shards.lock() {
-            for (shard, stats) in shards.iter_mut() {
+        if let Ok(mut databases) = self.shards.lock() {
+            for (shard, stats) in databases.get_mut(database).into_iter().flatten() {
                 report.shards.push(*shard);
                 report
                     .counts
@@ -295,11 +306,11 @@ impl Metrics {
         report
     }
 
-    pub fn shard_queries(&self, shard: i64) -> u64 {
+    pub fn shard_queries(&self, database: &str, shard: i64) -> u64 {
         self.shards
             .lock()
             .ok()
-            .and_then(|shards| shards.get(&shard).map(|stats| stats.count))
+            .and_then(|databases| Some(databases.get(database)?.get(&shard)?.count))
             .unwrap_or(0)
     }
 
@@ -413,14 +424,17 @@ impl Metrics {
                 key.counter.count
             );
         }
-        if let Ok(shards) = self.shards.lock() {
+        if let Ok(databases) = self.shards.lock() {
             let _ = writeln!(out, "# HELP pg_shard_shard_queries_total Statements routed straight to each shard.\n# TYPE pg_shard_shard_queries_total counter");
-            for (shard, stats) in shards.iter() {
-                let _ = writeln!(
-                    out,
-                    "pg_shard_shard_queries_total{{shard=\"{shard}\"}} {}",
-                    stats.count
-                );
+            for (database, shards) in databases.iter() {
+                for (shard, stats) in shards {
+                    let _ = writeln!(
+                        out,
+                        "pg_shard_shard_queries_total{{database=\"{}\",shard=\"{shard}\"}} {}",
+                        label(database),
+                        stats.count
+                    );
+                }
             }
         }
         if let Ok(clusters) = self.cluster_stats.lock() {
@@ -629,15 +643,20 @@ mod tests {
     #[test]
     fn shard_reports_carry_recent_latency() {
         let metrics = Metrics::default();
-        metrics.shard_timed(7, Duration::from_micros(700));
-        metrics.shard_timed(7, Duration::from_micros(800));
-        metrics.shard(8);
-        let report = metrics.shard_report();
+        metrics.shard_timed("a", 7, Duration::from_micros(700));
+        metrics.shard_timed("a", 7, Duration::from_micros(800));
+        metrics.shard("a", 8);
+        // Another database's shard 7 is another shard.
+        metrics.shard("b", 7);
+        let report = metrics.shard_report("a");
         assert_eq!(report.shards, vec![7, 8]);
         assert_eq!(report.counts, vec![2, 1]);
         let p50 = report.p50_ms[0].unwrap_or_default();
         assert!((0.5..=1.0).contains(&p50), "p50 {p50}");
         assert_eq!(report.p50_ms[1], None);
+        assert_eq!(metrics.shard_report("b").counts, vec![1]);
+        assert_eq!(metrics.shard_queries("b", 7), 1);
+        assert_eq!(metrics.shard_queries("c", 7), 0);
     }
 
     use super::*;
@@ -648,13 +667,13 @@ mod tests {
         let node = metrics.node("w1");
         node.observe(Duration::from_micros(300), false);
         node.observe(Duration::from_millis(20), true);
-        metrics.shard(100);
-        metrics.shard(100);
+        metrics.shard("app", 100);
+        metrics.shard("app", 100);
         let text = metrics.render();
         assert!(text.contains("pg_shard_node_queries_total{node=\"w1\"} 2"));
         assert!(text.contains("pg_shard_node_errors_total{node=\"w1\"} 1"));
         assert!(text.contains("pg_shard_node_latency_seconds_bucket{node=\"w1\",le=\"0.0005\"} 1"));
         assert!(text.contains("pg_shard_node_latency_seconds_bucket{node=\"w1\",le=\"0.025\"} 2"));
-        assert!(text.contains("pg_shard_shard_queries_total{shard=\"100\"} 2"));
+        assert!(text.contains("pg_shard_shard_queries_total{database=\"app\",shard=\"100\"} 2"));
     }
 }

@@ -330,7 +330,7 @@ check "...while a superuser sees every role's pools" grep -q "|postgres|" <<<"$(
 on_metadata -q -c "DROP ROLE sp_viewer"
 metrics_text=$(curl -s "http://$metrics/metrics")
 check "/metrics: latency histograms per node" grep -q 'pg_shard_node_latency_seconds_bucket{node="127.0.0.1:28321",le="+Inf"}' <<<"$metrics_text"
-check "/metrics: statements per shard" grep -q '^pg_shard_shard_queries_total{shard="' <<<"$metrics_text"
+check "/metrics: statements per shard" grep -q "^pg_shard_shard_queries_total{database=\"$PGSHARD_DATABASE\",shard=\"" <<<"$metrics_text"
 
 # Busy-polling (on by default) polls only for a moment after each send: a
 # coordinator that just answered statements and then has none uses almost

@@ -545,7 +545,7 @@ async fn report_load(
     reporting: Arc<std::sync::atomic::AtomicBool>,
 ) {
     static DENIED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let report = map.metrics.shard_report();
+    let report = map.metrics.shard_report(&map.database);
     if !report.shards.is_empty() && !map.current().tables.is_empty() {
         let reported = client
             .execute(

@@ -16,6 +16,8 @@ use std::sync::atomic::Ordering;
 /// role's statements).
 pub struct Viewer<'a> {
     pub user: &'a str,
+    /// The session's database (statement counts are per database).
+    pub database: &'a str,
     pub superuser: bool,
 }
 
@@ -171,7 +173,10 @@ pub fn reply(
                             range.start.to_sql().to_string(),
                             range.end.to_sql().to_string(),
                             map.version.to_string(),
-                            shared.metrics.shard_queries(placement.shard_id).to_string(),
+                            shared
+                                .metrics
+                                .shard_queries(viewer.database, placement.shard_id)
+                                .to_string(),
                         ]);
                     }
                 }

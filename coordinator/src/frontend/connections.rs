@@ -259,7 +259,9 @@ impl Session {
         let failed = !matches!(result, Ok((Outcome::Done, false)));
         lease.pool().stats.observe(started.elapsed(), failed);
         if let Some(shard) = shard {
-            self.shared.metrics.shard_timed(shard, started.elapsed());
+            self.shared
+                .metrics
+                .shard_timed(&self.database, shard, started.elapsed());
         }
         let (outcome, saw_error) = match result {
             Ok(result) => result,

@@ -261,7 +261,7 @@ impl Session {
         in_flight: &mut HashMap<NodeId, InFlight>,
     ) -> Result<(), ServerError> {
         let node = batch.node;
-        self.shared.metrics.shard(batch.shard);
+        self.shared.metrics.shard(&self.database, batch.shard);
         if in_flight.contains_key(&node) {
             self.finish_in_flight(split, node, in_flight).await?;
         }

@@ -61,7 +61,7 @@ impl Session {
         if parse {
             connection.prepared.insert(name);
         }
-        self.shared.metrics.shard(hop.shard);
+        self.shared.metrics.shard(&self.database, hop.shard);
         answer
             .first_values
             .iter()

@@ -140,7 +140,9 @@ impl Session {
             .multiplexed_statements
             .fetch_add(1, Ordering::Relaxed);
         if let Some(shard) = shard {
-            self.shared.metrics.shard_timed(shard, started.elapsed());
+            self.shared
+                .metrics
+                .shard_timed(&self.database, shard, started.elapsed());
         }
         let address = &pipe.key.pool.address;
         match result {

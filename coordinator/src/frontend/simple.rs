@@ -80,6 +80,7 @@ impl Session {
             Analysis::Admin(command) => {
                 let viewer = admin::Viewer {
                     user: &self.user,
+                    database: &self.database,
                     superuser: self.superuser,
                 };
                 admin::reply(
