@@ -41,13 +41,23 @@ cleanup() {
             mv "${data_dirs[$i]}/pg_hba.conf.before-tls" "${data_dirs[$i]}/pg_hba.conf"
         psql -X -q -h 127.0.0.1 -p "${nodes[$i]}" -d postgres -c "ALTER SYSTEM RESET ssl" \
             -c "ALTER SYSTEM RESET ssl_cert_file" -c "ALTER SYSTEM RESET ssl_key_file" \
+            -c "ALTER SYSTEM RESET ssl_ca_file" \
             -c "SELECT pg_reload_conf()" >/dev/null 2>&1
     done
 }
 trap cleanup EXIT
 
 # The nodes: TLS on; `tls_only` may log in over TLS only (trust), `tls_scram`
-# over TLS only with SCRAM, `any_scram` with SCRAM over either.
+# over TLS only with SCRAM, `any_scram` with SCRAM over either, `cert_user`
+# over TLS with a client certificate of the test CA's (the coordinator's).
+(
+    cd "$tls_dir" &&
+        openssl req -newkey rsa:2048 -nodes -keyout coordinator.key -out coordinator.csr \
+            -subj "/CN=pg_shard coordinator" &&
+        printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >coordinator.ext &&
+        openssl x509 -req -in coordinator.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile coordinator.ext -out coordinator.crt
+) >"$tls_dir/openssl-client.log" 2>&1 || not_ok "client certificate: $(cat "$tls_dir/openssl-client.log")"
 # (the server runs as postgres: the folder must let it through)
 chmod 711 "$tls_dir"
 chown postgres "$tls_dir/server.crt" "$tls_dir/server.key"
@@ -61,11 +71,14 @@ for i in "${!nodes[@]}"; do
         echo "hostssl all tls_scram 127.0.0.1/32 scram-sha-256"
         echo "hostnossl all tls_scram 127.0.0.1/32 reject"
         echo "host all any_scram 127.0.0.1/32 scram-sha-256"
+        echo "hostssl all cert_user 127.0.0.1/32 trust clientcert=verify-ca"
+        echo "host all cert_user 127.0.0.1/32 reject"
         cat "$hba.before-tls"
     } >"$hba"
     psql -X -q -h 127.0.0.1 -p "${nodes[$i]}" -d postgres -v ON_ERROR_STOP=1 \
         -c "ALTER SYSTEM SET ssl_cert_file = '$tls_dir/server.crt'" \
         -c "ALTER SYSTEM SET ssl_key_file = '$tls_dir/server.key'" \
+        -c "ALTER SYSTEM SET ssl_ca_file = '$tls_dir/ca.crt'" \
         -c "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null ||
         not_ok "ssl = on on node ${nodes[$i]}"
     psql -X -q -h 127.0.0.1 -p "${nodes[$i]}" -d postgres -v ON_ERROR_STOP=1 -c "
@@ -73,6 +86,7 @@ for i in "${!nodes[@]}"; do
             CREATE ROLE tls_only LOGIN SUPERUSER;
             CREATE ROLE tls_scram LOGIN SUPERUSER PASSWORD 'scram pass';
             CREATE ROLE any_scram LOGIN SUPERUSER PASSWORD 'any pass';
+            CREATE ROLE cert_user LOGIN SUPERUSER;
         EXCEPTION WHEN duplicate_object THEN NULL;
         END \$\$" >/dev/null || not_ok "roles on node ${nodes[$i]}"
 done
@@ -93,6 +107,14 @@ start_coordinator 28442 --auth scram --users-file "$tls_dir/users.txt" \
 start_coordinator 28443 --server-tls-sslmode verify-ca --server-tls-ca-file "$tls_dir/other.crt"
 # The default (prefer), TLS with clients too.
 start_coordinator 28444 "${client_tls[@]}"
+# The coordinator's client certificate: shown to the nodes by the pools
+# (auth = trust: they log in as the client's user), never by a login
+# relayed for a client (passthrough), which the node must authenticate.
+coordinator_pair=(--server-tls-cert-file "$tls_dir/coordinator.crt" --server-tls-key-file "$tls_dir/coordinator.key")
+start_coordinator 28445 --server-tls-sslmode verify-full --server-tls-ca-file "$tls_dir/ca.crt" \
+    --auth trust "${coordinator_pair[@]}"
+start_coordinator 28446 --server-tls-sslmode verify-full --server-tls-ca-file "$tls_dir/ca.crt" \
+    "${coordinator_pair[@]}"
 sleep 1
 
 via() { # via PORT USER SQL
@@ -155,8 +177,9 @@ got=$(via 28443 postgres "SELECT owner FROM accounts WHERE id = 42")
 check "verify-ca: a certificate of another CA is refused, saying why" \
     grep -qiE 'TLS with server 127.0.0.1:2832[0-3] failed: .*(UnknownIssuer|certificate)' <<<"$got"
 
-# prefer, with a client on TLS and a node that asks for SCRAM: the
-# relayed login goes plain (the client's "y" would be refused over TLS).
+# prefer, with a client on TLS and a node that asks for SCRAM: the client
+# says "y" (no -PLUS offered), which the node refuses over TLS as a
+# downgrade; the exchange goes on over a plain connection.
 # (a statement of the metadata node's own: the pools' logins to the
 # workers would need server_password, the node's own to them .pgpass)
 got=$(psql -X -At "host=127.0.0.1 port=28444 dbname=$database user=any_scram password='any pass' sslmode=require" \
@@ -169,7 +192,15 @@ got=$(psql -X -At "host=127.0.0.1 port=28444 dbname=$database user=tls_only sslm
     -c "SELECT count(*) > 0 FROM accounts" 2>&1)
 check "prefer: TLS with the nodes for a plain client (got: $got)" test "$got" = "t"
 
-for port in 28440 28441 28442 28443 28444; do
+got=$(via 28445 cert_user "SELECT owner FROM accounts WHERE id = 42")
+check "client certificate: shown by the pools to worker (auth = trust) (got: $got)" test "$got" = "owner 42"
+got=$(via 28445 cert_user "SELECT session_user")
+check "client certificate: shown by the pools to the metadata node (got: $got)" test "$got" = "cert_user"
+got=$(via 28446 cert_user "SELECT session_user")
+check "client certificate: never shown for a relayed login (passthrough) (got: $got)" \
+    grep -q "certificate" <<<"$got"
+
+for port in 28440 28441 28442 28443 28444 28445 28446; do
     if grep -qE 'panicked|ERROR' "$cluster_dir/coordinator-$port.log"; then
         not_ok "coordinator $port logged an error: $(grep -E 'panicked|ERROR' "$cluster_dir/coordinator-$port.log" | head -2)"
     fi

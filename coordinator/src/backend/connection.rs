@@ -46,6 +46,8 @@ pub enum BackendError {
     Tls(String, std::io::Error),
     #[error("server {0} sent unencrypted data after its answer to SSLRequest")]
     TlsInjection(String),
+    #[error("server {0} answered the request for TLS with an error")]
+    TlsError(String),
 }
 
 /// Where a server listens.
@@ -94,12 +96,38 @@ fn socket_path(address: &ServerAddress) -> Option<std::path::PathBuf> {
         .map(|folder| folder.join(format!(".s.PGSQL.{}", address.port)))
 }
 
-/// Asks the server for TLS (SSLRequest) and, when it agrees, shakes hands;
-/// a server that declines gets a plain connection under `prefer` only.
+/// How a connection to a server is made.
+#[derive(Clone, Copy)]
+enum Route {
+    /// Over the server's Unix-domain socket when one is configured, else
+    /// TCP (with TLS as `server_tls_sslmode` says).
+    Any,
+    /// A client's login relayed (passthrough): TCP, TLS without the
+    /// coordinator's certificate, or `plain`.
+    Relayed { plain: bool },
+}
+
+async fn connect_tcp(address: &ServerAddress) -> Result<TcpStream, BackendError> {
+    let target = address.to_string();
+    let stream = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        TcpStream::connect((address.host.as_str(), address.port)),
+    )
+    .await
+    .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
+    .map_err(|e| BackendError::Connect(target, e))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Asks the server for TLS (SSLRequest) and, when it agrees, shakes hands
+/// (`relayed`: showing no certificate of the coordinator's); a server that
+/// declines gets a plain connection under `prefer` only.
 async fn negotiate_tls(
     mut stream: TcpStream,
     connector: &TlsConnector,
     address: &ServerAddress,
+    relayed: bool,
 ) -> Result<Socket, BackendError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let target = address.to_string();
@@ -119,6 +147,9 @@ async fn negotiate_tls(
             return Ok(Socket::from_tokio_tcp(stream)?)
         }
         b'N' => return Err(BackendError::TlsRefused(target, connector.mode().name())),
+        // (an error before the server is authenticated is not shown, as
+        // libpq does not show it: CVE-2024-10977)
+        b'E' => return Err(BackendError::TlsError(target)),
         other => return Err(protocol::ProtocolError::UnexpectedType(other as char).into()),
     }
     // Nothing may come before the handshake: bytes here were not sent by
@@ -129,7 +160,7 @@ async fn negotiate_tls(
         _ => return Err(BackendError::TlsInjection(target)),
     }
     let mut socket = Socket::from_tokio_tcp(stream)?;
-    let handshake = socket.start_tls(|tcp| connector.connect(tcp, &address.host));
+    let handshake = socket.start_tls(|tcp| connector.connect(tcp, &address.host, !relayed));
     tokio::time::timeout(CONNECT_TIMEOUT, handshake)
         .await
         .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
@@ -263,21 +294,27 @@ impl ServerConnection {
     /// Opens the connection only (startup is up to the caller), over the
     /// server's Unix-domain socket when one is configured for it.
     pub async fn open(address: &ServerAddress) -> Result<ServerConnection, BackendError> {
-        Self::open_by(address, true, server_tls()).await
+        Self::open_by(address, Route::Any).await
     }
 
-    /// [`Self::open`] over TCP always: a login relayed for a client
-    /// (passthrough) must meet the server's rules for TCP clients, which
-    /// is what the client is; its `local` rules (peer, trust) are for
-    /// processes of the server's machine. `tls`: whether to ask for TLS
-    /// as `server_tls_sslmode` says, or (only where it says `prefer`)
-    /// to stay plain.
-    pub async fn open_tcp(
+    /// [`Self::open`] over TCP always, for a login relayed for a client
+    /// (passthrough): it must meet the server's rules for TCP clients,
+    /// which is what the client is (its `local` rules, peer and trust, are
+    /// for processes of the server's machine), and over TLS it shows no
+    /// certificate of the coordinator's (the server must authenticate the
+    /// client, not the coordinator). `tls` false: plain, where
+    /// `server_tls_sslmode` is `prefer` only.
+    pub async fn open_relayed(
         address: &ServerAddress,
         tls: bool,
     ) -> Result<ServerConnection, BackendError> {
-        let connector = server_tls().filter(|c| tls || c.mode() != ServerTlsMode::Prefer);
-        Self::open_by(address, false, connector).await
+        let plain = !tls && server_tls().is_some_and(|c| c.mode() == ServerTlsMode::Prefer);
+        Self::open_by(address, Route::Relayed { plain }).await
+    }
+
+    /// Whether the connection is a TLS session.
+    pub fn on_tls(&self) -> bool {
+        self.stream.tls_description().is_some()
     }
 
     /// Over TCP to a server that [`Self::open`] reaches through its
@@ -289,11 +326,10 @@ impl ServerConnection {
 
     async fn open_by(
         address: &ServerAddress,
-        socket_allowed: bool,
-        tls: Option<&TlsConnector>,
+        route: Route,
     ) -> Result<ServerConnection, BackendError> {
         let target = address.to_string();
-        let socket = socket_path(address).filter(|_| socket_allowed);
+        let socket = socket_path(address).filter(|_| matches!(route, Route::Any));
         let stream = match socket {
             Some(path) => Socket::new(Inner::Unix(
                 tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&path))
@@ -305,17 +341,27 @@ impl ServerConnection {
                     .into_std()?,
             ))?,
             None => {
-                let stream = tokio::time::timeout(
-                    CONNECT_TIMEOUT,
-                    TcpStream::connect((address.host.as_str(), address.port)),
-                )
-                .await
-                .map_err(|_| BackendError::ConnectTimeout(target.clone()))?
-                .map_err(|e| BackendError::Connect(target.clone(), e))?;
-                stream.set_nodelay(true)?;
-                match tls {
-                    Some(connector) => negotiate_tls(stream, connector, address).await?,
-                    None => Socket::from_tokio_tcp(stream)?,
+                let connector =
+                    server_tls().filter(|_| !matches!(route, Route::Relayed { plain: true }));
+                let relayed = matches!(route, Route::Relayed { .. });
+                match connector {
+                    Some(connector) => {
+                        let stream = connect_tcp(address).await?;
+                        match negotiate_tls(stream, connector, address, relayed).await {
+                            // libpq's prefer: a handshake that fails (a
+                            // certificate or cipher rustls cannot use) is
+                            // tried again without TLS
+                            Err(BackendError::Tls(_, e))
+                                if connector.mode() == ServerTlsMode::Prefer =>
+                            {
+                                tracing::debug!(server = %target, error = %e,
+                                    "TLS handshake failed; plain connection (server_tls_sslmode = prefer)");
+                                Socket::from_tokio_tcp(connect_tcp(address).await?)?
+                            }
+                            negotiated => negotiated?,
+                        }
+                    }
+                    None => Socket::from_tokio_tcp(connect_tcp(address).await?)?,
                 }
             }
         };

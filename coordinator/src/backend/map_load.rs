@@ -289,7 +289,8 @@ pub(super) async fn connect_catalog(
     use crate::net::tls_client::TlsConnector;
     use tokio_postgres::config::SslMode;
     let tls = super::connection::server_tls();
-    tokio_postgres::Config::new()
+    let mut config = tokio_postgres::Config::new();
+    config
         .host(&metadata.host)
         .port(metadata.port)
         .user(user)
@@ -304,7 +305,19 @@ pub(super) async fn connect_catalog(
             None | Some(ServerTlsMode::Disable) => SslMode::Disable,
             Some(ServerTlsMode::Prefer) => SslMode::Prefer,
             Some(_) => SslMode::Require,
-        })
-        .connect(CatalogTls::new(tls))
-        .await
+        });
+    match config.connect(CatalogTls::new(tls)).await {
+        // libpq's prefer: a handshake that fails (a certificate or cipher
+        // rustls cannot use) is tried again without TLS
+        Err(e)
+            if config.get_ssl_mode() == SslMode::Prefer
+                && e.to_string().starts_with("error performing TLS handshake") =>
+        {
+            config
+                .ssl_mode(SslMode::Disable)
+                .connect(CatalogTls::new(tls))
+                .await
+        }
+        connected => connected,
+    }
 }

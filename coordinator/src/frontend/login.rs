@@ -3,6 +3,7 @@
 //! the server defaults and client settings applied to it.
 
 use super::*;
+use crate::config::ServerTlsMode;
 use crate::net::sqlstate;
 use crate::net::tags;
 
@@ -195,6 +196,16 @@ pub(super) async fn scram_login(
             stream.write_all(&out).await?;
             Ok(true)
         }
+        Err(e @ scram::ScramError::BindingMismatch) => {
+            // (as PostgreSQL says it: the client's session is not the one
+            // the coordinator's certificate is in)
+            refuse(
+                stream,
+                ServerError::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string()),
+            )
+            .await;
+            Ok(false)
+        }
         _ => {
             refuse(stream, failed()).await;
             Ok(false)
@@ -214,31 +225,8 @@ pub(super) async fn passthrough_login(
     replication: Option<&str>,
 ) -> Result<Option<ServerConnection>, SessionError> {
     let mut retried = false;
-    // A client on TLS answers a SASL offer without SCRAM-SHA-256-PLUS
-    // with "y" (it could bind, the server cannot), which a node on TLS
-    // takes for a downgrade and refuses: with `prefer`, such a login goes
-    // to the node plain first (SCRAM needs no TLS), and over TLS when the
-    // node's pg_hba wants that (hostssl).
-    let mut server_tls = stream.tls_description().is_none();
     loop {
-        let attempt = passthrough_attempt(
-            stream,
-            input,
-            shared,
-            user,
-            database,
-            replication,
-            server_tls,
-        )
-        .await?;
-        match attempt {
-            Attempt::Refused(error, false)
-                if error.code == sqlstate::INVALID_AUTHORIZATION_SPECIFICATION
-                    && !server_tls
-                    && crate::backend::connection::server_tls().is_some() =>
-            {
-                server_tls = true;
-            }
+        match passthrough_attempt(stream, input, shared, user, database, replication).await? {
             // The role's or database's CONNECTION LIMIT is taken up by
             // idle pooled connections (of clients gone): close them, and
             // try again when the client was asked for nothing yet.
@@ -269,6 +257,18 @@ pub(super) async fn passthrough_login(
             Attempt::Failed => return Ok(None),
         }
     }
+}
+
+/// PostgreSQL's refusal of a client that could bind but saw no
+/// SCRAM-SHA-256-PLUS offered, over TLS (auth-scram.c; reported as a
+/// failed login, 28000).
+fn is_binding_downgrade(error: &ServerError) -> bool {
+    matches!(
+        error.code.as_str(),
+        sqlstate::INVALID_AUTHORIZATION_SPECIFICATION | sqlstate::PROTOCOL_VIOLATION
+    ) && error
+        .message
+        .starts_with("SCRAM channel binding negotiation error")
 }
 
 /// A server's AuthenticationSASL body without SCRAM-SHA-256-PLUS: channel
@@ -303,10 +303,9 @@ async fn passthrough_attempt(
     user: &str,
     database: &str,
     replication: Option<&str>,
-    server_tls: bool,
 ) -> Result<Attempt, SessionError> {
     let mut asked_client = false;
-    let mut server = match ServerConnection::open_tcp(&shared.metadata, server_tls).await {
+    let mut server = match ServerConnection::open_relayed(&shared.metadata, true).await {
         Ok(server) => server,
         Err(e) => {
             refuse(
@@ -321,11 +320,53 @@ async fn passthrough_attempt(
     let mut parameters = vec![("user", user), ("database", database)];
     parameters.extend(replication.map(|mode| ("replication", mode)));
     protocol::startup(&mut out, &parameters);
+    let client_on_tls = stream.tls_description().is_some();
     let relay = async {
         server.write(&out).await?;
+        // The client's SASLInitialResponse, while the exchange may still
+        // have to move to a plain connection (below).
+        let mut initial_response: Option<BytesMut> = None;
         loop {
             let (tag, body) = server.read().await?;
             match tag {
+                tags::backend::ERROR_RESPONSE
+                    if initial_response.is_some()
+                        && is_binding_downgrade(&ServerError::parse(&body)) =>
+                {
+                    // A client on TLS saw no SCRAM-SHA-256-PLUS offered
+                    // (its session is with the coordinator: it cannot bind
+                    // to the node's) and said "y", which a node on TLS
+                    // refuses as a downgrade. Under `prefer`, the same
+                    // exchange goes on over a plain connection, where "y"
+                    // is no downgrade: its first message binds to nothing
+                    // of the connection's, and the client sees one
+                    // exchange. Under require and stronger, the node's
+                    // error reaches the client (docs/coordinator.md).
+                    let plain = crate::backend::connection::server_tls()
+                        .is_some_and(|c| c.mode() == ServerTlsMode::Prefer);
+                    let Some(response) = initial_response.take().filter(|_| plain) else {
+                        let mut error = ServerError::parse(&body);
+                        error.severity = "FATAL".into();
+                        return Ok(Some(error));
+                    };
+                    server = ServerConnection::open_relayed(&shared.metadata, false).await?;
+                    server.write(&out).await?;
+                    let (tag, body) = server.read().await?;
+                    match (tag, body.get(..4)) {
+                        (tags::backend::AUTHENTICATION, Some(code))
+                            if code == 10i32.to_be_bytes() =>
+                        {
+                            server.write(&response).await?;
+                        }
+                        (tags::backend::ERROR_RESPONSE, _) => {
+                            let mut error = ServerError::parse(&body);
+                            error.severity = "FATAL".into();
+                            return Ok(Some(error));
+                        }
+                        _ => return Err(protocol::ProtocolError::Malformed("SASL").into()),
+                    }
+                }
+
                 tags::backend::AUTHENTICATION => {
                     let code = body
                         .get(..4)
@@ -351,6 +392,10 @@ async fn passthrough_attempt(
                         let mut message = BytesMut::new();
                         protocol::password(&mut message, &answer);
                         server.write(&message).await?;
+                        initial_response = None;
+                        if code == 10 && client_on_tls && server.on_tls() {
+                            initial_response = Some(message);
+                        }
                     }
                 }
                 tags::backend::ERROR_RESPONSE => {

@@ -8,6 +8,7 @@ pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
 pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
 pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
 pub const INVALID_PASSWORD: &str = "28P01";
+pub const PROTOCOL_VIOLATION: &str = "08P01";
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 pub const UNDEFINED_TABLE: &str = "42P01";
 pub const TOO_MANY_CONNECTIONS: &str = "53300";

@@ -22,6 +22,8 @@ pub enum TlsError {
     Key(PathBuf, String),
     #[error("the TLS certificate and key do not go together: {0}")]
     Mismatch(String),
+    #[error("the client certificate for the nodes (server_tls_cert_file, server_tls_key_file) cannot be used: {0}")]
+    ClientCertificate(String),
     #[error("cannot read the TLS CA file {0}: {1}")]
     Authority(PathBuf, String),
     #[error("server_tls_sslmode = {0} needs server_tls_ca_file (the certificates that sign the nodes' certificates)")]
@@ -53,10 +55,6 @@ pub(super) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     #[allow(deprecated)]
     Arc::new(rustls::crypto::ring::default_provider())
 }
-
-/// Most TLS bytes read from the socket before decrypted plaintext is
-/// handed out: one full record (16 kB and its overhead).
-const MOST_READ_PER_WAKE_UP: usize = 17 * 1024;
 
 /// What accepts TLS from clients: the certificate chain and key, loaded
 /// once at start.
@@ -105,14 +103,15 @@ pub struct TlsStream {
     /// Shared by the descriptors of one connection ([`TlsStream::try_clone`]:
     /// a pipe's writer beside its reader), so that their records go out in
     /// the session's order; the lock is held for one read or write only.
-    session: Arc<Mutex<Connection>>,
+    /// None only while dropped.
+    session: Option<Arc<Mutex<Connection>>>,
 }
 
 impl TlsStream {
     pub(super) fn new(tcp: std::net::TcpStream, session: Connection) -> TlsStream {
         TlsStream {
             tcp,
-            session: Arc::new(Mutex::new(session)),
+            session: Some(Arc::new(Mutex::new(session))),
         }
     }
 
@@ -132,6 +131,8 @@ impl TlsStream {
 
     fn session(&self) -> io::Result<MutexGuard<'_, Connection>> {
         self.session
+            .as_ref()
+            .ok_or_else(|| io::Error::other("TLS session closed"))?
             .lock()
             .map_err(|_| io::Error::other("TLS session poisoned"))
     }
@@ -167,37 +168,22 @@ impl TlsStream {
     }
 
     /// Reads TLS records from the socket into the session and answers
-    /// what the handshake asks; 0 at the end of the stream. (rustls reads
-    /// at most 4 kB a call: the loop takes what the socket has, up to a
-    /// full record, so that a 16 kB record costs one wake-up.)
+    /// what the handshake asks; 0 at the end of the stream.
     fn receive(&self, session: &mut Connection) -> io::Result<usize> {
-        let mut total = 0;
-        loop {
-            let received = match session.read_tls(&mut &self.tcp) {
-                Ok(received) => received,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && total > 0 => break,
-                Err(e) => return Err(e),
-            };
-            if received == 0 {
-                if total == 0 {
-                    return Ok(0);
-                }
-                // (the end is seen again by the next read)
-                break;
-            }
-            total += received;
-            if let Err(e) = session.process_new_packets() {
-                // rustls queued an alert saying why: send it, then give up.
-                let _ = self.send(session);
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
-            // Plaintext to hand out, or enough taken for one wake-up.
-            if !session.wants_read() || total >= MOST_READ_PER_WAKE_UP {
-                break;
-            }
+        let received = session.read_tls(&mut &self.tcp)?;
+        if received == 0 {
+            return Ok(0);
         }
-        self.send(session)?;
-        Ok(total)
+        if let Err(e) = session.process_new_packets() {
+            // rustls queued an alert saying why: send it, then give up.
+            let _ = self.send(session);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        // Answers of the session's own (and records a writer left): a
+        // socket that cannot take them now fails the next write, not this
+        // read, whose plaintext (a server's parting error) is good.
+        let _ = self.send(session);
+        Ok(received)
     }
 
     /// Takes `data` into the session (encrypted, sent as far as the socket
@@ -276,10 +262,12 @@ impl Drop for TlsStream {
     /// last descriptor of a session says it: a pipe's writer going first
     /// must not end the reader's session.
     fn drop(&mut self) {
-        if Arc::strong_count(&self.session) > 1 {
+        // (into_inner is Some for exactly one of the handles dropped, even
+        // when two are dropped at once)
+        let Some(session) = self.session.take().and_then(Arc::into_inner) else {
             return;
-        }
-        if let Ok(mut session) = self.session.lock() {
+        };
+        if let Ok(mut session) = session.into_inner() {
             session.send_close_notify();
             let _ = self.send(&mut session);
         }

@@ -20,6 +20,10 @@ use std::sync::Arc;
 pub struct TlsConnector {
     mode: ServerTlsMode,
     config: Arc<ClientConfig>,
+    /// The same without the client certificate, for logins relayed for a
+    /// client (the server must authenticate the client, not the
+    /// coordinator). The same as `config` when there is no certificate.
+    anonymous: Arc<ClientConfig>,
 }
 
 impl std::fmt::Debug for TlsConnector {
@@ -64,18 +68,22 @@ impl TlsConnector {
             .map_err(|e| TlsError::Mismatch(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(verifier);
+        let anonymous = Arc::new(builder.clone().with_no_client_auth());
         let config = match client_pair {
             Some((certificate, key)) => {
                 let (chain, key) = load_key_pair(certificate, key)?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| TlsError::Mismatch(e.to_string()))?
+                Arc::new(
+                    builder
+                        .with_client_auth_cert(chain, key)
+                        .map_err(|e| TlsError::ClientCertificate(e.to_string()))?,
+                )
             }
-            None => builder.with_no_client_auth(),
+            None => anonymous.clone(),
         };
         Ok(Some(TlsConnector {
             mode,
-            config: Arc::new(config),
+            config,
+            anonymous,
         }))
     }
 
@@ -89,10 +97,21 @@ impl TlsConnector {
     }
 
     /// A TLS session, not yet shaken hands, with the server `host` over
-    /// `tcp` (after the server answered SSLRequest with 'S').
-    pub fn connect(&self, tcp: std::net::TcpStream, host: &str) -> io::Result<TlsStream> {
-        let session = ClientConnection::new(self.config.clone(), server_name(host)?)
-            .map_err(io::Error::other)?;
+    /// `tcp` (after the server answered SSLRequest with 'S'), showing the
+    /// client certificate (if any) when `identify`.
+    pub fn connect(
+        &self,
+        tcp: std::net::TcpStream,
+        host: &str,
+        identify: bool,
+    ) -> io::Result<TlsStream> {
+        let config = if identify {
+            self.config.clone()
+        } else {
+            self.anonymous.clone()
+        };
+        let session =
+            ClientConnection::new(config, server_name(host)?).map_err(io::Error::other)?;
         Ok(TlsStream::new(tcp, session.into()))
     }
 }
