@@ -34,7 +34,11 @@ SQL
     sleep 1
 }
 
-meta() { psql -X -q -At -h 127.0.0.1 -p "$meta_port" -d bench -v ON_ERROR_STOP=1 "$@"; }
+# (without wait_job's progress NOTICEs: the benches print their own table)
+meta() {
+    PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning" \
+        psql -X -q -At -h 127.0.0.1 -p "$meta_port" -d bench -v ON_ERROR_STOP=1 "$@"
+}
 
 pgbench_cluster_cleanup() {
     if [ -n "${bench:-}" ]; then kill "$bench" 2>/dev/null || true; fi

@@ -64,7 +64,7 @@ chown postgres "$tls_dir/server.crt" "$tls_dir/server.key"
 chmod 600 "$tls_dir/server.key"
 for i in "${!nodes[@]}"; do
     hba=${data_dirs[$i]}/pg_hba.conf
-    cp "$hba" "$hba.before-tls"
+    cp -p "$hba" "$hba.before-tls"  # (-p: the server must still own it)
     {
         echo "hostssl all tls_only 127.0.0.1/32 trust"
         echo "hostnossl all tls_only 127.0.0.1/32 reject"
