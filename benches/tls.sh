@@ -8,6 +8,9 @@
 #   nodes TLS    clients plain, nodes over TLS (verify-full)
 #   both TLS     clients over TLS (tls = require, sslmode=require), nodes
 #                over TLS (verify-full)
+# and, for what TLS costs PostgreSQL itself, pgbench straight to a worker
+# (a plain database of its own with the same data), sslmode=disable and
+# sslmode=require.
 # Targets alternate within each round, and the rounds repeat (default 2),
 # so that a noisy neighbour hits all of them alike. Reports tps per round
 # and the ratio of each target's mean to plain's.
@@ -66,6 +69,8 @@ psql -X -q -h 127.0.0.1 -p 29520 -d bench -v ON_ERROR_STOP=1 >/dev/null <<SQL
 SELECT pg_shard.create_distributed_table('pgbench_accounts', 'aid');
 SQL
 for port in 29521 29522; do psql -X -q -h 127.0.0.1 -p "$port" -d bench -c "VACUUM ANALYZE"; done
+psql -X -q -h 127.0.0.1 -p 29521 -d postgres -c "CREATE DATABASE single"
+pgbench -i -q -s "$scale" -h 127.0.0.1 -p 29521 single >/dev/null 2>&1
 
 start() { # port flags...
     local port=$1
@@ -79,7 +84,8 @@ start 29630 --server-tls-sslmode disable
 start 29631 "${verify[@]}"
 start 29632 "${verify[@]}" --tls require --tls-cert-file "$scratch/server.crt" --tls-key-file "$scratch/server.key"
 sleep 1
-targets=("plain:29630:disable" "nodes TLS:29631:disable" "both TLS:29632:require")
+targets=("plain:29630:disable:bench" "nodes TLS:29631:disable:bench" "both TLS:29632:require:bench"
+    "direct plain:29521:disable:single" "direct TLS:29521:require:single")
 
 declare -A tps
 echo "pgbench -S, scale $scale, ${seconds}s per run, $rounds rounds"
@@ -87,9 +93,9 @@ for round in $(seq 1 "$rounds"); do
     for clients in 4 16; do
         for protocol in simple prepared; do
             for target in "${targets[@]}"; do
-                IFS=: read -r name port sslmode <<<"$target"
+                IFS=: read -r name port sslmode database <<<"$target"
                 result=$(PGSSLMODE=$sslmode pgbench -n -S -M "$protocol" -c "$clients" -j 2 -T "$seconds" \
-                    -h 127.0.0.1 -p "$port" bench 2>&1)
+                    -h 127.0.0.1 -p "$port" "$database" 2>&1)
                 value=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$result")
                 if ! grep -q "number of failed transactions: 0 " <<<"$result"; then
                     echo "$name, $clients clients, $protocol: failed" >&2
@@ -102,16 +108,16 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 echo
-echo "| target | clients | protocol | tps per round | mean | ratio to plain |"
+echo "| target | clients | protocol | tps per round | mean | ratio to plain (direct: to direct plain) |"
 echo "|---|---:|---|---|---:|---:|"
 for clients in 4 16; do
     for protocol in simple prepared; do
         base=
         for target in "${targets[@]}"; do
-            IFS=: read -r name _ _ <<<"$target"
+            IFS=: read -r name _ _ _ <<<"$target"
             values=${tps["$name|$clients|$protocol"]}
             mean=$(awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.0f", s / NF }' <<<"$values")
-            [ -z "$base" ] && base=$mean
+            if [ -z "$base" ] || [ "$name" = "direct plain" ]; then base=$mean; fi
             ratio=$(awk -v m="$mean" -v b="$base" 'BEGIN { printf "%.2f", m / b }')
             rounded=$(awk '{ for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? ", " : ""), $i }' <<<"$values")
             echo "| $name | $clients | $protocol | $rounded | $mean | $ratio |"
