@@ -95,7 +95,7 @@ printf '"tls_scram" "scram pass"\n' >"$tls_dir/users.txt"
 client_tls=(--tls allow --tls-cert-file "$tls_dir/server.crt" --tls-key-file "$tls_dir/server.key")
 
 # verify-full over TCP (no socket folder), relaying logins (passthrough).
-start_coordinator 28440 --server-tls-sslmode verify-full --server-tls-ca-file "$tls_dir/ca.crt"
+start_coordinator 28440 --server-tls-sslmode verify-full --server-tls-ca-file "$tls_dir/ca.crt" "${client_tls[@]}"
 # No TLS with the nodes.
 start_coordinator 28441 --server-tls-sslmode disable
 # SCRAM with the coordinator (-PLUS over TLS) and with the nodes
@@ -155,6 +155,14 @@ for port in "${nodes[@]}"; do
     fi
 done
 
+got=$(psql -X -At "host=127.0.0.1 port=28440 dbname=$database user=any_scram password='any pass' sslmode=require" \
+    -c "SELECT session_user" 2>&1)
+check "verify-full: a TLS client's relayed SCRAM login that could bind is refused by the node, with a hint" \
+    grep -q "channel_binding=disable" <<<"$got"
+got=$(psql -X -At "host=127.0.0.1 port=28440 dbname=$database user=any_scram password='any pass' sslmode=require channel_binding=disable" \
+    -c "SELECT session_user" 2>&1)
+check "verify-full: ... and logs in with channel_binding=disable (got: $got)" test "$got" = "any_scram"
+
 got=$(via 28441 tls_only "SELECT owner FROM accounts WHERE id = 42")
 check "disable: a node that wants TLS refuses the plain login, and the client is told" \
     grep -q 'no encryption' <<<"$got"
@@ -182,9 +190,19 @@ check "verify-ca: a certificate of another CA is refused, saying why" \
 # downgrade; the exchange goes on over a plain connection.
 # (a statement of the metadata node's own: the pools' logins to the
 # workers would need server_password, the node's own to them .pgpass)
+refusals() { grep -c "channel binding negotiation" "$cluster_dir/metadata/server.log"; }
+before=$(refusals)
 got=$(psql -X -At "host=127.0.0.1 port=28444 dbname=$database user=any_scram password='any pass' sslmode=require" \
     -c "SELECT session_user" 2>&1)
 check "prefer: a TLS client's SCRAM login relayed to the node (got: $got)" test "$got" = "any_scram"
+check "prefer: ... without a refusal in the node's log (the \"y\" never went over TLS)" test "$(refusals)" = "$before"
+got=$(psql -X -At "host=127.0.0.1 port=28444 dbname=$database user=tls_scram password='scram pass' sslmode=require" \
+    -c "SELECT session_user" 2>&1)
+check "prefer: a role the node wants on TLS cannot be relayed from a client that could bind, and is told what to do" \
+    grep -q "channel_binding=disable" <<<"$got"
+got=$(psql -X -At "host=127.0.0.1 port=28444 dbname=$database user=tls_scram password='scram pass' sslmode=require channel_binding=disable" \
+    -c "SELECT session_user" 2>&1)
+check "prefer: ... and with channel_binding=disable it logs in over TLS (got: $got)" test "$got" = "tls_scram"
 got=$(psql -X -At "host=127.0.0.1 port=28444 dbname=$database user=tls_only sslmode=require" \
     -c "SELECT owner FROM accounts WHERE id = 42" 2>&1)
 check "prefer: a node that wants TLS for the login gets it (got: $got)" test "$got" = "owner 42"

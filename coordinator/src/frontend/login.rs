@@ -259,16 +259,68 @@ pub(super) async fn passthrough_login(
     }
 }
 
-/// PostgreSQL's refusal of a client that could bind but saw no
-/// SCRAM-SHA-256-PLUS offered, over TLS (auth-scram.c; reported as a
-/// failed login, 28000).
-fn is_binding_downgrade(error: &ServerError) -> bool {
-    matches!(
-        error.code.as_str(),
-        sqlstate::INVALID_AUTHORIZATION_SPECIFICATION | sqlstate::PROTOCOL_VIOLATION
-    ) && error
-        .message
-        .starts_with("SCRAM channel binding negotiation error")
+const CANNOT_BIND_HINT: &str = "A login relayed to the metadata node (auth = passthrough) \
+cannot bind SCRAM to the client's TLS session, which is with the coordinator: connect with \
+channel_binding=disable, or have the coordinator authenticate (auth = scram).";
+
+fn server_tls_mode() -> Option<ServerTlsMode> {
+    crate::backend::connection::server_tls().map(|c| c.mode())
+}
+
+/// The relayed login of a client that said "y" goes on over a plain
+/// connection to the node: the same startup, and the client's first SCRAM
+/// message once the node asks for SCRAM again. The node's refusal (its
+/// pg_hba may want TLS for the role, `hostssl`) comes back as an error.
+async fn relay_plain(
+    metadata: &ServerAddress,
+    startup: &[u8],
+    initial_response: &[u8],
+) -> Result<Result<ServerConnection, ServerError>, crate::backend::connection::BackendError> {
+    let mut server = ServerConnection::open_relayed(metadata, false).await?;
+    server.write(startup).await?;
+    let (tag, body) = server.read().await?;
+    let offers_scram = body.get(4..).is_some_and(|list| {
+        list.split(|b| *b == 0)
+            .any(|m| m == scram::MECHANISM.as_bytes())
+    });
+    match tag {
+        tags::backend::AUTHENTICATION if body.get(..4) == Some(&10i32.to_be_bytes()) && offers_scram => {
+            server.write(initial_response).await?;
+            static LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(server = %metadata,
+                    "a TLS client's relayed SCRAM login goes to the metadata node over a plain connection, \
+                     which its session then uses (server_tls_sslmode = prefer; see docs/coordinator.md)");
+            }
+            Ok(Ok(server))
+        }
+        tags::backend::ERROR_RESPONSE => {
+            let mut error = ServerError::parse(&body).with_hint(CANNOT_BIND_HINT);
+            error.severity = "FATAL".into();
+            Ok(Err(error))
+        }
+        // (trust, md5, password: another pg_hba line than over TLS, which
+        // the client, asked for SCRAM, cannot answer)
+        _ => Ok(Err(ServerError::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            format!("the metadata node {metadata} asks for other authentication than SCRAM-SHA-256 without TLS"),
+        )
+        .with_hint(CANNOT_BIND_HINT))),
+    }
+}
+
+/// Whether a SASLInitialResponse's SCRAM message starts with the gs2
+/// header "y" (the client could bind, but saw no SCRAM-SHA-256-PLUS
+/// offered): a node on TLS refuses it as a downgrade, whatever language
+/// its error is in (auth-scram.c).
+fn says_could_bind(answer: &[u8]) -> bool {
+    let Some(end) = answer.iter().position(|b| *b == 0) else {
+        return false;
+    };
+    // mechanism, NUL, the message's length (4 bytes), the message
+    answer
+        .get(end + 5..)
+        .is_some_and(|message| message.starts_with(b"y,"))
 }
 
 /// A server's AuthenticationSASL body without SCRAM-SHA-256-PLUS: channel
@@ -320,53 +372,14 @@ async fn passthrough_attempt(
     let mut parameters = vec![("user", user), ("database", database)];
     parameters.extend(replication.map(|mode| ("replication", mode)));
     protocol::startup(&mut out, &parameters);
-    let client_on_tls = stream.tls_description().is_some();
     let relay = async {
         server.write(&out).await?;
-        // The client's SASLInitialResponse, while the exchange may still
-        // have to move to a plain connection (below).
-        let mut initial_response: Option<BytesMut> = None;
+        // The client said "y" to a node on TLS (below): its refusal gets a
+        // hint.
+        let mut could_bind_over_tls = false;
         loop {
             let (tag, body) = server.read().await?;
             match tag {
-                tags::backend::ERROR_RESPONSE
-                    if initial_response.is_some()
-                        && is_binding_downgrade(&ServerError::parse(&body)) =>
-                {
-                    // A client on TLS saw no SCRAM-SHA-256-PLUS offered
-                    // (its session is with the coordinator: it cannot bind
-                    // to the node's) and said "y", which a node on TLS
-                    // refuses as a downgrade. Under `prefer`, the same
-                    // exchange goes on over a plain connection, where "y"
-                    // is no downgrade: its first message binds to nothing
-                    // of the connection's, and the client sees one
-                    // exchange. Under require and stronger, the node's
-                    // error reaches the client (docs/coordinator.md).
-                    let plain = crate::backend::connection::server_tls()
-                        .is_some_and(|c| c.mode() == ServerTlsMode::Prefer);
-                    let Some(response) = initial_response.take().filter(|_| plain) else {
-                        let mut error = ServerError::parse(&body);
-                        error.severity = "FATAL".into();
-                        return Ok(Some(error));
-                    };
-                    server = ServerConnection::open_relayed(&shared.metadata, false).await?;
-                    server.write(&out).await?;
-                    let (tag, body) = server.read().await?;
-                    match (tag, body.get(..4)) {
-                        (tags::backend::AUTHENTICATION, Some(code))
-                            if code == 10i32.to_be_bytes() =>
-                        {
-                            server.write(&response).await?;
-                        }
-                        (tags::backend::ERROR_RESPONSE, _) => {
-                            let mut error = ServerError::parse(&body);
-                            error.severity = "FATAL".into();
-                            return Ok(Some(error));
-                        }
-                        _ => return Err(protocol::ProtocolError::Malformed("SASL").into()),
-                    }
-                }
-
                 tags::backend::AUTHENTICATION => {
                     let code = body
                         .get(..4)
@@ -391,15 +404,36 @@ async fn passthrough_attempt(
                             .map_err(|e| std::io::Error::other(e.to_string()))?;
                         let mut message = BytesMut::new();
                         protocol::password(&mut message, &answer);
-                        server.write(&message).await?;
-                        initial_response = None;
-                        if code == 10 && client_on_tls && server.on_tls() {
-                            initial_response = Some(message);
+                        could_bind_over_tls =
+                            code == 10 && server.on_tls() && says_could_bind(&answer);
+                        if could_bind_over_tls && server_tls_mode() == Some(ServerTlsMode::Prefer) {
+                            // A client on TLS saw no SCRAM-SHA-256-PLUS
+                            // offered (its session is with the coordinator,
+                            // it cannot bind to the node's) and says "y",
+                            // which a node on TLS refuses as a downgrade.
+                            // Under `prefer` the exchange goes on over a
+                            // plain connection, where "y" is none: its
+                            // first message binds to nothing of the
+                            // connection's, and the client sees one
+                            // exchange. (Under require and stronger the
+                            // node's refusal reaches the client.)
+                            match relay_plain(&shared.metadata, &out, &message).await? {
+                                Ok(plain) => {
+                                    server = plain;
+                                    could_bind_over_tls = false;
+                                }
+                                Err(error) => return Ok(Some(error)),
+                            }
+                        } else {
+                            server.write(&message).await?;
                         }
                     }
                 }
                 tags::backend::ERROR_RESPONSE => {
                     let mut error = ServerError::parse(&body);
+                    if could_bind_over_tls {
+                        error = error.with_hint(CANNOT_BIND_HINT);
+                    }
                     error.severity = "FATAL".into();
                     return Ok::<_, crate::backend::connection::BackendError>(Some(error));
                 }
@@ -456,4 +490,36 @@ pub(super) async fn relay_replication(
         }
     }
     shared.cancels.unregister(cancel_key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn initial_response(message: &str) -> Vec<u8> {
+        let mut answer = b"SCRAM-SHA-256\0".to_vec();
+        answer.extend_from_slice(&(message.len() as i32).to_be_bytes());
+        answer.extend_from_slice(message.as_bytes());
+        answer
+    }
+
+    #[test]
+    fn a_client_that_could_bind_is_told_apart() {
+        assert!(says_could_bind(&initial_response("y,,n=,r=abc")));
+        assert!(!says_could_bind(&initial_response("n,,n=,r=abc")));
+        assert!(!says_could_bind(&initial_response(
+            "p=tls-server-end-point,,n=,r=abc"
+        )));
+        assert!(!says_could_bind(b"SCRAM-SHA-256"));
+        assert!(!says_could_bind(b"SCRAM-SHA-256\0\0\0"));
+    }
+
+    #[test]
+    fn plus_is_left_out_of_relayed_offers() {
+        let offer = b"\0\0\0\x0aSCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0";
+        assert_eq!(
+            without_channel_binding(offer),
+            b"\0\0\0\x0aSCRAM-SHA-256\0\0".to_vec()
+        );
+    }
 }
