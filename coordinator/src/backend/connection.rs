@@ -85,6 +85,11 @@ pub fn server_tls() -> Option<&'static TlsConnector> {
     SERVER_TLS.get().and_then(Option::as_ref)
 }
 
+/// `server_tls_sslmode`.
+pub fn server_tls_mode() -> ServerTlsMode {
+    server_tls().map_or(ServerTlsMode::Disable, TlsConnector::mode)
+}
+
 /// The Unix-domain socket of a server on this machine, when a socket
 /// folder is configured.
 fn socket_path(address: &ServerAddress) -> Option<std::path::PathBuf> {
@@ -308,13 +313,13 @@ impl ServerConnection {
         address: &ServerAddress,
         tls: bool,
     ) -> Result<ServerConnection, BackendError> {
-        let plain = !tls && server_tls().is_some_and(|c| c.mode() == ServerTlsMode::Prefer);
+        let plain = !tls && server_tls_mode() == ServerTlsMode::Prefer;
         Self::open_by(address, Route::Relayed { plain }).await
     }
 
     /// Whether the connection is a TLS session.
     pub fn on_tls(&self) -> bool {
-        self.stream.tls_description().is_some()
+        self.stream.is_tls()
     }
 
     /// Over TCP to a server that [`Self::open`] reaches through its
@@ -432,9 +437,7 @@ impl ServerConnection {
                 protocol::password(&mut out, &data);
             }
             10 => {
-                let offered_plus = body
-                    .split(|b| *b == 0)
-                    .any(|mechanism| mechanism == scram::MECHANISM_PLUS.as_bytes());
+                let offered_plus = scram::offers(&body, scram::MECHANISM_PLUS);
                 let binding = match self.stream.tls_binding() {
                     None => ClientBinding::None,
                     Some(Some(end_point)) if offered_plus => ClientBinding::Bound(end_point),

@@ -286,7 +286,6 @@ pub(super) async fn connect_catalog(
 ) -> Result<(tokio_postgres::Client, CatalogConnection), tokio_postgres::Error> {
     use super::catalog_tls::CatalogTls;
     use crate::config::ServerTlsMode;
-    use crate::net::tls_client::TlsConnector;
     use tokio_postgres::config::SslMode;
     let tls = super::connection::server_tls();
     let mut config = tokio_postgres::Config::new();
@@ -301,10 +300,10 @@ pub(super) async fn connect_catalog(
         .options("-c search_path=pg_catalog,pg_temp")
         .password(password.unwrap_or_default())
         .connect_timeout(Duration::from_secs(10))
-        .ssl_mode(match tls.map(TlsConnector::mode) {
-            None | Some(ServerTlsMode::Disable) => SslMode::Disable,
-            Some(ServerTlsMode::Prefer) => SslMode::Prefer,
-            Some(_) => SslMode::Require,
+        .ssl_mode(match super::connection::server_tls_mode() {
+            ServerTlsMode::Disable => SslMode::Disable,
+            ServerTlsMode::Prefer => SslMode::Prefer,
+            _ => SslMode::Require,
         });
     match config.connect(CatalogTls::new(tls)).await {
         // libpq's prefer: a handshake that fails (a certificate or cipher

@@ -3,6 +3,7 @@
 //! the server defaults and client settings applied to it.
 
 use super::*;
+use crate::backend::connection::server_tls_mode;
 use crate::config::ServerTlsMode;
 use crate::net::sqlstate;
 use crate::net::tags;
@@ -148,7 +149,7 @@ pub(super) async fn scram_login(
         .tls
         .as_ref()
         .and_then(|tls| tls.end_point())
-        .filter(|_| stream.tls_description().is_some());
+        .filter(|_| stream.is_tls());
     if binding.is_some() {
         protocol::put_cstr(&mut mechanisms, scram::MECHANISM_PLUS);
     }
@@ -263,10 +264,6 @@ const CANNOT_BIND_HINT: &str = "A login relayed to the metadata node (auth = pas
 cannot bind SCRAM to the client's TLS session, which is with the coordinator: connect with \
 channel_binding=disable, or have the coordinator authenticate (auth = scram).";
 
-fn server_tls_mode() -> Option<ServerTlsMode> {
-    crate::backend::connection::server_tls().map(|c| c.mode())
-}
-
 /// The relayed login of a client that said "y" goes on over a plain
 /// connection to the node: the same startup, and the client's first SCRAM
 /// message once the node asks for SCRAM again. The node's refusal (its
@@ -279,10 +276,9 @@ async fn relay_plain(
     let mut server = ServerConnection::open_relayed(metadata, false).await?;
     server.write(startup).await?;
     let (tag, body) = server.read().await?;
-    let offers_scram = body.get(4..).is_some_and(|list| {
-        list.split(|b| *b == 0)
-            .any(|m| m == scram::MECHANISM.as_bytes())
-    });
+    let offers_scram = body
+        .get(4..)
+        .is_some_and(|list| scram::offers(list, scram::MECHANISM));
     match tag {
         tags::backend::AUTHENTICATION if body.get(..4) == Some(&10i32.to_be_bytes()) && offers_scram => {
             server.write(initial_response).await?;
@@ -406,7 +402,7 @@ async fn passthrough_attempt(
                         protocol::password(&mut message, &answer);
                         could_bind_over_tls =
                             code == 10 && server.on_tls() && says_could_bind(&answer);
-                        if could_bind_over_tls && server_tls_mode() == Some(ServerTlsMode::Prefer) {
+                        if could_bind_over_tls && server_tls_mode() == ServerTlsMode::Prefer {
                             // A client on TLS saw no SCRAM-SHA-256-PLUS
                             // offered (its session is with the coordinator,
                             // it cannot bind to the node's) and says "y",

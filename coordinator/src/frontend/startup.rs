@@ -88,7 +88,7 @@ async fn start(
         };
         match request {
             StartupRequest::Ssl => match &shared.tls {
-                Some(acceptor) if stream.tls_description().is_none() => {
+                Some(acceptor) if !stream.is_tls() => {
                     // Bytes after the request would be plaintext the client
                     // sent before the session: refused, as PostgreSQL does
                     // (CVE-2021-23214).

@@ -15,6 +15,12 @@ type HmacSha256 = Hmac<Sha256>;
 
 pub const MECHANISM: &str = "SCRAM-SHA-256";
 pub const MECHANISM_PLUS: &str = "SCRAM-SHA-256-PLUS";
+
+/// Whether a SASL mechanism list (AuthenticationSASL's, NUL-terminated
+/// names) names `mechanism`.
+pub fn offers(list: &[u8], mechanism: &str) -> bool {
+    list.split(|b| *b == 0).any(|m| m == mechanism.as_bytes())
+}
 const DEFAULT_ITERATIONS: u32 = 4096;
 
 #[derive(Debug, Error, PartialEq, Eq)]

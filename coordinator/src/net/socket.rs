@@ -320,6 +320,11 @@ impl Socket {
         Ok(())
     }
 
+    /// Whether a TLS session runs here.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.fd.as_ref().map(AsyncFd::get_ref), Some(Inner::Tls(_)))
+    }
+
     /// Whether a TLS session runs here, and the server's binding data when
     /// this is the client side (SCRAM-SHA-256-PLUS).
     pub fn tls_binding(&self) -> Option<Option<Vec<u8>>> {
